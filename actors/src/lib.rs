@@ -1,0 +1,1 @@
+//! consort-actors

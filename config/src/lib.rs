@@ -1,0 +1,18 @@
+//! consort-config: the declarations an operator writes, read and checked.
+//!
+//! This crate owns `agent.yaml` (one agent: its peers, model, tools and env), `fleet.yaml`
+//! (hosts, their keys and the agents each serves) and the [`ConsentGraph`] that resolves the
+//! `can_call` / `accept_from` declarations into edges. It parses and validates; every error
+//! names the file, line, column and key. It must never start anything, open a network
+//! connection or touch a run store: it is plain data in, plain data (or a typed error) out.
+
+pub mod agent;
+pub mod consent;
+pub mod error;
+
+pub use agent::{
+    AgentConfig, AgentSet, Approval, CallStep, ModelConfig, ScriptStep, ToolConfig, ToolKind,
+    ToolStep,
+};
+pub use consent::{ConsentGraph, Edge, EdgeStatus};
+pub use error::ConfigError;

@@ -1,0 +1,90 @@
+//! The call envelope: one delegated request and the chain of hops that led to it.
+//!
+//! An envelope is the same whether it stays inside one host (handed between actors) or
+//! crosses to another host over a link. Its depth is the length of its chain and never a
+//! field a sender could set. Each hop binds the digest of the hop before it; hops that never
+//! left their host may be unsigned until the chain first leaves it (see `DESIGN.md`,
+//! "Identity and keys").
+
+use serde::{Deserialize, Serialize};
+
+use crate::RunId;
+
+/// Current format version of envelopes and replies.
+pub const ENVELOPE_VERSION: u16 = 1;
+
+/// One hop of a call chain: `caller` (running `parent_run`) asked `callee` to run
+/// `child_run`, through the tool use `tool_use_id`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hop {
+    pub caller: String,
+    pub callee: String,
+    pub parent_run: RunId,
+    pub child_run: RunId,
+    pub tool_use_id: String,
+    /// Unix milliseconds.
+    pub issued_at_ms: u64,
+    /// Unix milliseconds; the receiver refuses the hop after this (with a small skew).
+    pub expires_at_ms: u64,
+    /// SHA-256 of this hop's input text.
+    #[serde(with = "serde_bytes")]
+    pub input_digest: [u8; 32],
+    /// Digest of the previous hop's canonical bytes; all zeros for the first hop.
+    #[serde(with = "serde_bytes")]
+    pub prev_digest: [u8; 32],
+    /// The signature of the host serving `caller`; `None` while the hop has not left its host.
+    pub signature: Option<HopSignature>,
+}
+
+/// A host's ed25519 signature over a hop's canonical bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HopSignature {
+    /// The fleet name of the signing host.
+    pub host: String,
+    #[serde(with = "serde_bytes")]
+    pub signature: [u8; 64],
+}
+
+/// A delegated request: the chain of hops (the last one is this call) and this call's input.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallEnvelope {
+    pub version: u16,
+    /// Every hop from the root run to this call, oldest first. Never empty.
+    pub hops: Vec<Hop>,
+    /// The input text of the last hop; the callee sees only this.
+    pub input: String,
+}
+
+impl CallEnvelope {
+    /// The hop this envelope asks the receiver to run.
+    pub fn last_hop(&self) -> Option<&Hop> {
+        self.hops.last()
+    }
+
+    /// The chain depth: the number of hops from the root run. `cmo -> cfo` is depth 1.
+    pub fn depth(&self) -> usize {
+        self.hops.len()
+    }
+}
+
+/// How a child run ended, as reported back to its caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReplyStatus {
+    Succeeded,
+    Failed,
+}
+
+/// The answer to a call: sent by the callee's host to the caller's host when the child settles.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplyEnvelope {
+    pub version: u16,
+    pub caller: String,
+    pub callee: String,
+    pub parent_run: RunId,
+    pub child_run: RunId,
+    pub tool_use_id: String,
+    pub status: ReplyStatus,
+    /// The child's output, already capped by the callee's host.
+    pub output: String,
+    pub signature: Option<HopSignature>,
+}
