@@ -9,6 +9,8 @@
 pub mod agent;
 pub mod consent;
 pub mod error;
+pub mod fleet;
+mod yaml;
 
 pub use agent::{
     AgentConfig, AgentSet, Approval, CallStep, ModelConfig, ScriptStep, ToolConfig, ToolKind,
@@ -16,3 +18,4 @@ pub use agent::{
 };
 pub use consent::{ConsentGraph, Edge, EdgeStatus};
 pub use error::ConfigError;
+pub use fleet::{FleetConfig, HostConfig};

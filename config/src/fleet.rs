@@ -1,0 +1,388 @@
+//! `fleet.yaml`: the hosts of a fleet, their addresses and pinned keys, and the agents each
+//! serves.
+//!
+//! Owns parsing and checking of the file (unique host names, addresses and keys; well-formed
+//! ed25519 public keys) and [`FleetConfig::agents`], which loads every host's agent folders and
+//! checks that each agent lives on exactly one host. It must not resolve host names, open
+//! sockets or verify keys cryptographically: addresses are IP literals, keys are 32 bytes that
+//! consort-net checks when it uses them.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+
+use crate::agent::{AddError, AgentSet, SetBuilder, is_valid_name, name_problem};
+use crate::error::ConfigError;
+use crate::yaml::{Ctx, KeyPath, Pos, load_file};
+
+/// The prefix of a public key in `fleet.yaml`.
+pub const ED25519_PREFIX: &str = "ed25519:";
+
+/// One host of the fleet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostConfig {
+    pub name: String,
+    pub address: SocketAddr,
+    /// The host's ed25519 public key (pinned for TLS and envelope signatures).
+    pub public_key: [u8; 32],
+    /// The folders listed under `agents`, absolute (resolved against the folder of
+    /// `fleet.yaml`). Each is an agent folder or a folder of agent folders.
+    pub agent_dirs: Vec<PathBuf>,
+}
+
+/// A parsed and checked `fleet.yaml`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FleetConfig {
+    /// The `fleet.yaml` file, absolute.
+    pub file: PathBuf,
+    pub hosts: Vec<HostConfig>,
+    /// Where each host's `agents` entries were written (same indexes as `hosts`), so that
+    /// [`FleetConfig::agents`] can point at the entry that caused an error.
+    dir_positions: Vec<Vec<Pos>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFleet {
+    hosts: Vec<Spanned<RawHost>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHost {
+    name: Spanned<String>,
+    address: Spanned<String>,
+    public_key: Spanned<String>,
+    agents: Option<Vec<Spanned<String>>>,
+}
+
+/// Parses `ed25519:<64 hex chars>` into the 32 key bytes.
+pub fn parse_public_key(text: &str) -> Result<[u8; 32], String> {
+    let Some(hex) = text.strip_prefix(ED25519_PREFIX) else {
+        return Err(format!(
+            "expected `{ED25519_PREFIX}` followed by 64 hex characters"
+        ));
+    };
+    if hex.len() != 64 || !hex.is_ascii() {
+        return Err(format!(
+            "expected 64 hex characters after `{ED25519_PREFIX}` (a 32-byte key), found {}",
+            hex.chars().count()
+        ));
+    }
+    let mut key = [0u8; 32];
+    for (i, pair) in hex.as_bytes().chunks(2).enumerate() {
+        let digit = |b: u8| (b as char).to_digit(16);
+        match (
+            pair.first().copied().and_then(digit),
+            pair.get(1).copied().and_then(digit),
+        ) {
+            (Some(h), Some(l)) => key[i] = (h * 16 + l) as u8,
+            _ => return Err("the key contains a character that is not a hex digit".to_owned()),
+        }
+    }
+    Ok(key)
+}
+
+impl FleetConfig {
+    /// Reads and checks `fleet.yaml` (agent folders are resolved, not yet loaded: see
+    /// [`FleetConfig::agents`]).
+    pub fn load(path: &Path) -> Result<FleetConfig, ConfigError> {
+        let file = std::fs::canonicalize(path).map_err(|source| ConfigError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
+        let raw: RawFleet = load_file(&file, "a fleet declaration with `hosts`")?;
+        let ctx = Ctx { file: &file };
+        let mut hosts: Vec<HostConfig> = Vec::new();
+        let mut dir_positions = Vec::new();
+        for (i, h) in raw.hosts.into_iter().enumerate() {
+            let key = KeyPath::root().key("hosts").index(i);
+            let h = h.value;
+            let name = h.name.value.clone();
+            if !is_valid_name(&name) {
+                return Err(ctx.invalid(Pos::of(&h.name), &key.key("name"), name_problem(&name)));
+            }
+            let address: SocketAddr = h.address.value.trim().parse().map_err(|_| {
+                ctx.invalid(
+                    Pos::of(&h.address),
+                    &key.key("address"),
+                    format!(
+                        "invalid address `{}`; expected an IP address and port such as 127.0.0.1:7401",
+                        h.address.value
+                    ),
+                )
+            })?;
+            let public_key = parse_public_key(h.public_key.value.trim())
+                .map_err(|m| ctx.invalid(Pos::of(&h.public_key), &key.key("public_key"), m))?;
+            for other in &hosts {
+                let dup = if other.name == name {
+                    Some((
+                        Pos::of(&h.name),
+                        "name",
+                        format!("duplicate host name `{name}`"),
+                    ))
+                } else if other.address == address {
+                    Some((
+                        Pos::of(&h.address),
+                        "address",
+                        format!("address {address} is also used by host `{}`", other.name),
+                    ))
+                } else if other.public_key == public_key {
+                    // One key for two hosts would make the pinned identity ambiguous.
+                    Some((
+                        Pos::of(&h.public_key),
+                        "public_key",
+                        format!("this key is also the key of host `{}`", other.name),
+                    ))
+                } else {
+                    None
+                };
+                if let Some((at, field, msg)) = dup {
+                    return Err(ctx.invalid(at, &key.key(field), msg));
+                }
+            }
+            let entries = h.agents.unwrap_or_default();
+            dir_positions.push(entries.iter().map(Pos::of).collect());
+            let agent_dirs = entries.into_iter().map(|e| base.join(e.value)).collect();
+            hosts.push(HostConfig {
+                name,
+                address,
+                public_key,
+                agent_dirs,
+            });
+        }
+        Ok(FleetConfig {
+            file,
+            hosts,
+            dir_positions,
+        })
+    }
+
+    pub fn host(&self, name: &str) -> Option<&HostConfig> {
+        self.hosts.iter().find(|h| h.name == name)
+    }
+
+    /// Loads the agents of every host: the whole fleet's [`AgentSet`] (checked as one set, so
+    /// peers on other hosts count as existing) and, for each agent, the host that serves it.
+    /// An agent placed on two hosts and an `agents` entry that is not an agent folder (or a
+    /// folder of them) are [`ConfigError::Invalid`] pointing into `fleet.yaml`.
+    pub fn agents(&self) -> Result<(AgentSet, BTreeMap<String, String>), ConfigError> {
+        let ctx = Ctx { file: &self.file };
+        let mut builder = SetBuilder::new();
+        let mut placement: BTreeMap<String, String> = BTreeMap::new();
+        for (i, host) in self.hosts.iter().enumerate() {
+            for (j, dir) in host.agent_dirs.iter().enumerate() {
+                let at = self
+                    .dir_positions
+                    .get(i)
+                    .and_then(|p| p.get(j))
+                    .copied()
+                    .unwrap_or(Pos::START);
+                let key = KeyPath::root().key("hosts").index(i).key("agents").index(j);
+                if !dir.is_dir() {
+                    return Err(ctx.invalid(
+                        at,
+                        &key,
+                        format!("agent folder `{}` does not exist", dir.display()),
+                    ));
+                }
+                let added = match builder.add_path(dir) {
+                    Ok(a) => a,
+                    Err(AddError::Config(ConfigError::NoAgents { path })) => {
+                        return Err(ctx.invalid(
+                            at,
+                            &key,
+                            format!(
+                                "`{}` holds no agent.yaml and no agent subfolders",
+                                path.display()
+                            ),
+                        ));
+                    }
+                    Err(AddError::Duplicate { name, .. }) => {
+                        // Name the hosts: the agent files alone do not say which host is which.
+                        let first = placement.get(&name).cloned().unwrap_or_default();
+                        return Err(ctx.invalid(
+                            at,
+                            &key,
+                            format!(
+                                "agent `{name}` is placed on host `{first}` and on host `{}`",
+                                host.name
+                            ),
+                        ));
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                for name in added {
+                    placement.insert(name, host.name.clone());
+                }
+            }
+        }
+        Ok((builder.finish(&[])?, placement))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    const KEY_A: &str = "ed25519:000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+    const KEY_B: &str = "ed25519:FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF";
+
+    fn agent(root: &Path, name: &str, yaml: &str) {
+        let d = root.join(name);
+        fs::create_dir_all(&d).unwrap();
+        fs::write(d.join("agent.yaml"), yaml).unwrap();
+    }
+
+    fn fleet(yaml: &str) -> (tempfile::TempDir, Result<FleetConfig, ConfigError>) {
+        let t = tempfile::tempdir().unwrap();
+        let f = t.path().join("fleet.yaml");
+        fs::write(&f, yaml).unwrap();
+        let r = FleetConfig::load(&f);
+        (t, r)
+    }
+
+    fn two_hosts(a_agents: &str, b_agents: &str) -> String {
+        format!(
+            "hosts:\n  - name: alpha\n    address: 127.0.0.1:7401\n    public_key: \"{KEY_A}\"\n    agents: {a_agents}\n  - name: beta\n    address: 127.0.0.1:7402\n    public_key: \"{KEY_B}\"\n    agents: {b_agents}\n"
+        )
+    }
+
+    fn invalid(e: ConfigError) -> (u64, u64, String, String) {
+        match e {
+            ConfigError::Invalid {
+                line,
+                column,
+                key,
+                message,
+                ..
+            } => (line, column, key, message),
+            other => panic!("expected Invalid, got {other}"),
+        }
+    }
+
+    #[test]
+    fn loads_hosts_and_places_agents() {
+        let (t, r) = fleet(&two_hosts("[agents/cmo]", "[agents/cfo]"));
+        agent(
+            &t.path().join("agents"),
+            "cmo",
+            "name: cmo\nagents:\n  can_call: [cfo]\nmodel:\n  script: []\n",
+        );
+        agent(
+            &t.path().join("agents"),
+            "cfo",
+            "name: cfo\nagents:\n  accept_from: [cmo]\nmodel:\n  script: []\n",
+        );
+        let f = r.unwrap();
+        assert_eq!(f.hosts.len(), 2);
+        let alpha = f.host("alpha").unwrap();
+        assert_eq!(
+            alpha.address,
+            "127.0.0.1:7401".parse::<SocketAddr>().unwrap()
+        );
+        assert_eq!(alpha.public_key[..4], [0, 1, 2, 3]);
+        assert_eq!(f.host("beta").unwrap().public_key, [0xff; 32]);
+        let base = fs::canonicalize(t.path()).unwrap();
+        assert_eq!(alpha.agent_dirs, vec![base.join("agents/cmo")]);
+        let (set, placement) = f.agents().unwrap();
+        assert_eq!(set.names(), vec!["cfo", "cmo"]);
+        assert_eq!(placement.get("cmo").map(String::as_str), Some("alpha"));
+        assert_eq!(placement.get("cfo").map(String::as_str), Some("beta"));
+        assert!(set.consent().allows("cmo", "cfo"));
+    }
+
+    #[test]
+    fn agent_on_two_hosts_is_refused() {
+        let (t, r) = fleet(&two_hosts("[agents/cmo]", "[agents]"));
+        agent(
+            &t.path().join("agents"),
+            "cmo",
+            "name: cmo\nmodel:\n  script: []\n",
+        );
+        let (l, c, key, msg) = invalid(r.unwrap().agents().unwrap_err());
+        assert_eq!((l, c, key.as_str()), (9, 14, "hosts[1].agents[0]"));
+        assert_eq!(
+            msg,
+            "agent `cmo` is placed on host `alpha` and on host `beta`"
+        );
+    }
+
+    #[test]
+    fn missing_agent_folder_points_at_the_entry() {
+        let (t, r) = fleet(&two_hosts("[agents/cmo]", "[]"));
+        let (l, c, key, msg) = invalid(r.unwrap().agents().unwrap_err());
+        assert_eq!((l, c, key.as_str()), (5, 14, "hosts[0].agents[0]"));
+        assert!(msg.contains("does not exist"), "{msg}");
+        fs::create_dir_all(t.path().join("agents/cmo")).unwrap();
+        let f = FleetConfig::load(&t.path().join("fleet.yaml")).unwrap();
+        let (l, _, _, msg) = invalid(f.agents().unwrap_err());
+        assert_eq!(l, 5);
+        assert!(msg.contains("no agent.yaml"), "{msg}");
+    }
+
+    #[test]
+    fn host_checks() {
+        let good = two_hosts("[]", "[]");
+        let (_t, r) = fleet(&good.replace("name: beta", "name: alpha"));
+        let (l, c, key, _) = invalid(r.unwrap_err());
+        assert_eq!((l, c, key.as_str()), (6, 11, "hosts[1].name"));
+
+        let (_t, r) = fleet(&good.replace("7402", "7401"));
+        let (l, c, key, _) = invalid(r.unwrap_err());
+        assert_eq!((l, c, key.as_str()), (7, 14, "hosts[1].address"));
+
+        let (_t, r) = fleet(&good.replace(KEY_B, KEY_A));
+        let (l, c, key, _) = invalid(r.unwrap_err());
+        assert_eq!((l, c, key.as_str()), (8, 17, "hosts[1].public_key"));
+
+        let (_t, r) = fleet(&good.replace("127.0.0.1:7402", "localhost:7402"));
+        let (l, c, key, _) = invalid(r.unwrap_err());
+        assert_eq!((l, c, key.as_str()), (7, 14, "hosts[1].address"));
+
+        for bad in [
+            &KEY_B[..KEY_B.len() - 2],
+            "ed25519:zz",
+            "rsa:00",
+            &KEY_B.replace('F', "g"),
+        ] {
+            let (_t, r) = fleet(&good.replace(KEY_B, bad));
+            let (l, c, key, _) = invalid(r.unwrap_err());
+            assert_eq!(
+                (l, c, key.as_str()),
+                (8, 17, "hosts[1].public_key"),
+                "{bad}"
+            );
+        }
+        let (_t, r) = fleet(&good.replace("name: beta", "name: Beta"));
+        assert_eq!(invalid(r.unwrap_err()).2, "hosts[1].name");
+
+        let (_t, r) = fleet(&good.replace(
+            "    agents: []\n  - name: beta",
+            "    agentz: []\n  - name: beta",
+        ));
+        assert!(matches!(
+            r,
+            Err(ConfigError::Schema {
+                line: 5,
+                column: 5,
+                ..
+            })
+        ));
+        let (_t, r) = fleet("hosts:\n  - name: a\n");
+        assert!(matches!(r, Err(ConfigError::Schema { .. })));
+    }
+
+    #[test]
+    fn public_key_parsing() {
+        assert_eq!(parse_public_key(KEY_B), Ok([0xff; 32]));
+        assert!(parse_public_key("ed25519:").is_err());
+        // Multi-byte characters must not panic the pairwise hex decoding.
+        assert!(parse_public_key(&format!("ed25519:{}", "é".repeat(32))).is_err());
+    }
+}
