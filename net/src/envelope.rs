@@ -17,10 +17,15 @@ pub const ENVELOPE_VERSION: u16 = 1;
 /// `child_run`, through the tool use `tool_use_id`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hop {
+    /// The calling agent.
     pub caller: String,
+    /// The called agent.
     pub callee: String,
+    /// The caller's run that placed the call.
     pub parent_run: RunId,
+    /// The run the callee is asked to run; derived from `parent_run` and `tool_use_id`.
     pub child_run: RunId,
+    /// The tool use of `parent_run` that placed the call.
     pub tool_use_id: String,
     /// Unix milliseconds.
     pub issued_at_ms: u64,
@@ -41,6 +46,7 @@ pub struct Hop {
 pub struct HopSignature {
     /// The fleet name of the signing host.
     pub host: String,
+    /// The ed25519 signature over the hop's (or reply's) canonical bytes.
     #[serde(with = "serde_bytes")]
     pub signature: [u8; 64],
 }
@@ -48,6 +54,7 @@ pub struct HopSignature {
 /// A delegated request: the chain of hops (the last one is this call) and this call's input.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CallEnvelope {
+    /// Format version; always [`ENVELOPE_VERSION`] when built by this crate.
     pub version: u16,
     /// Every hop from the root run to this call, oldest first. Never empty.
     pub hops: Vec<Hop>,
@@ -70,21 +77,31 @@ impl CallEnvelope {
 /// How a child run ended, as reported back to its caller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ReplyStatus {
+    /// The child run settled with an answer.
     Succeeded,
+    /// The child run failed; the output says why.
     Failed,
 }
 
 /// The answer to a call: sent by the callee's host to the caller's host when the child settles.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplyEnvelope {
+    /// Format version; always [`ENVELOPE_VERSION`] when built by this crate.
     pub version: u16,
+    /// The agent that placed the call (and receives the reply).
     pub caller: String,
+    /// The agent that ran the child run.
     pub callee: String,
+    /// The caller's run that placed the call.
     pub parent_run: RunId,
+    /// The child run that settled.
     pub child_run: RunId,
+    /// The tool use that placed the call.
     pub tool_use_id: String,
+    /// How the child run ended.
     pub status: ReplyStatus,
     /// The child's output, already capped by the callee's host.
     pub output: String,
+    /// The signature of the host serving `callee`; `None` inside one host.
     pub signature: Option<HopSignature>,
 }

@@ -94,17 +94,32 @@ mod tests {
     #[test]
     fn child_id_is_deterministic_and_distinct() {
         let parent = RunId::random();
-        assert_eq!(RunId::child_of(&parent, "tu-1"), RunId::child_of(&parent, "tu-1"));
-        assert_ne!(RunId::child_of(&parent, "tu-1"), RunId::child_of(&parent, "tu-2"));
+        assert_eq!(
+            RunId::child_of(&parent, "tu-1"),
+            RunId::child_of(&parent, "tu-1")
+        );
+        assert_ne!(
+            RunId::child_of(&parent, "tu-1"),
+            RunId::child_of(&parent, "tu-2")
+        );
         let other = RunId::random();
-        assert_ne!(RunId::child_of(&parent, "tu-1"), RunId::child_of(&other, "tu-1"));
+        assert_ne!(
+            RunId::child_of(&parent, "tu-1"),
+            RunId::child_of(&other, "tu-1")
+        );
     }
 
     #[test]
     fn parse_round_trips_and_refuses_garbage() {
         let id = RunId::random();
         assert_eq!(RunId::parse(id.as_str()).unwrap(), id);
-        for bad in ["", "run_", "run_XYZ", "job_0123456789abcdef0123456789abcdef", "run_0123456789ABCDEF0123456789abcdef"] {
+        for bad in [
+            "",
+            "run_",
+            "run_XYZ",
+            "job_0123456789abcdef0123456789abcdef",
+            "run_0123456789ABCDEF0123456789abcdef",
+        ] {
             assert!(RunId::parse(bad).is_err(), "{bad}");
         }
     }

@@ -1,16 +1,46 @@
 //! consort-net: what travels between agents and between hosts.
 //!
 //! This crate owns the *call envelope* (the signed chain of hops that carries one delegated
-//! request), its one codec, the derivation of run ids, and the QUIC links that carry envelopes
-//! between hosts. It knows nothing of actors, runs or stores: it turns bytes into verified
-//! envelopes and back, and moves them. Decisions about whether a call is *allowed* (consent,
-//! depth, caps) are not made here; the receiving supervisor makes them with what this crate
-//! proves (who signed which hop, how long the chain is, whether it expired).
+//! request), its one codec, the derivation of run ids, host keys, and the QUIC links that
+//! carry envelopes between hosts. It knows nothing of actors, runs or stores: it turns bytes
+//! into verified envelopes and back, and moves them. Decisions about whether a call is
+//! *allowed* (consent, depth, caps) are not made here; the receiving supervisor makes them
+//! with what this crate proves (who signed which hop, how long the chain is, whether it
+//! expired).
+//!
+//! - [`codec`]: the one bincode configuration; [`Frame`], the link protocol's messages.
+//! - [`keys`]: [`HostKey`] (ed25519, PKCS#8 PEM on disk, mode 0600), [`PublicKey`]
+//!   (`ed25519:<hex>`), [`KeyRing`] (host -> key).
+//! - [`chain`]: canonical hop bytes, [`sign_pending_hops`], [`verify_chain`], reply signatures.
+//! - [`link`]: [`LinkEndpoint`], QUIC with mutual TLS pinned to host keys, one request frame
+//!   and one response frame per stream.
+//!
+//! Placements (agent -> host) are passed in as plain `BTreeMap<String, String>`; this crate
+//! reads no configuration files.
 
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod chain;
+pub mod codec;
 pub mod envelope;
 pub mod error;
 pub mod ids;
+pub mod keys;
+pub mod link;
+#[cfg(test)]
+mod testing;
 
-pub use envelope::{CallEnvelope, Hop, HopSignature, ReplyEnvelope, ReplyStatus};
-pub use error::NetError;
+pub use chain::{
+    NextHop, VerifiedChain, extend, hop_digest, new_call, new_hop, new_reply, sign_pending_hops,
+    sign_reply, verify_chain, verify_reply,
+};
+pub use codec::{
+    Frame, MAX_FRAME, RefusalReason, RemoteRunState, decode_call, decode_frame, decode_reply,
+    encode_call, encode_frame, encode_reply,
+};
+pub use envelope::{CallEnvelope, ENVELOPE_VERSION, Hop, HopSignature, ReplyEnvelope, ReplyStatus};
+pub use error::{ChainError, CodecError, KeyError, LinkError, NetError};
 pub use ids::RunId;
+pub use keys::{HostKey, KeyRing, PublicKey};
+pub use link::{FrameHandler, InboundRequest, LinkConfig, LinkEndpoint, channel_handler};

@@ -1,0 +1,400 @@
+//! The call chain: canonical bytes of hops and replies, their digests, signing, and the
+//! verification a receiving host runs on every envelope that crossed a host boundary.
+//!
+//! Hop i is signed by the host serving hop i's caller, over [`hop_canonical_bytes`]: a domain
+//! tag and format version, then the digest of hop i-1, caller, callee, parent and child run
+//! ids, tool-use id, issued-at, expires-at and the digest of the hop's input, each field
+//! length-prefixed. These bytes are built by hand, not by the codec, so the wire format can
+//! evolve without changing what was signed, and no field boundary can be shifted. A hop's
+//! digest covers its canonical bytes and not its signature, which is why a hop that stays
+//! inside one host can be signed later, when the chain first leaves the host
+//! ([`sign_pending_hops`]).
+//!
+//! Signatures are checked with `verify_strict` (plain ed25519 verification accepts malleated
+//! signatures); nothing here deduplicates on signature bytes: the child run id does that.
+//!
+//! This module proves facts (who signed which hop, how deep the chain is, whether it is fresh);
+//! it never decides whether a call is allowed: depth limits, consent and caps belong to the
+//! receiving supervisor. It reads no clock: callers pass `now_ms`.
+
+use std::collections::BTreeMap;
+
+use ed25519_dalek::Signature;
+use sha2::{Digest, Sha256};
+
+use crate::envelope::{
+    CallEnvelope, ENVELOPE_VERSION, Hop, HopSignature, ReplyEnvelope, ReplyStatus,
+};
+use crate::error::ChainError;
+use crate::ids::RunId;
+use crate::keys::{HostKey, KeyRing};
+
+/// Domain tag of a hop's canonical bytes.
+const HOP_DOMAIN: &[u8] = b"consort/hop/v1";
+/// Domain tag of a reply's canonical bytes.
+const REPLY_DOMAIN: &[u8] = b"consort/reply/v1";
+/// Version of the canonical byte layout (not of the wire format).
+const CANONICAL_VERSION: u16 = 1;
+
+/// What a caller's host knows when it places a call: the fields of the next hop.
+#[derive(Clone, Copy, Debug)]
+pub struct NextHop<'a> {
+    /// The calling agent.
+    pub caller: &'a str,
+    /// The called agent.
+    pub callee: &'a str,
+    /// The caller's run placing the call.
+    pub parent_run: &'a RunId,
+    /// The tool use that placed it (the child run id derives from it).
+    pub tool_use_id: &'a str,
+    /// The input the callee will see.
+    pub input: &'a str,
+    /// Unix milliseconds.
+    pub issued_at_ms: u64,
+    /// Unix milliseconds after which the callee's host refuses the call.
+    pub expires_at_ms: u64,
+}
+
+/// A chain that passed [`verify_chain`], with what the receiver needs to decide on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VerifiedChain {
+    depth: usize,
+    root_caller: String,
+    signers: Vec<String>,
+    last_hop: Hop,
+}
+
+impl VerifiedChain {
+    /// The number of hops from the root run; `cmo -> cfo` is 1. The caller enforces limits.
+    pub fn depth(&self) -> usize {
+        self.depth
+    }
+
+    /// The agent whose run started the chain.
+    pub fn root_caller(&self) -> &str {
+        &self.root_caller
+    }
+
+    /// The host that signed each hop, oldest first.
+    pub fn signers(&self) -> &[String] {
+        &self.signers
+    }
+
+    /// The hop the receiver is asked to run.
+    pub fn last_hop(&self) -> &Hop {
+        &self.last_hop
+    }
+}
+
+/// SHA-256 of an input (or output) text.
+pub fn input_digest(input: &str) -> [u8; 32] {
+    Sha256::digest(input.as_bytes()).into()
+}
+
+/// The bytes a hop's signature covers; see the module documentation for the layout.
+pub fn hop_canonical_bytes(hop: &Hop) -> Vec<u8> {
+    let mut out = Canonical::new(HOP_DOMAIN);
+    out.field(&hop.prev_digest);
+    out.field(hop.caller.as_bytes());
+    out.field(hop.callee.as_bytes());
+    out.field(hop.parent_run.as_str().as_bytes());
+    out.field(hop.child_run.as_str().as_bytes());
+    out.field(hop.tool_use_id.as_bytes());
+    out.field(&hop.issued_at_ms.to_be_bytes());
+    out.field(&hop.expires_at_ms.to_be_bytes());
+    out.field(&hop.input_digest);
+    out.finish()
+}
+
+/// The digest of a hop, as the next hop's `prev_digest` names it. Covers the canonical bytes,
+/// not the signature.
+pub fn hop_digest(hop: &Hop) -> [u8; 32] {
+    Sha256::digest(hop_canonical_bytes(hop)).into()
+}
+
+/// Builds the hop after `prev` (or the first hop, when `prev` is `None`), unsigned. The child
+/// run id derives from the parent run and tool use.
+pub fn new_hop(prev: Option<&Hop>, next: NextHop<'_>) -> Hop {
+    Hop {
+        caller: next.caller.to_owned(),
+        callee: next.callee.to_owned(),
+        parent_run: next.parent_run.clone(),
+        child_run: RunId::child_of(next.parent_run, next.tool_use_id),
+        tool_use_id: next.tool_use_id.to_owned(),
+        issued_at_ms: next.issued_at_ms,
+        expires_at_ms: next.expires_at_ms,
+        input_digest: input_digest(next.input),
+        prev_digest: prev.map_or([0; 32], hop_digest),
+        signature: None,
+    }
+}
+
+/// The envelope of a call placed by a root run (one not started by another agent).
+pub fn new_call(next: NextHop<'_>) -> CallEnvelope {
+    CallEnvelope {
+        version: ENVELOPE_VERSION,
+        hops: vec![new_hop(None, next)],
+        input: next.input.to_owned(),
+    }
+}
+
+/// The envelope of a call placed by a run that was itself called through `chain`: the chain's
+/// hops followed by the new one. Refuses (as `BrokenLink`) a next hop whose caller is not the
+/// chain's callee or whose parent run is not the chain's child run.
+pub fn extend(chain: &CallEnvelope, next: NextHop<'_>) -> Result<CallEnvelope, ChainError> {
+    let last = chain.hops.last().ok_or(ChainError::Empty)?;
+    if last.callee != next.caller || &last.child_run != next.parent_run {
+        return Err(ChainError::BrokenLink {
+            hop: chain.hops.len(),
+        });
+    }
+    let mut hops = chain.hops.clone();
+    hops.push(new_hop(Some(last), next));
+    Ok(CallEnvelope {
+        version: ENVELOPE_VERSION,
+        hops,
+        input: next.input.to_owned(),
+    })
+}
+
+/// Signs every hop that is still unsigned and whose caller this host serves. Call it before an
+/// envelope leaves the host. Returns how many hops were signed.
+pub fn sign_pending_hops(
+    envelope: &mut CallEnvelope,
+    host_name: &str,
+    key: &HostKey,
+    serves: impl Fn(&str) -> bool,
+) -> usize {
+    let mut signed = 0;
+    for hop in envelope.hops.iter_mut() {
+        if hop.signature.is_none() && serves(&hop.caller) {
+            hop.signature = Some(HopSignature {
+                host: host_name.to_owned(),
+                signature: key.sign(&hop_canonical_bytes(hop)),
+            });
+            signed += 1;
+        }
+    }
+    signed
+}
+
+/// Verifies a call envelope received from another host.
+///
+/// `placements` maps agent -> the host serving it; hop i must be signed by the host serving
+/// hop i's caller, with the key pinned for that host in `ring`. Cheap structural checks run
+/// over the whole chain before any signature is verified, so a malformed chain costs no
+/// crypto. Only the last hop is checked for expiry: earlier hops were deadlines for calls
+/// already accepted, and a long-running child may legitimately call on after its own call's
+/// deadline. No hop may be issued later than `now_ms + allowed_skew_ms`.
+pub fn verify_chain(
+    envelope: &CallEnvelope,
+    ring: &KeyRing,
+    placements: &BTreeMap<String, String>,
+    now_ms: u64,
+    allowed_skew_ms: u64,
+) -> Result<VerifiedChain, ChainError> {
+    check_version(envelope.version)?;
+    let last_index = envelope
+        .hops
+        .len()
+        .checked_sub(1)
+        .ok_or(ChainError::Empty)?;
+
+    let mut digests: Vec<[u8; 32]> = Vec::with_capacity(envelope.hops.len());
+    for (index, hop) in envelope.hops.iter().enumerate() {
+        if hop.child_run != RunId::child_of(&hop.parent_run, &hop.tool_use_id) {
+            return Err(ChainError::BadRunId { hop: index });
+        }
+        let linked = match index.checked_sub(1) {
+            None => hop.prev_digest == [0; 32],
+            Some(prev_index) => {
+                let prev = &envelope.hops[prev_index];
+                hop.prev_digest == digests[prev_index]
+                    && prev.callee == hop.caller
+                    && prev.child_run == hop.parent_run
+            }
+        };
+        if !linked {
+            return Err(ChainError::BrokenLink { hop: index });
+        }
+        if hop.issued_at_ms > now_ms.saturating_add(allowed_skew_ms) {
+            return Err(ChainError::NotYetValid {
+                hop: index,
+                issued_at_ms: hop.issued_at_ms,
+                now_ms,
+            });
+        }
+        digests.push(Sha256::digest(hop_canonical_bytes(hop)).into());
+    }
+
+    let last = &envelope.hops[last_index];
+    if last.input_digest != input_digest(&envelope.input) {
+        return Err(ChainError::InputTampered);
+    }
+    if last.expires_at_ms.saturating_add(allowed_skew_ms) < now_ms {
+        return Err(ChainError::Expired {
+            hop: last_index,
+            expires_at_ms: last.expires_at_ms,
+            now_ms,
+        });
+    }
+
+    let mut signers = Vec::with_capacity(envelope.hops.len());
+    for (index, hop) in envelope.hops.iter().enumerate() {
+        let signature = hop
+            .signature
+            .as_ref()
+            .ok_or(ChainError::Unsigned { hop: index })?;
+        verify_signature(
+            index,
+            &hop.caller,
+            signature,
+            &hop_canonical_bytes(hop),
+            ring,
+            placements,
+        )?;
+        signers.push(signature.host.clone());
+    }
+
+    Ok(VerifiedChain {
+        depth: envelope.hops.len(),
+        root_caller: envelope.hops[0].caller.clone(),
+        signers,
+        last_hop: last.clone(),
+    })
+}
+
+/// The (unsigned) reply to the call `hop`, carrying the child's capped output.
+pub fn new_reply(hop: &Hop, status: ReplyStatus, output: impl Into<String>) -> ReplyEnvelope {
+    ReplyEnvelope {
+        version: ENVELOPE_VERSION,
+        caller: hop.caller.clone(),
+        callee: hop.callee.clone(),
+        parent_run: hop.parent_run.clone(),
+        child_run: hop.child_run.clone(),
+        tool_use_id: hop.tool_use_id.clone(),
+        status,
+        output: output.into(),
+        signature: None,
+    }
+}
+
+/// The bytes a reply's signature covers: domain tag, layout version, envelope version, the
+/// agents, run ids and tool use, the status, and the output's digest, length-prefixed.
+pub fn reply_canonical_bytes(reply: &ReplyEnvelope) -> Vec<u8> {
+    let mut out = Canonical::new(REPLY_DOMAIN);
+    out.field(&reply.version.to_be_bytes());
+    out.field(reply.caller.as_bytes());
+    out.field(reply.callee.as_bytes());
+    out.field(reply.parent_run.as_str().as_bytes());
+    out.field(reply.child_run.as_str().as_bytes());
+    out.field(reply.tool_use_id.as_bytes());
+    out.field(match reply.status {
+        ReplyStatus::Succeeded => b"succeeded",
+        ReplyStatus::Failed => b"failed",
+    });
+    out.field(&input_digest(&reply.output));
+    out.finish()
+}
+
+/// Signs a reply as the host serving its callee.
+pub fn sign_reply(reply: &mut ReplyEnvelope, host_name: &str, key: &HostKey) {
+    reply.signature = Some(HopSignature {
+        host: host_name.to_owned(),
+        signature: key.sign(&reply_canonical_bytes(reply)),
+    });
+}
+
+/// Verifies a reply received from another host: signed (strictly) by the host serving the
+/// callee, with a child run id derived from its parent run and tool use. Whether the reply
+/// answers a call this host actually placed is the receiver's check.
+pub fn verify_reply(
+    reply: &ReplyEnvelope,
+    ring: &KeyRing,
+    placements: &BTreeMap<String, String>,
+) -> Result<(), ChainError> {
+    check_version(reply.version)?;
+    if reply.child_run != RunId::child_of(&reply.parent_run, &reply.tool_use_id) {
+        return Err(ChainError::BadRunId { hop: 0 });
+    }
+    let signature = reply
+        .signature
+        .as_ref()
+        .ok_or(ChainError::Unsigned { hop: 0 })?;
+    verify_signature(
+        0,
+        &reply.callee,
+        signature,
+        &reply_canonical_bytes(reply),
+        ring,
+        placements,
+    )
+}
+
+/// Checks that `signature` is by the host serving `agent` and verifies over `message`.
+fn verify_signature(
+    index: usize,
+    agent: &str,
+    signature: &HopSignature,
+    message: &[u8],
+    ring: &KeyRing,
+    placements: &BTreeMap<String, String>,
+) -> Result<(), ChainError> {
+    let expected = placements
+        .get(agent)
+        .ok_or_else(|| ChainError::UnknownAgent {
+            hop: index,
+            agent: agent.to_owned(),
+        })?;
+    if &signature.host != expected {
+        return Err(ChainError::WrongSigner {
+            hop: index,
+            expected: expected.clone(),
+            actual: signature.host.clone(),
+        });
+    }
+    let key = ring.key(expected).ok_or_else(|| ChainError::UnknownHost {
+        hop: index,
+        host: expected.clone(),
+    })?;
+    key.verifying_key()
+        .verify_strict(message, &Signature::from_bytes(&signature.signature))
+        .map_err(|_| ChainError::BadSignature { hop: index })
+}
+
+fn check_version(found: u16) -> Result<(), ChainError> {
+    if found == ENVELOPE_VERSION {
+        Ok(())
+    } else {
+        Err(ChainError::WrongVersion {
+            found,
+            expected: ENVELOPE_VERSION,
+        })
+    }
+}
+
+/// Builder of canonical bytes: a domain tag, the layout version, then length-prefixed fields.
+struct Canonical(Vec<u8>);
+
+impl Canonical {
+    fn new(domain: &[u8]) -> Self {
+        let mut bytes = Vec::with_capacity(256);
+        bytes.extend_from_slice(&(domain.len() as u64).to_be_bytes());
+        bytes.extend_from_slice(domain);
+        bytes.extend_from_slice(&CANONICAL_VERSION.to_be_bytes());
+        Self(bytes)
+    }
+
+    fn field(&mut self, value: &[u8]) {
+        self.0
+            .extend_from_slice(&(value.len() as u64).to_be_bytes());
+        self.0.extend_from_slice(value);
+    }
+
+    fn finish(self) -> Vec<u8> {
+        self.0
+    }
+}
+
+#[cfg(test)]
+mod tests;

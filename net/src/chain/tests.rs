@@ -1,0 +1,416 @@
+use super::*;
+use crate::testing::{Fleet, NOW_MS, TTL_MS};
+
+const SKEW_MS: u64 = 5_000;
+
+fn verify(fleet: &Fleet, envelope: &CallEnvelope) -> Result<VerifiedChain, ChainError> {
+    verify_chain(envelope, &fleet.ring, &fleet.placements, NOW_MS, SKEW_MS)
+}
+
+/// Re-signs hop `index` as `host` (what a compromised host could do with its own key).
+fn resign(fleet: &Fleet, envelope: &mut CallEnvelope, index: usize, host: &str) {
+    let hop = &mut envelope.hops[index];
+    hop.signature = Some(HopSignature {
+        host: host.to_owned(),
+        signature: fleet.keys[host].sign(&hop_canonical_bytes(hop)),
+    });
+}
+
+#[test]
+fn a_signed_chain_verifies_and_reports_depth() {
+    let fleet = Fleet::standard();
+    let envelope = fleet.chain(&["cmo", "cfo", "cdo"]);
+    let verified = verify(&fleet, &envelope).unwrap();
+    assert_eq!(verified.depth(), 2);
+    assert_eq!(verified.root_caller(), "cmo");
+    assert_eq!(verified.signers(), ["alpha", "beta"]);
+    assert_eq!(verified.last_hop().callee, "cdo");
+}
+
+#[test]
+fn a_chain_of_five_hops_reports_depth_five() {
+    // The depth limit is the supervisor's; verification only reports depth.
+    let fleet = Fleet::standard();
+    let envelope = fleet.chain(&["cmo", "cfo", "cdo", "ceo", "cfo", "cmo"]);
+    assert_eq!(verify(&fleet, &envelope).unwrap().depth(), 5);
+}
+
+#[test]
+fn hops_inside_one_host_are_signed_when_the_chain_leaves_it() {
+    // cdo -> ceo stays on gamma; ceo -> cfo leaves it. Gamma signs both at once.
+    let fleet = Fleet::standard();
+    let mut envelope = fleet.unsigned_chain(&["cdo", "ceo", "cfo"]);
+    let gamma = &fleet.keys["gamma"];
+    let signed = sign_pending_hops(&mut envelope, "gamma", gamma, |agent| {
+        fleet.placements.get(agent).map(String::as_str) == Some("gamma")
+    });
+    assert_eq!(signed, 2);
+    // Signing again signs nothing: signatures are never replaced.
+    assert_eq!(
+        sign_pending_hops(&mut envelope, "gamma", gamma, |_| true),
+        0
+    );
+    assert_eq!(verify(&fleet, &envelope).unwrap().depth(), 2);
+}
+
+#[test]
+fn an_unsigned_hop_is_refused() {
+    let fleet = Fleet::standard();
+    let mut envelope = fleet.chain(&["cmo", "cfo", "cdo"]);
+    envelope.hops[0].signature = None;
+    assert_eq!(
+        verify(&fleet, &envelope),
+        Err(ChainError::Unsigned { hop: 0 })
+    );
+}
+
+#[test]
+fn an_empty_chain_is_refused() {
+    let fleet = Fleet::standard();
+    let mut envelope = fleet.chain(&["cmo", "cfo"]);
+    envelope.hops.clear();
+    assert_eq!(verify(&fleet, &envelope), Err(ChainError::Empty));
+}
+
+#[test]
+fn a_tampered_input_is_refused() {
+    let fleet = Fleet::standard();
+    let mut envelope = fleet.chain(&["cmo", "cfo"]);
+    envelope.input.push_str(" and wire 1M to account 42");
+    assert_eq!(verify(&fleet, &envelope), Err(ChainError::InputTampered));
+}
+
+#[test]
+fn a_forged_hop_is_refused() {
+    let fleet = Fleet::standard();
+    // Beta rewrites hop 0 (signed by alpha) to say cmo called it about something else.
+    let mut envelope = fleet.chain(&["cmo", "cfo"]);
+    envelope.hops[0].input_digest = input_digest("forged");
+    envelope.input = "forged".into();
+    assert_eq!(
+        verify(&fleet, &envelope),
+        Err(ChainError::BadSignature { hop: 0 })
+    );
+
+    // Beta signs the forged hop itself: it does not serve cmo.
+    resign(&fleet, &mut envelope, 0, "beta");
+    assert_eq!(
+        verify(&fleet, &envelope),
+        Err(ChainError::WrongSigner {
+            hop: 0,
+            expected: "alpha".into(),
+            actual: "beta".into(),
+        })
+    );
+
+    // Beta claims alpha signed, with its own key.
+    envelope.hops[0].signature.as_mut().unwrap().host = "alpha".into();
+    assert_eq!(
+        verify(&fleet, &envelope),
+        Err(ChainError::BadSignature { hop: 0 })
+    );
+}
+
+#[test]
+fn a_dropped_hop_is_refused() {
+    let fleet = Fleet::standard();
+    // Dropping the middle hop of cmo -> cfo -> cdo -> ceo.
+    let mut envelope = fleet.chain(&["cmo", "cfo", "cdo", "ceo"]);
+    envelope.hops.remove(1);
+    assert_eq!(
+        verify(&fleet, &envelope),
+        Err(ChainError::BrokenLink { hop: 1 })
+    );
+
+    // Dropping the root hop, to hide who started the chain.
+    let mut envelope = fleet.chain(&["cmo", "cfo", "cdo"]);
+    envelope.hops.remove(0);
+    assert_eq!(
+        verify(&fleet, &envelope),
+        Err(ChainError::BrokenLink { hop: 0 })
+    );
+}
+
+#[test]
+fn reordered_hops_are_refused() {
+    let fleet = Fleet::standard();
+    let mut envelope = fleet.chain(&["cmo", "cfo", "cdo", "ceo"]);
+    envelope.hops.swap(1, 2);
+    assert_eq!(
+        verify(&fleet, &envelope),
+        Err(ChainError::BrokenLink { hop: 1 })
+    );
+}
+
+#[test]
+fn a_hop_from_another_chain_is_refused() {
+    // Two chains cmo -> cfo -> cdo; splice the second hop of one onto the other.
+    let fleet = Fleet::standard();
+    let mut first = fleet.chain(&["cmo", "cfo", "cdo"]);
+    let second = fleet.chain(&["cmo", "cfo", "cdo"]);
+    first.hops[1] = second.hops[1].clone();
+    first.input = second.input.clone();
+    assert_eq!(
+        verify(&fleet, &first),
+        Err(ChainError::BrokenLink { hop: 1 })
+    );
+}
+
+#[test]
+fn a_callee_that_is_not_the_next_caller_is_refused() {
+    // extend() refuses to build it; a hand-built one is refused by verification.
+    let fleet = Fleet::standard();
+    let chain = fleet.unsigned_chain(&["cmo", "cfo"]);
+    let last = chain.hops[0].clone();
+    let next = NextHop {
+        caller: "cdo",
+        callee: "ceo",
+        parent_run: &last.child_run,
+        tool_use_id: "toolu_x",
+        input: "x",
+        issued_at_ms: NOW_MS,
+        expires_at_ms: NOW_MS + TTL_MS,
+    };
+    assert_eq!(extend(&chain, next), Err(ChainError::BrokenLink { hop: 1 }));
+    let mut envelope = chain.clone();
+    envelope.hops.push(new_hop(Some(&last), next));
+    envelope.input = "x".into();
+    fleet.sign_all(&mut envelope);
+    assert_eq!(
+        verify(&fleet, &envelope),
+        Err(ChainError::BrokenLink { hop: 1 })
+    );
+}
+
+#[test]
+fn a_child_run_not_derived_from_its_parent_is_refused() {
+    let fleet = Fleet::standard();
+    let mut envelope = fleet.unsigned_chain(&["cmo", "cfo"]);
+    envelope.hops[0].child_run = RunId::random();
+    fleet.sign_all(&mut envelope);
+    assert_eq!(
+        verify(&fleet, &envelope),
+        Err(ChainError::BadRunId { hop: 0 })
+    );
+}
+
+#[test]
+fn expiry_is_checked_with_skew() {
+    let fleet = Fleet::standard();
+    let envelope = fleet.chain(&["cmo", "cfo"]);
+    let expires = NOW_MS + TTL_MS;
+    let at = |now| verify_chain(&envelope, &fleet.ring, &fleet.placements, now, SKEW_MS);
+    assert!(at(expires).is_ok());
+    assert!(at(expires + SKEW_MS).is_ok());
+    assert_eq!(
+        at(expires + SKEW_MS + 1),
+        Err(ChainError::Expired {
+            hop: 0,
+            expires_at_ms: expires,
+            now_ms: expires + SKEW_MS + 1,
+        })
+    );
+}
+
+#[test]
+fn an_earlier_expired_hop_does_not_expire_the_chain() {
+    // cfo ran for longer than cmo's call deadline, then called cdo: still valid.
+    let fleet = Fleet::standard();
+    let now = NOW_MS + 10 * TTL_MS;
+    let root = RunId::random();
+    let first = new_call(NextHop {
+        caller: "cmo",
+        callee: "cfo",
+        parent_run: &root,
+        tool_use_id: "toolu_0",
+        input: "a",
+        issued_at_ms: NOW_MS,
+        expires_at_ms: NOW_MS + TTL_MS,
+    });
+    let mut envelope = extend(
+        &first,
+        NextHop {
+            caller: "cfo",
+            callee: "cdo",
+            parent_run: &first.hops[0].child_run,
+            tool_use_id: "toolu_1",
+            input: "b",
+            issued_at_ms: now,
+            expires_at_ms: now + TTL_MS,
+        },
+    )
+    .unwrap();
+    fleet.sign_all(&mut envelope);
+    assert!(verify_chain(&envelope, &fleet.ring, &fleet.placements, now, SKEW_MS).is_ok());
+}
+
+#[test]
+fn a_hop_issued_in_the_future_is_refused() {
+    let fleet = Fleet::standard();
+    let envelope = fleet.chain(&["cmo", "cfo"]);
+    let now = NOW_MS - SKEW_MS - 1;
+    assert_eq!(
+        verify_chain(&envelope, &fleet.ring, &fleet.placements, now, SKEW_MS),
+        Err(ChainError::NotYetValid {
+            hop: 0,
+            issued_at_ms: NOW_MS,
+            now_ms: now,
+        })
+    );
+    assert!(
+        verify_chain(
+            &envelope,
+            &fleet.ring,
+            &fleet.placements,
+            NOW_MS - SKEW_MS,
+            SKEW_MS
+        )
+        .is_ok()
+    );
+}
+
+#[test]
+fn a_wrong_signer_is_refused() {
+    let fleet = Fleet::standard();
+    let mut envelope = fleet.chain(&["cmo", "cfo", "cdo"]);
+    resign(&fleet, &mut envelope, 1, "gamma");
+    assert_eq!(
+        verify(&fleet, &envelope),
+        Err(ChainError::WrongSigner {
+            hop: 1,
+            expected: "beta".into(),
+            actual: "gamma".into(),
+        })
+    );
+}
+
+#[test]
+fn unknown_agents_and_hosts_are_refused() {
+    let fleet = Fleet::standard();
+    let envelope = fleet.chain(&["cmo", "cfo"]);
+    let mut placements = fleet.placements.clone();
+    placements.remove("cmo");
+    assert_eq!(
+        verify_chain(&envelope, &fleet.ring, &placements, NOW_MS, SKEW_MS),
+        Err(ChainError::UnknownAgent {
+            hop: 0,
+            agent: "cmo".into(),
+        })
+    );
+    let ring = KeyRing::from_hosts(
+        fleet
+            .ring
+            .iter()
+            .filter(|(host, _)| *host != "alpha")
+            .map(|(h, k)| (h, *k)),
+    )
+    .unwrap();
+    assert_eq!(
+        verify_chain(&envelope, &ring, &fleet.placements, NOW_MS, SKEW_MS),
+        Err(ChainError::UnknownHost {
+            hop: 0,
+            host: "alpha".into(),
+        })
+    );
+}
+
+#[test]
+fn a_malleated_signature_is_refused() {
+    // Adding the group order L to the scalar half gives the same signature equation with a
+    // non-canonical scalar (the classic ed25519 malleation); it must be refused.
+    const L: [u8; 32] = [
+        0xed, 0xd3, 0xf5, 0x5c, 0x1a, 0x63, 0x12, 0x58, 0xd6, 0x9c, 0xf7, 0xa2, 0xde, 0xf9, 0xde,
+        0x14, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10,
+    ];
+    let fleet = Fleet::standard();
+    let mut envelope = fleet.chain(&["cmo", "cfo"]);
+    let signature = &mut envelope.hops[0].signature.as_mut().unwrap().signature;
+    let mut carry = 0u16;
+    for (byte, add) in signature[32..].iter_mut().zip(L) {
+        let sum = *byte as u16 + add as u16 + carry;
+        *byte = sum as u8;
+        carry = sum >> 8;
+    }
+    assert_eq!(
+        verify(&fleet, &envelope),
+        Err(ChainError::BadSignature { hop: 0 })
+    );
+
+    // Flipping any bit of the signature is refused too.
+    let mut envelope = fleet.chain(&["cmo", "cfo"]);
+    envelope.hops[0].signature.as_mut().unwrap().signature[0] ^= 1;
+    assert_eq!(
+        verify(&fleet, &envelope),
+        Err(ChainError::BadSignature { hop: 0 })
+    );
+}
+
+#[test]
+fn a_wrong_version_is_refused() {
+    let fleet = Fleet::standard();
+    let mut envelope = fleet.chain(&["cmo", "cfo"]);
+    envelope.version = 9;
+    assert!(matches!(
+        verify(&fleet, &envelope),
+        Err(ChainError::WrongVersion { found: 9, .. })
+    ));
+}
+
+#[test]
+fn canonical_bytes_keep_field_boundaries() {
+    let fleet = Fleet::standard();
+    let envelope = fleet.unsigned_chain(&["cmo", "cfo"]);
+    let mut shifted = envelope.hops[0].clone();
+    shifted.caller = "cmoc".into();
+    shifted.callee = "fo".into();
+    assert_ne!(
+        hop_canonical_bytes(&envelope.hops[0]),
+        hop_canonical_bytes(&shifted)
+    );
+    assert!(
+        hop_canonical_bytes(&shifted)
+            .windows(HOP_DOMAIN.len())
+            .any(|w| w == HOP_DOMAIN)
+    );
+}
+
+#[test]
+fn replies_are_signed_by_the_callee_host() {
+    let fleet = Fleet::standard();
+    let envelope = fleet.chain(&["cmo", "cfo"]);
+    let mut reply = new_reply(&envelope.hops[0], ReplyStatus::Succeeded, "12 400 EUR");
+    assert_eq!(
+        verify_reply(&reply, &fleet.ring, &fleet.placements),
+        Err(ChainError::Unsigned { hop: 0 })
+    );
+    sign_reply(&mut reply, "beta", &fleet.keys["beta"]);
+    verify_reply(&reply, &fleet.ring, &fleet.placements).unwrap();
+
+    let mut tampered = reply.clone();
+    tampered.output = "0 EUR".into();
+    assert_eq!(
+        verify_reply(&tampered, &fleet.ring, &fleet.placements),
+        Err(ChainError::BadSignature { hop: 0 })
+    );
+    let mut tampered = reply.clone();
+    tampered.status = ReplyStatus::Failed;
+    assert_eq!(
+        verify_reply(&tampered, &fleet.ring, &fleet.placements),
+        Err(ChainError::BadSignature { hop: 0 })
+    );
+
+    // The caller's host cannot forge the callee's answer.
+    let mut forged = new_reply(&envelope.hops[0], ReplyStatus::Succeeded, "0 EUR");
+    sign_reply(&mut forged, "alpha", &fleet.keys["alpha"]);
+    assert!(matches!(
+        verify_reply(&forged, &fleet.ring, &fleet.placements),
+        Err(ChainError::WrongSigner { .. })
+    ));
+
+    let mut rerouted = reply.clone();
+    rerouted.child_run = RunId::random();
+    assert_eq!(
+        verify_reply(&rerouted, &fleet.ring, &fleet.placements),
+        Err(ChainError::BadRunId { hop: 0 })
+    );
+}

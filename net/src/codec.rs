@@ -1,0 +1,219 @@
+//! The one codec of consort: every byte that leaves a process as an envelope or a link frame
+//! is made and read here.
+//!
+//! The wire format is bincode 2.0.1 (pinned with `=` in the workspace) with one fixed
+//! configuration, [`WIRE_CONFIG`]: big-endian, fixed-width integers (so a length or a
+//! timestamp always takes the same bytes, which keeps the format easy to read in a hex dump
+//! and to fuzz), and a decode limit of [`MAX_FRAME`] bytes. The limit is enforced by bincode
+//! *before* it allocates for a claimed length, so a hostile length prefix costs nothing.
+//! Decoding refuses trailing bytes and envelope versions other than [`ENVELOPE_VERSION`].
+//!
+//! Enum variants are encoded by their index, so the order of [`Frame`], [`RefusalReason`] and
+//! [`RemoteRunState`] variants is part of the wire format: only append.
+//!
+//! This module never decides whether a call is allowed and never checks signatures; it only
+//! turns values into bytes and bytes into values (see `chain` for signatures: hops are signed
+//! over their own canonical bytes, never over this encoding).
+
+use bincode::config::{BigEndian, Configuration, Fixint, Limit};
+use bincode::error::{DecodeError, EncodeError};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::envelope::{CallEnvelope, ENVELOPE_VERSION, ReplyEnvelope};
+use crate::error::CodecError;
+use crate::ids::RunId;
+
+/// The largest encoded frame or envelope, in bytes (1 MiB). Run outputs are capped well below
+/// this by the callee's host; anything larger is refused unread.
+pub const MAX_FRAME: usize = 1 << 20;
+
+/// The one bincode configuration of the wire format. Changing it changes the wire format.
+pub const WIRE_CONFIG: Configuration<BigEndian, Fixint, Limit<MAX_FRAME>> =
+    bincode::config::standard()
+        .with_big_endian()
+        .with_fixed_int_encoding()
+        .with_limit::<MAX_FRAME>();
+
+/// One message of the link protocol. Each QUIC stream carries one request frame and one
+/// response frame.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Frame {
+    /// Request: run this call on the receiving host. Answered by `Accepted` or `Refused`.
+    Call(CallEnvelope),
+    /// Request: a child run settled; here is its answer. Answered by `Ack` or `Refused`.
+    Reply(ReplyEnvelope),
+    /// Response to `Call`: the child run exists. `existing` is true when it already existed
+    /// (a replay), so the caller's guards do not count it again.
+    Accepted {
+        /// The child run, as derived from the last hop.
+        child_run: RunId,
+        /// True when the run was already there before this call.
+        existing: bool,
+    },
+    /// Response to any request: refused, with a typed reason and words a model can act on.
+    Refused {
+        /// Why, for code.
+        reason: RefusalReason,
+        /// Why, for the model and the operator.
+        text: String,
+    },
+    /// Request: the status of a child run placed earlier by `caller` from `parent_run`.
+    CheckRun {
+        /// The calling agent (must be served by the requesting host).
+        caller: String,
+        /// The agent running the child.
+        callee: String,
+        /// The caller's run that placed the call.
+        parent_run: RunId,
+        /// The child run asked about.
+        child_run: RunId,
+    },
+    /// Response to `CheckRun`.
+    RunStatus {
+        /// The child run asked about.
+        child_run: RunId,
+        /// Where it stands.
+        state: RemoteRunState,
+        /// Its output (capped) once settled.
+        output: Option<String>,
+    },
+    /// Response to `Reply`: received and stored.
+    Ack,
+}
+
+/// Why a host refused a request. Append only: the index is the wire tag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum RefusalReason {
+    /// The callee does not accept calls from the caller (no consent edge).
+    NotAccepted,
+    /// The chain is at the hop limit.
+    DepthLimit,
+    /// The calling run has placed its maximum number of calls.
+    CallLimit,
+    /// The callee is saturated; try later.
+    Saturated,
+    /// The chain or reply failed verification.
+    BadChain,
+    /// The envelope expired.
+    Expired,
+    /// No such agent on this host.
+    UnknownAgent,
+    /// No such run (for `CheckRun`, or a reply to an unknown call).
+    UnknownRun,
+    /// The request frame could not be decoded, or was the wrong kind of frame.
+    Malformed,
+    /// The host failed internally; the request may be retried.
+    Internal,
+}
+
+/// Where a child run stands, as seen from another host. Append only: the index is the wire tag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum RemoteRunState {
+    /// Accepted, not started yet.
+    Queued,
+    /// Running.
+    Running,
+    /// Parked on an approval gate.
+    Blocked,
+    /// Settled with an answer.
+    Succeeded,
+    /// Settled with a failure.
+    Failed,
+    /// Cancelled by an operator.
+    Cancelled,
+}
+
+/// Encodes a call envelope.
+pub fn encode_call(envelope: &CallEnvelope) -> Result<Vec<u8>, CodecError> {
+    encode(envelope)
+}
+
+/// Decodes a call envelope: size-limited, no trailing bytes, current version only.
+pub fn decode_call(bytes: &[u8]) -> Result<CallEnvelope, CodecError> {
+    let envelope: CallEnvelope = decode(bytes)?;
+    check_version(envelope.version)?;
+    Ok(envelope)
+}
+
+/// Encodes a reply envelope.
+pub fn encode_reply(reply: &ReplyEnvelope) -> Result<Vec<u8>, CodecError> {
+    encode(reply)
+}
+
+/// Decodes a reply envelope: size-limited, no trailing bytes, current version only.
+pub fn decode_reply(bytes: &[u8]) -> Result<ReplyEnvelope, CodecError> {
+    let reply: ReplyEnvelope = decode(bytes)?;
+    check_version(reply.version)?;
+    Ok(reply)
+}
+
+/// Encodes a link frame.
+pub fn encode_frame(frame: &Frame) -> Result<Vec<u8>, CodecError> {
+    encode(frame)
+}
+
+/// Decodes a link frame: size-limited, no trailing bytes, and any envelope inside it must be
+/// of the current version.
+pub fn decode_frame(bytes: &[u8]) -> Result<Frame, CodecError> {
+    let frame: Frame = decode(bytes)?;
+    match &frame {
+        Frame::Call(envelope) => check_version(envelope.version)?,
+        Frame::Reply(reply) => check_version(reply.version)?,
+        _ => {}
+    }
+    Ok(frame)
+}
+
+fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, CodecError> {
+    let bytes = bincode::serde::encode_to_vec(value, WIRE_CONFIG).map_err(|error| match error {
+        EncodeError::UnexpectedEnd => CodecError::TooLarge { limit: MAX_FRAME },
+        other => CodecError::Encode(other.to_string()),
+    })?;
+    // The decode limit counts claimed bytes, the encoder does not; check here so that we
+    // never send what a peer (or we) would refuse to read.
+    if bytes.len() > MAX_FRAME {
+        return Err(CodecError::TooLarge { limit: MAX_FRAME });
+    }
+    Ok(bytes)
+}
+
+fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
+    if bytes.len() > MAX_FRAME {
+        return Err(CodecError::TooLarge { limit: MAX_FRAME });
+    }
+    let (value, used) =
+        bincode::serde::decode_from_slice::<T, _>(bytes, WIRE_CONFIG).map_err(decode_error)?;
+    if used != bytes.len() {
+        return Err(CodecError::TrailingBytes {
+            extra: bytes.len() - used,
+        });
+    }
+    Ok(value)
+}
+
+fn decode_error(error: DecodeError) -> CodecError {
+    match error {
+        DecodeError::UnexpectedEnd { .. } => CodecError::Truncated,
+        DecodeError::LimitExceeded => CodecError::TooLarge { limit: MAX_FRAME },
+        // A claimed length beyond usize on this platform is, a fortiori, beyond the limit.
+        DecodeError::OutsideUsizeRange(_) => CodecError::TooLarge { limit: MAX_FRAME },
+        other => CodecError::Garbage(other.to_string()),
+    }
+}
+
+fn check_version(found: u16) -> Result<(), CodecError> {
+    if found == ENVELOPE_VERSION {
+        Ok(())
+    } else {
+        Err(CodecError::WrongVersion {
+            found,
+            expected: ENVELOPE_VERSION,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,224 @@
+use super::*;
+use crate::chain::new_reply;
+use crate::envelope::ReplyStatus;
+use crate::testing::Fleet;
+
+fn sample_frames() -> Vec<Frame> {
+    let fleet = Fleet::standard();
+    let envelope = fleet.chain(&["cmo", "cfo", "cdo"]);
+    let last = envelope.hops.last().unwrap().clone();
+    vec![
+        Frame::Call(envelope),
+        Frame::Reply(new_reply(
+            &last,
+            ReplyStatus::Succeeded,
+            "August spend: 12 400 EUR",
+        )),
+        Frame::Accepted {
+            child_run: last.child_run.clone(),
+            existing: true,
+        },
+        Frame::Refused {
+            reason: RefusalReason::DepthLimit,
+            text: "call chain depth limit (4) reached: answer with what you have".into(),
+        },
+        Frame::CheckRun {
+            caller: "cmo".into(),
+            callee: "cfo".into(),
+            parent_run: last.parent_run.clone(),
+            child_run: last.child_run.clone(),
+        },
+        Frame::RunStatus {
+            child_run: last.child_run,
+            state: RemoteRunState::Blocked,
+            output: None,
+        },
+        Frame::Ack,
+    ]
+}
+
+#[test]
+fn every_frame_round_trips() {
+    for frame in sample_frames() {
+        let bytes = encode_frame(&frame).unwrap();
+        assert_eq!(decode_frame(&bytes).unwrap(), frame);
+    }
+}
+
+#[test]
+fn envelopes_round_trip() {
+    let envelope = Fleet::standard().chain(&["cmo", "cfo"]);
+    assert_eq!(
+        decode_call(&encode_call(&envelope).unwrap()).unwrap(),
+        envelope
+    );
+    let reply = new_reply(&envelope.hops[0], ReplyStatus::Failed, "no access");
+    assert_eq!(decode_reply(&encode_reply(&reply).unwrap()).unwrap(), reply);
+}
+
+#[test]
+fn the_configuration_is_big_endian_fixed_width() {
+    // Frame::Accepted is variant 2: a u32 tag, then the run id as a u64 length and its bytes.
+    let run = RunId::random();
+    let bytes = encode_frame(&Frame::Accepted {
+        child_run: run.clone(),
+        existing: false,
+    })
+    .unwrap();
+    assert_eq!(&bytes[..4], &[0, 0, 0, 2]);
+    assert_eq!(&bytes[4..12], &36u64.to_be_bytes());
+    assert_eq!(&bytes[12..48], run.as_str().as_bytes());
+    assert_eq!(&bytes[48..], &[0]);
+}
+
+#[test]
+fn every_truncation_is_refused_as_truncated() {
+    for frame in sample_frames() {
+        let bytes = encode_frame(&frame).unwrap();
+        for cut in 0..bytes.len() {
+            assert_eq!(
+                decode_frame(&bytes[..cut]),
+                Err(CodecError::Truncated),
+                "{frame:?} cut at {cut}"
+            );
+        }
+    }
+}
+
+#[test]
+fn trailing_bytes_are_refused() {
+    let mut bytes = encode_frame(&Frame::Ack).unwrap();
+    bytes.extend_from_slice(&[0, 0]);
+    assert_eq!(
+        decode_frame(&bytes),
+        Err(CodecError::TrailingBytes { extra: 2 })
+    );
+}
+
+#[test]
+fn a_hostile_length_prefix_is_refused_without_allocating() {
+    // Frame::Refused { reason: NotAccepted, text } with a text claiming a huge length. If the
+    // decoder allocated what the prefix claims, these would abort the test process.
+    for claimed in [u64::MAX, 1 << 40, (MAX_FRAME as u64) + 1] {
+        let mut bytes = vec![0, 0, 0, 3, 0, 0, 0, 0];
+        bytes.extend_from_slice(&claimed.to_be_bytes());
+        bytes.extend_from_slice(b"short");
+        assert_eq!(
+            decode_frame(&bytes),
+            Err(CodecError::TooLarge { limit: MAX_FRAME }),
+            "claimed {claimed}"
+        );
+    }
+    // A claimed hop count in a Call: a u32 tag, a u16 version, then the Vec length.
+    let mut bytes = vec![0, 0, 0, 0, 0, 1];
+    bytes.extend_from_slice(&u64::MAX.to_be_bytes());
+    assert!(matches!(
+        decode_frame(&bytes),
+        Err(CodecError::TooLarge { .. } | CodecError::Truncated)
+    ));
+    // A claim within the limit but beyond the bytes present is simply truncated.
+    let mut bytes = vec![0, 0, 0, 3, 0, 0, 0, 0];
+    bytes.extend_from_slice(&1000u64.to_be_bytes());
+    assert_eq!(decode_frame(&bytes), Err(CodecError::Truncated));
+}
+
+#[test]
+fn oversized_input_is_refused_unread() {
+    let bytes = vec![0u8; MAX_FRAME + 1];
+    assert_eq!(
+        decode_frame(&bytes),
+        Err(CodecError::TooLarge { limit: MAX_FRAME })
+    );
+    let huge = Frame::Refused {
+        reason: RefusalReason::Internal,
+        text: "x".repeat(MAX_FRAME),
+    };
+    assert_eq!(
+        encode_frame(&huge),
+        Err(CodecError::TooLarge { limit: MAX_FRAME })
+    );
+}
+
+#[test]
+fn garbage_is_refused_as_garbage() {
+    // An unknown frame tag.
+    assert!(matches!(
+        decode_frame(&[0, 0, 0, 99]),
+        Err(CodecError::Garbage(_))
+    ));
+    // An invalid bool in Accepted.
+    let mut bytes = encode_frame(&Frame::Accepted {
+        child_run: RunId::random(),
+        existing: true,
+    })
+    .unwrap();
+    *bytes.last_mut().unwrap() = 7;
+    assert!(matches!(decode_frame(&bytes), Err(CodecError::Garbage(_))));
+    // A run id that is not one.
+    let mut bytes = vec![0, 0, 0, 2];
+    bytes.extend_from_slice(&3u64.to_be_bytes());
+    bytes.extend_from_slice(b"abc\x00");
+    assert!(matches!(decode_frame(&bytes), Err(CodecError::Garbage(_))));
+    // Invalid UTF-8 in a text.
+    let mut bytes = vec![0, 0, 0, 3, 0, 0, 0, 0];
+    bytes.extend_from_slice(&2u64.to_be_bytes());
+    bytes.extend_from_slice(&[0xff, 0xfe]);
+    assert!(matches!(decode_frame(&bytes), Err(CodecError::Garbage(_))));
+}
+
+#[test]
+fn other_versions_are_refused() {
+    let mut envelope = Fleet::standard().chain(&["cmo", "cfo"]);
+    envelope.version = ENVELOPE_VERSION + 1;
+    let bytes = encode_call(&envelope).unwrap();
+    let wrong = CodecError::WrongVersion {
+        found: ENVELOPE_VERSION + 1,
+        expected: ENVELOPE_VERSION,
+    };
+    assert_eq!(decode_call(&bytes), Err(wrong.clone()));
+    assert_eq!(
+        decode_frame(&encode_frame(&Frame::Call(envelope.clone())).unwrap()),
+        Err(wrong)
+    );
+
+    let mut reply = new_reply(&envelope.hops[0], ReplyStatus::Succeeded, "ok");
+    reply.version = 0;
+    assert!(matches!(
+        decode_reply(&encode_reply(&reply).unwrap()),
+        Err(CodecError::WrongVersion { found: 0, .. })
+    ));
+    assert!(matches!(
+        decode_frame(&encode_frame(&Frame::Reply(reply)).unwrap()),
+        Err(CodecError::WrongVersion { found: 0, .. })
+    ));
+}
+
+#[test]
+fn arbitrary_bytes_never_panic() {
+    // A cheap stand-in for the fuzz target: mutate real frames byte by byte.
+    for frame in sample_frames() {
+        let bytes = encode_frame(&frame).unwrap();
+        for index in 0..bytes.len() {
+            for value in [0x00, 0x01, 0x7f, 0x80, 0xff] {
+                let mut mutated = bytes.clone();
+                mutated[index] = value;
+                let _ = decode_frame(&mutated);
+            }
+        }
+    }
+}
+
+/// Writes the fuzz corpus seeds (run with `--ignored` to refresh net/fuzz/corpus).
+#[test]
+#[ignore]
+fn write_fuzz_corpus_seeds() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/decode_frame");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (index, frame) in sample_frames().iter().enumerate() {
+        std::fs::write(
+            dir.join(format!("seed_{index}")),
+            encode_frame(frame).unwrap(),
+        )
+        .unwrap();
+    }
+}

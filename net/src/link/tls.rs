@@ -1,0 +1,346 @@
+//! TLS for links: a self-signed certificate made from the host key, and certificate
+//! verifiers that accept exactly the keys pinned in the key ring.
+//!
+//! There are no certificate authorities in a fleet: `fleet.yaml` pins one ed25519 key per
+//! host. A certificate here is only a container for that key, so the verifiers ignore names,
+//! issuers and validity dates and compare the certificate's SubjectPublicKeyInfo with the pin.
+//! The handshake signature (which proves the peer holds the private key) is verified in full
+//! with the ring provider; it is never skipped. Only TLS 1.3 and ed25519 are offered.
+//!
+//! This module does not decide what an authenticated host may ask for; it only says which
+//! host is on the other end.
+
+use std::sync::{Arc, RwLock};
+
+use ed25519_dalek::VerifyingKey;
+use ed25519_dalek::pkcs8::DecodePublicKey;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
+use rustls::server::ParsedCertificate;
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, SignatureScheme};
+use sha2::{Digest, Sha256};
+
+use crate::error::{KeyError, LinkError};
+use crate::keys::{HostKey, KeyRing, PublicKey};
+
+/// The link protocol's ALPN identifier.
+pub(crate) const ALPN: &[u8] = b"consort/1";
+
+/// The TLS server name a client sends. Host names need not be DNS names, and the verifier
+/// pins keys rather than names, so one fixed name is used for every host.
+pub(crate) const SERVER_NAME: &str = "consort.invalid";
+
+/// The key ring, shared by the verifiers and the endpoint, replaceable at run time.
+pub(crate) type SharedRing = Arc<RwLock<KeyRing>>;
+
+/// A host's certificate chain and private key, as rustls wants them.
+pub(crate) struct Identity {
+    pub(crate) chain: Vec<CertificateDer<'static>>,
+    pub(crate) key_der: Vec<u8>,
+}
+
+impl Identity {
+    /// A self-signed certificate for `host_name` over the host key.
+    pub(crate) fn new(host_name: &str, key: &HostKey) -> Result<Self, KeyError> {
+        let certificate_error = |error: rcgen::Error| KeyError::Certificate(error.to_string());
+        let key_der = key.pkcs8_der()?;
+        let key_pair = rcgen::KeyPair::from_pkcs8_der_and_sign_algo(
+            &PrivatePkcs8KeyDer::from(key_der.as_slice()),
+            &rcgen::PKCS_ED25519,
+        )
+        .map_err(certificate_error)?;
+        let mut params = rcgen::CertificateParams::default();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, host_name);
+        let certificate = params.self_signed(&key_pair).map_err(certificate_error)?;
+        Ok(Self {
+            chain: vec![certificate.der().clone()],
+            key_der,
+        })
+    }
+
+    fn private_key(&self) -> PrivateKeyDer<'static> {
+        PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key_der.clone()))
+    }
+}
+
+/// The rustls provider: ring, TLS 1.3 only (QUIC requires it).
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Client TLS config for dialing `peer_host`, which must present `pinned`.
+pub(crate) fn client_config(
+    identity: &Identity,
+    peer_host: &str,
+    pinned: PublicKey,
+) -> Result<rustls::ClientConfig, LinkError> {
+    let provider = provider();
+    let verifier = Arc::new(PinnedServerVerifier {
+        peer_host: peer_host.to_owned(),
+        pinned,
+        algorithms: provider.signature_verification_algorithms,
+    });
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(setup_error)?
+        .dangerous() // the custom verifier below pins keys; it is stricter than webpki, not looser
+        .with_custom_certificate_verifier(verifier)
+        .with_client_auth_cert(identity.chain.clone(), identity.private_key())
+        .map_err(setup_error)?;
+    config.alpn_protocols = vec![ALPN.to_vec()];
+    Ok(config)
+}
+
+/// Server TLS config accepting any client whose key is in the ring.
+pub(crate) fn server_config(
+    identity: &Identity,
+    ring: SharedRing,
+) -> Result<rustls::ServerConfig, LinkError> {
+    let provider = provider();
+    let verifier = Arc::new(RingClientVerifier {
+        ring,
+        algorithms: provider.signature_verification_algorithms,
+    });
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(setup_error)?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(identity.chain.clone(), identity.private_key())
+        .map_err(setup_error)?;
+    config.alpn_protocols = vec![ALPN.to_vec()];
+    Ok(config)
+}
+
+/// The ed25519 key inside a certificate, if it holds one.
+pub(crate) fn certificate_key(certificate: &CertificateDer<'_>) -> Option<PublicKey> {
+    let parsed = ParsedCertificate::try_from(certificate).ok()?;
+    let spki = parsed.subject_public_key_info();
+    let key = VerifyingKey::from_public_key_der(spki.as_ref()).ok()?;
+    PublicKey::from_bytes(key.as_bytes())
+}
+
+/// Reads the ring, tolerating a poisoned lock (the ring is replaced whole, never half-written).
+pub(crate) fn read_ring(ring: &SharedRing) -> std::sync::RwLockReadGuard<'_, KeyRing> {
+    ring.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn setup_error(error: rustls::Error) -> LinkError {
+    LinkError::Setup(error.to_string())
+}
+
+fn refused() -> rustls::Error {
+    rustls::Error::InvalidCertificate(CertificateError::ApplicationVerificationFailure)
+}
+
+/// Accepts only the server certificate carrying the key pinned for the host being dialed.
+#[derive(Debug)]
+struct PinnedServerVerifier {
+    peer_host: String,
+    pinned: PublicKey,
+    algorithms: WebPkiSupportedAlgorithms,
+}
+
+impl ServerCertVerifier for PinnedServerVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        match certificate_key(end_entity) {
+            Some(key) if key == self.pinned => Ok(ServerCertVerified::assertion()),
+            presented => {
+                tracing::warn!(
+                    peer_host = %self.peer_host,
+                    pinned = %self.pinned,
+                    presented = %presented.map_or_else(|| "no ed25519 key".to_owned(), |k| k.to_string()),
+                    certificate_sha256 = %hex::encode(Sha256::digest(end_entity.as_ref())),
+                    "refusing peer: its key does not match the key pinned for it"
+                );
+                Err(refused())
+            }
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        vec![SignatureScheme::ED25519]
+    }
+}
+
+/// Accepts a client certificate whose key belongs to a host in the ring.
+#[derive(Debug)]
+struct RingClientVerifier {
+    ring: SharedRing,
+    algorithms: WebPkiSupportedAlgorithms,
+}
+
+impl ClientCertVerifier for RingClientVerifier {
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        let presented = certificate_key(end_entity);
+        let known =
+            presented.and_then(|key| read_ring(&self.ring).host_for(&key).map(str::to_owned));
+        if known.is_some() {
+            return Ok(ClientCertVerified::assertion());
+        }
+        tracing::warn!(
+            presented = %presented.map_or_else(|| "no ed25519 key".to_owned(), |k| k.to_string()),
+            certificate_sha256 = %hex::encode(Sha256::digest(end_entity.as_ref())),
+            "refusing peer: its key is not in the key ring"
+        );
+        Err(refused())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        vec![SignatureScheme::ED25519]
+    }
+}
+
+/// The stateless-reset key of an endpoint, derived from the host key.
+///
+/// A QUIC peer that lost a connection's state (a restarted host) answers stray packets with a
+/// stateless reset, which the other side accepts only if it was made with the same key that
+/// issued the connection's reset tokens. Deriving the key from the host key (domain-separated,
+/// through SHA-256) lets a restarted host end its old connections at once instead of leaving
+/// them to an idle timeout. HMAC-SHA256 is written out here with `sha2` to avoid another
+/// dependency.
+pub(crate) struct ResetKey {
+    key: [u8; 64],
+}
+
+impl ResetKey {
+    const DOMAIN: &'static [u8] = b"consort/quic-stateless-reset/v1";
+
+    pub(crate) fn derive(host_key: &HostKey) -> Self {
+        let mut hasher = Sha256::new();
+        hasher.update(Self::DOMAIN);
+        hasher.update(host_key.secret_bytes());
+        let mut key = [0u8; 64];
+        key[..32].copy_from_slice(&hasher.finalize());
+        Self { key }
+    }
+
+    fn hmac(&self, data: &[u8]) -> [u8; 32] {
+        let pad = |byte: u8| self.key.map(|k| k ^ byte);
+        let inner = Sha256::new()
+            .chain_update(pad(0x36))
+            .chain_update(data)
+            .finalize();
+        Sha256::new()
+            .chain_update(pad(0x5c))
+            .chain_update(inner)
+            .finalize()
+            .into()
+    }
+}
+
+impl quinn::crypto::HmacKey for ResetKey {
+    fn sign(&self, data: &[u8], signature_out: &mut [u8]) {
+        let tag = self.hmac(data);
+        let len = signature_out.len().min(tag.len());
+        signature_out[..len].copy_from_slice(&tag[..len]);
+    }
+
+    fn signature_len(&self) -> usize {
+        32
+    }
+
+    fn verify(&self, data: &[u8], signature: &[u8]) -> Result<(), quinn::crypto::CryptoError> {
+        // Not secret-dependent timing in any way that matters here: quinn uses this only for
+        // retry tokens, which consort does not issue; compare in constant time anyway.
+        let tag = self.hmac(data);
+        let differ = signature.len() != tag.len()
+            || signature
+                .iter()
+                .zip(tag.iter())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                != 0;
+        if differ {
+            Err(quinn::crypto::CryptoError)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hmac_matches_rfc_4231_test_case_2() {
+        let mut key = [0u8; 64];
+        key[..4].copy_from_slice(b"Jefe");
+        let reset = ResetKey { key };
+        assert_eq!(
+            hex::encode(reset.hmac(b"what do ya want for nothing?")),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+        use quinn::crypto::HmacKey;
+        let mut tag = [0u8; 32];
+        reset.sign(b"x", &mut tag);
+        assert!(reset.verify(b"x", &tag).is_ok());
+        assert!(reset.verify(b"y", &tag).is_err());
+    }
+
+    #[test]
+    fn certificate_carries_the_host_key() {
+        let key = HostKey::generate();
+        let identity = Identity::new("host with spaces é", &key).unwrap();
+        assert_eq!(certificate_key(&identity.chain[0]), Some(key.public()));
+        assert_eq!(
+            certificate_key(&CertificateDer::from(vec![0x30, 0x03, 1, 2, 3])),
+            None
+        );
+    }
+}

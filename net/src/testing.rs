@@ -1,0 +1,94 @@
+//! Test fixtures: a small fleet of hosts with deterministic keys, and signed chains through it.
+
+use std::collections::BTreeMap;
+
+use crate::chain::{NextHop, extend, new_call, sign_pending_hops};
+use crate::envelope::CallEnvelope;
+use crate::ids::RunId;
+use crate::keys::{HostKey, KeyRing};
+
+/// A fixed clock for chain tests, Unix milliseconds.
+pub(crate) const NOW_MS: u64 = 1_700_000_000_000;
+/// The lifetime given to test hops.
+pub(crate) const TTL_MS: u64 = 60_000;
+
+pub(crate) struct Fleet {
+    pub(crate) keys: BTreeMap<String, HostKey>,
+    pub(crate) ring: KeyRing,
+    pub(crate) placements: BTreeMap<String, String>,
+}
+
+impl Fleet {
+    /// Hosts with the agents they serve; host i gets the secret key `[i + 1; 32]`.
+    pub(crate) fn new(hosts: &[(&str, &[&str])]) -> Self {
+        let mut keys = BTreeMap::new();
+        let mut ring = KeyRing::new();
+        let mut placements = BTreeMap::new();
+        for (index, (host, agents)) in hosts.iter().enumerate() {
+            let key = HostKey::from_secret_bytes(&[index as u8 + 1; 32]);
+            ring.insert(*host, key.public()).unwrap();
+            keys.insert(host.to_string(), key);
+            for agent in *agents {
+                placements.insert(agent.to_string(), host.to_string());
+            }
+        }
+        Self {
+            keys,
+            ring,
+            placements,
+        }
+    }
+
+    /// The usual fleet: `cmo` on alpha, `cfo` on beta, `cdo` and `ceo` on gamma.
+    pub(crate) fn standard() -> Self {
+        Self::new(&[
+            ("alpha", &["cmo"]),
+            ("beta", &["cfo"]),
+            ("gamma", &["cdo", "ceo"]),
+        ])
+    }
+
+    /// Every host signs the hops of the agents it serves, as each would before sending.
+    pub(crate) fn sign_all(&self, envelope: &mut CallEnvelope) {
+        for (host, key) in &self.keys {
+            sign_pending_hops(envelope, host, key, |agent| {
+                self.placements.get(agent) == Some(host)
+            });
+        }
+    }
+
+    /// An unsigned chain through `agents` (`a -> b -> c` is two hops), rooted at a random run.
+    pub(crate) fn unsigned_chain(&self, agents: &[&str]) -> CallEnvelope {
+        let root = RunId::random();
+        let mut envelope: Option<CallEnvelope> = None;
+        for (index, pair) in agents.windows(2).enumerate() {
+            let parent = match &envelope {
+                None => root.clone(),
+                Some(chain) => chain.hops.last().unwrap().child_run.clone(),
+            };
+            let input = format!("input of hop {index}");
+            let tool_use_id = format!("toolu_{index}");
+            let next = NextHop {
+                caller: pair[0],
+                callee: pair[1],
+                parent_run: &parent,
+                tool_use_id: &tool_use_id,
+                input: &input,
+                issued_at_ms: NOW_MS,
+                expires_at_ms: NOW_MS + TTL_MS,
+            };
+            envelope = Some(match &envelope {
+                None => new_call(next),
+                Some(chain) => extend(chain, next).unwrap(),
+            });
+        }
+        envelope.unwrap()
+    }
+
+    /// A chain through `agents`, signed by every host on it.
+    pub(crate) fn chain(&self, agents: &[&str]) -> CallEnvelope {
+        let mut envelope = self.unsigned_chain(agents);
+        self.sign_all(&mut envelope);
+        envelope
+    }
+}
