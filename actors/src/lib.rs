@@ -1,1 +1,32 @@
-//! consort-actors
+//! consort-actors: one host's agents, as supervised actors, and the runs they execute.
+//!
+//! The crate owns the host supervisor ([`supervisor`]), one actor per agent ([`agent`]), the
+//! run engine inside it, the model and tool seams ([`model`], [`tools`], [`script`]), the pure
+//! call guards ([`guards`]), the pure fold of an event log into a run's progress ([`view`]),
+//! the restart budget ([`restart`]) and each agent's own SQLite run store ([`store`]). The
+//! typed handle [`Host`] is what apps, the CLI and the HTTP API drive.
+//!
+//! It never opens a network socket and never parses YAML: config comes from consort-config,
+//! envelopes from consort-net, and links to other hosts plug in through
+//! [`supervisor::RemoteCalls`].
+
+pub mod agent;
+pub mod data;
+pub mod error;
+pub mod guards;
+pub mod host;
+pub mod model;
+pub mod restart;
+pub mod run;
+pub mod script;
+pub mod store;
+pub mod supervisor;
+pub mod tools;
+pub mod view;
+
+pub use agent::{AgentOptions, CallOutcome};
+pub use data::DataFolder;
+pub use error::ActorsError;
+pub use host::Host;
+pub use run::{Channel, Cost, EventRecord, RunRecord, RunStatus};
+pub use supervisor::HostSpec;

@@ -1,0 +1,1085 @@
+//! The agent actor: one per agent, owning that agent's run store, model and tools.
+//!
+//! Every run of the agent moves forward in this actor's handler, one message at a time, so a
+//! run's log is written by one writer. The engine ([`AgentActor::advance`]) reads the run's
+//! log, asks [`RunView`] what is missing, and does the next thing: resolve the last turn's tool
+//! uses (a declared tool, `check_run`, or `call_agent`), park on an approval gate, wait for
+//! replies, or ask the model for another turn. Each decision is written before it is acted on.
+//!
+//! The actor never awaits another actor inside its handler: a call or a `check_run` goes to
+//! the supervisor from a spawned task, whose outcome comes back as a message. That keeps two
+//! agents calling each other at the same moment from deadlocking, and keeps the mailbox moving
+//! while a remote host answers.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use serde_json::{Value, json};
+use tracing::{Instrument, info, info_span, warn};
+
+use consort_config::{AgentConfig, Approval};
+use consort_net::{CallEnvelope, ENVELOPE_VERSION, Hop, ReplyEnvelope, ReplyStatus, RunId};
+
+use crate::ActorsError;
+use crate::guards::{self, InboundFacts, OutboundFacts, Refusal};
+use crate::model::{Model, ModelRequest, ModelStep, ToolSpec};
+use crate::run::{Channel, RunRecord, RunStatus, now_ms};
+use crate::script::ScriptModel;
+use crate::store::{CostDelta, Durability, Inserted, NewRun, RunStore, RunUpdate};
+use crate::supervisor::SupervisorMsg;
+use crate::tools::{Tool, ToolContext, ToolError, declared_tool};
+use crate::view::{RunView, kinds};
+
+/// Tuning of one agent actor.
+#[derive(Clone, Debug)]
+pub struct AgentOptions {
+    /// Largest reply output handed back to a caller, in bytes.
+    pub reply_cap: usize,
+    /// Most unsettled runs the agent holds before refusing new work.
+    pub admission_limit: usize,
+    /// Most model turns one run may take.
+    pub max_model_turns: u64,
+    pub durability: Durability,
+    /// How long an envelope stays valid after it is issued.
+    pub call_ttl: Duration,
+    /// A named fault point to stop at (tests only; from `CONSORT_FAULT`).
+    pub fault: Option<String>,
+}
+
+impl Default for AgentOptions {
+    fn default() -> Self {
+        AgentOptions {
+            reply_cap: 16 * 1024,
+            admission_limit: 256,
+            max_model_turns: 64,
+            durability: Durability::Normal,
+            call_ttl: Duration::from_secs(300),
+            fault: None,
+        }
+    }
+}
+
+/// How a placed call ended on the callee's side.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CallOutcome {
+    /// The callee stored the child run (`existing` when it already had it: a replay).
+    Accepted {
+        child_run: RunId,
+        existing: bool,
+    },
+    Refused(Refusal),
+}
+
+/// Messages an agent actor handles.
+pub enum AgentMsg {
+    /// Start a root run (API, CLI, embedding app).
+    Start {
+        input: String,
+        channel: Channel,
+        reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
+    },
+    /// A call from a peer, already routed by the supervisor.
+    Accept {
+        envelope: CallEnvelope,
+        reply: RpcReplyPort<CallOutcome>,
+    },
+    /// Move a run forward.
+    Advance(RunId),
+    /// The outcome of a call this agent placed.
+    CallDone {
+        run: RunId,
+        tool_use_id: String,
+        callee: String,
+        outcome: CallOutcome,
+    },
+    /// The outcome of a `check_run`.
+    CheckDone {
+        run: RunId,
+        tool_use_id: String,
+        result: Result<String, String>,
+    },
+    /// A peer's reply to a call one of this agent's runs placed.
+    Reply(ReplyEnvelope),
+    /// Send the reply of a settled child run again (a caller recovering after a restart).
+    ResendReply(RunId),
+    /// An operator's decision on a blocked run.
+    Decide {
+        run: RunId,
+        approve: bool,
+        reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
+    },
+    /// The agent's config changed (re-read agent.yaml).
+    Config(Box<AgentConfig>),
+    /// The names of every agent of the fleet changed.
+    FleetAgents(Vec<String>),
+    /// Fold the WAL into the database (timer).
+    Checkpoint,
+}
+
+/// Everything needed to (re)start an agent actor.
+#[derive(Clone)]
+pub struct AgentArgs {
+    pub config: AgentConfig,
+    pub store_path: std::path::PathBuf,
+    /// A model set by an embedding app; `None` builds the one agent.yaml declares.
+    pub model: Option<Arc<dyn Model>>,
+    /// Tools registered by an embedding app, beside the declared ones.
+    pub extra_tools: Vec<Arc<dyn Tool>>,
+    pub supervisor: ActorRef<SupervisorMsg>,
+    pub fleet_agents: Vec<String>,
+    pub options: AgentOptions,
+}
+
+pub struct AgentState {
+    config: AgentConfig,
+    store: RunStore,
+    model: Arc<dyn Model>,
+    tools: BTreeMap<String, Arc<dyn Tool>>,
+    extra_tools: Vec<Arc<dyn Tool>>,
+    supervisor: ActorRef<SupervisorMsg>,
+    fleet_agents: Vec<String>,
+    options: AgentOptions,
+    /// Tool uses whose outcome is being fetched by a spawned task.
+    in_flight: HashSet<(RunId, String)>,
+}
+
+/// The agent actor.
+pub struct AgentActor;
+
+fn model_for(config: &AgentConfig) -> Arc<dyn Model> {
+    match &config.model {
+        consort_config::ModelConfig::Script { steps } => Arc::new(ScriptModel::new(steps.clone())),
+    }
+}
+
+fn tools_for(config: &AgentConfig, extra: &[Arc<dyn Tool>]) -> BTreeMap<String, Arc<dyn Tool>> {
+    let mut tools: BTreeMap<String, Arc<dyn Tool>> = BTreeMap::new();
+    for t in &config.tools {
+        tools.insert(t.name.clone(), declared_tool(t));
+    }
+    for t in extra {
+        tools.insert(t.spec().name, t.clone());
+    }
+    tools
+}
+
+impl Actor for AgentActor {
+    type Msg = AgentMsg;
+    type State = AgentState;
+    type Arguments = AgentArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<AgentMsg>,
+        args: AgentArgs,
+    ) -> Result<AgentState, ActorProcessingErr> {
+        let store = RunStore::open(&args.store_path, args.options.durability)?;
+        let model = args.model.unwrap_or_else(|| model_for(&args.config));
+        Ok(AgentState {
+            tools: tools_for(&args.config, &args.extra_tools),
+            config: args.config,
+            store,
+            model,
+            extra_tools: args.extra_tools,
+            supervisor: args.supervisor,
+            fleet_agents: args.fleet_agents,
+            options: args.options,
+            in_flight: HashSet::new(),
+        })
+    }
+
+    /// Resumes every unsettled run: nothing a restart needs is kept only in memory.
+    async fn post_start(
+        &self,
+        myself: ActorRef<AgentMsg>,
+        state: &mut AgentState,
+    ) -> Result<(), ActorProcessingErr> {
+        let unsettled = state.store.unsettled()?;
+        if !unsettled.is_empty() {
+            info!(agent = %state.config.name, runs = unsettled.len(), "resuming unsettled runs");
+        }
+        for run in unsettled {
+            if run.status == RunStatus::Waiting {
+                // A reply may have been lost in a crash: ask each callee to send it again.
+                let view = RunView::from_events(&state.store.events(&run.id)?);
+                for (child, call) in view.calls.iter().filter(|(_, c)| !c.replied) {
+                    let _ = state.supervisor.cast(SupervisorMsg::ResendReply {
+                        callee: call.agent.clone(),
+                        child_run: child.clone(),
+                    });
+                }
+            }
+            let _ = myself.cast(AgentMsg::Advance(run.id));
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<AgentMsg>,
+        message: AgentMsg,
+        state: &mut AgentState,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            AgentMsg::Start {
+                input,
+                channel,
+                reply,
+            } => {
+                let result = self.start(&myself, state, input, channel);
+                let _ = reply.send(result);
+            }
+            AgentMsg::Accept { envelope, reply } => {
+                let outcome = self.accept(&myself, state, envelope);
+                let _ = reply.send(outcome);
+            }
+            AgentMsg::Advance(run) => self.advance(&myself, state, &run).await?,
+            AgentMsg::CallDone {
+                run,
+                tool_use_id,
+                callee,
+                outcome,
+            } => {
+                state.in_flight.remove(&(run.clone(), tool_use_id.clone()));
+                self.record_call_outcome(state, &run, &tool_use_id, &callee, outcome)?;
+                self.advance(&myself, state, &run).await?;
+            }
+            AgentMsg::CheckDone {
+                run,
+                tool_use_id,
+                result,
+            } => {
+                state.in_flight.remove(&(run.clone(), tool_use_id.clone()));
+                let (content, is_error) = match result {
+                    Ok(text) => (text, false),
+                    Err(text) => (text, true),
+                };
+                let update = tool_result(&tool_use_id, "check_run", &content, is_error);
+                state.store.apply(&run, update.with_cost(tool_call()))?;
+                self.advance(&myself, state, &run).await?;
+            }
+            AgentMsg::Reply(reply) => self.receive_reply(&myself, state, reply).await?,
+            AgentMsg::ResendReply(child) => {
+                if let Some(record) = state.store.run(&child)?
+                    && record.status.is_settled()
+                {
+                    self.report_settled(state, &record);
+                }
+            }
+            AgentMsg::Decide {
+                run,
+                approve,
+                reply,
+            } => {
+                let result = self.decide(state, &run, approve);
+                let ok = result.is_ok();
+                let _ = reply.send(result);
+                if ok {
+                    self.advance(&myself, state, &run).await?;
+                }
+            }
+            AgentMsg::Config(config) => {
+                info!(agent = %config.name, "config reloaded");
+                state.tools = tools_for(&config, &state.extra_tools);
+                state.config = *config;
+            }
+            AgentMsg::FleetAgents(names) => state.fleet_agents = names,
+            AgentMsg::Checkpoint => {
+                if let Err(e) = state.store.checkpoint() {
+                    warn!(agent = %state.config.name, error = %e, "checkpoint failed");
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl AgentActor {
+    fn active_runs(state: &AgentState) -> Result<usize, ActorsError> {
+        Ok(state.store.unsettled()?.len())
+    }
+
+    fn start(
+        &self,
+        myself: &ActorRef<AgentMsg>,
+        state: &mut AgentState,
+        input: String,
+        channel: Channel,
+    ) -> Result<RunRecord, ActorsError> {
+        if input.trim().is_empty() {
+            return Err(ActorsError::Refused("input must not be empty".into()));
+        }
+        let active = Self::active_runs(state)?;
+        if active >= state.options.admission_limit {
+            return Err(ActorsError::Refused(
+                Refusal::Saturated {
+                    callee: state.config.name.clone(),
+                    active,
+                }
+                .to_string(),
+            ));
+        }
+        let inserted = state.store.insert_run(NewRun {
+            id: RunId::random(),
+            agent: state.config.name.clone(),
+            channel,
+            parent_run: None,
+            parent_agent: None,
+            tool_use_id: None,
+            chain: Vec::new(),
+            input,
+        })?;
+        let record = inserted.record().clone();
+        info!(run_id = %record.id, agent = %record.agent, hop_depth = 0, "run started");
+        let _ = myself.cast(AgentMsg::Advance(record.id.clone()));
+        Ok(record)
+    }
+
+    /// The callee's side of a call: replay check, then the inbound guards, then the store.
+    fn accept(
+        &self,
+        myself: &ActorRef<AgentMsg>,
+        state: &mut AgentState,
+        envelope: CallEnvelope,
+    ) -> CallOutcome {
+        let me = state.config.name.clone();
+        let Some(hop) = envelope.last_hop().cloned() else {
+            return CallOutcome::Refused(Refusal::BadEnvelope {
+                callee: me,
+                detail: "empty chain".into(),
+            });
+        };
+        let span = info_span!("accept", run_id = %hop.child_run, agent = %me, caller = %hop.caller, hop_depth = envelope.depth());
+        let _guard = span.enter();
+        if hop.callee != me {
+            return CallOutcome::Refused(Refusal::BadEnvelope {
+                callee: me,
+                detail: format!("envelope is addressed to {}", hop.callee),
+            });
+        }
+        let result = (|| -> Result<CallOutcome, ActorsError> {
+            if let Some(existing) = state.store.run(&hop.child_run)? {
+                // A replay of a call already accepted: answer with the run, count nothing.
+                info!("replayed call finds the existing run");
+                return Ok(CallOutcome::Accepted {
+                    child_run: existing.id,
+                    existing: true,
+                });
+            }
+            let facts = InboundFacts {
+                caller: &hop.caller,
+                callee: &me,
+                accept_from: &state.config.accept_from,
+                chain_depth: envelope.depth(),
+                children_accepted: state.store.count_children(&hop.parent_run)?,
+                active_runs: Self::active_runs(state)?,
+                admission_limit: state.options.admission_limit,
+            };
+            if let Err(refusal) = guards::check_inbound(&facts) {
+                warn!(reason = refusal.code(), "call refused: {refusal}");
+                return Ok(CallOutcome::Refused(refusal));
+            }
+            let inserted = state.store.insert_run(NewRun {
+                id: hop.child_run.clone(),
+                agent: me.clone(),
+                channel: Channel::Agent(hop.caller.clone()),
+                parent_run: Some(hop.parent_run.clone()),
+                parent_agent: Some(hop.caller.clone()),
+                tool_use_id: Some(hop.tool_use_id.clone()),
+                chain: envelope.hops.clone(),
+                input: envelope.input.clone(),
+            })?;
+            let existing = matches!(inserted, Inserted::Existing(_));
+            if state.options.fault.as_deref() == Some("after_child_stored") && !existing {
+                fault_point("after_child_stored", &hop.child_run);
+            }
+            info!("call accepted");
+            let _ = myself.cast(AgentMsg::Advance(hop.child_run.clone()));
+            Ok(CallOutcome::Accepted {
+                child_run: hop.child_run.clone(),
+                existing,
+            })
+        })();
+        result.unwrap_or_else(|e| {
+            warn!(error = %e, "call could not be stored");
+            CallOutcome::Refused(Refusal::AgentDown { callee: me })
+        })
+    }
+
+    fn decide(
+        &self,
+        state: &mut AgentState,
+        run: &RunId,
+        approve: bool,
+    ) -> Result<RunRecord, ActorsError> {
+        let record = state
+            .store
+            .run(run)?
+            .ok_or_else(|| ActorsError::UnknownRun(run.to_string()))?;
+        let view = RunView::from_events(&state.store.events(run)?);
+        let asked = view
+            .approvals
+            .iter()
+            .find(|(_, decision)| decision.is_none())
+            .map(|(id, _)| id.clone());
+        let (RunStatus::Blocked, Some(tool_use_id)) = (record.status, asked) else {
+            return Err(ActorsError::Refused(format!(
+                "run {run} is not waiting for an approval (status {})",
+                record.status
+            )));
+        };
+        let update = RunUpdate::default()
+            .event(
+                kinds::APPROVAL_DECIDED,
+                json!({"tool_use_id": tool_use_id, "approved": approve, "by": "operator"}),
+            )
+            .status(RunStatus::Running);
+        state.store.apply(run, update)
+    }
+
+    /// Moves one run as far as it can go without waiting on anything outside this actor.
+    async fn advance(
+        &self,
+        myself: &ActorRef<AgentMsg>,
+        state: &mut AgentState,
+        id: &RunId,
+    ) -> Result<(), ActorsError> {
+        let Some(record) = state.store.run(id)? else {
+            return Ok(());
+        };
+        let span =
+            info_span!("run", run_id = %id, agent = %record.agent, hop_depth = record.hop_depth);
+        self.advance_in_span(myself, state, record)
+            .instrument(span)
+            .await
+    }
+
+    async fn advance_in_span(
+        &self,
+        myself: &ActorRef<AgentMsg>,
+        state: &mut AgentState,
+        mut record: RunRecord,
+    ) -> Result<(), ActorsError> {
+        let id = record.id.clone();
+        // Bounded: each pass either writes progress or returns.
+        for _ in 0..(state.options.max_model_turns * 4 + 16) {
+            if record.status.is_settled() || record.status == RunStatus::Blocked {
+                return Ok(());
+            }
+            if record.status == RunStatus::Queued {
+                record = state
+                    .store
+                    .apply(&id, RunUpdate::default().status(RunStatus::Running))?;
+            }
+            let view = RunView::from_events(&state.store.events(&id)?);
+
+            let unresolved = view.unresolved_tool_uses();
+            if !unresolved.is_empty() {
+                let mut waiting_on_tasks = false;
+                for tool_use in unresolved {
+                    let key = (id.clone(), tool_use.id.clone());
+                    if state.in_flight.contains(&key) {
+                        waiting_on_tasks = true;
+                        continue;
+                    }
+                    match self
+                        .resolve_tool_use(myself, state, &record, &view, &tool_use)
+                        .await?
+                    {
+                        Resolution::Done => {}
+                        Resolution::InFlight => {
+                            state.in_flight.insert(key);
+                            waiting_on_tasks = true;
+                        }
+                        Resolution::Blocked => return Ok(()),
+                    }
+                }
+                if waiting_on_tasks {
+                    return Ok(());
+                }
+                record = state
+                    .store
+                    .run(&id)?
+                    .ok_or_else(|| ActorsError::UnknownRun(id.to_string()))?;
+                continue;
+            }
+
+            let pending = view.pending_calls();
+            if !view.needs_model() {
+                if pending > 0 {
+                    if record.status != RunStatus::Waiting {
+                        state
+                            .store
+                            .apply(&id, RunUpdate::default().status(RunStatus::Waiting))?;
+                    }
+                } else {
+                    self.settle(
+                        state,
+                        &id,
+                        Err("the model is waiting but no calls are outstanding".into()),
+                    )?;
+                }
+                return Ok(());
+            }
+            if view.model_turns >= state.options.max_model_turns {
+                let limit = state.options.max_model_turns;
+                self.settle(
+                    state,
+                    &id,
+                    Err(format!("model turn limit ({limit}) reached")),
+                )?;
+                return Ok(());
+            }
+
+            let mut specs: Vec<ToolSpec> = state.tools.values().map(|t| t.spec()).collect();
+            specs.extend(builtin_specs(&state.config));
+            let request = ModelRequest {
+                agent: &state.config.name,
+                conversation: &view.conversation,
+                pending_calls: pending,
+                tools: &specs,
+            };
+            let reply = match state.model.respond(request).await {
+                Ok(reply) => reply,
+                Err(e) => {
+                    self.settle(state, &id, Err(e.to_string()))?;
+                    return Ok(());
+                }
+            };
+            if let ModelStep::ToolUses(uses) = &reply.step {
+                let mut fresh = HashSet::new();
+                let reused = uses
+                    .iter()
+                    .any(|u| view.seen_tool_uses.contains(&u.id) || !fresh.insert(u.id.clone()));
+                if uses.is_empty() || reused {
+                    self.settle(
+                        state,
+                        &id,
+                        Err("the model emitted no tool uses or reused a tool-use id".into()),
+                    )?;
+                    return Ok(());
+                }
+            }
+            let cost = CostDelta {
+                model_turns: 1,
+                input_tokens: reply.input_tokens,
+                output_tokens: reply.output_tokens,
+                ..Default::default()
+            };
+            let turn = RunUpdate {
+                cost,
+                ..Default::default()
+            }
+            .event(
+                kinds::MODEL_TURN,
+                json!({"step": reply.step, "pending_calls": pending}),
+            );
+            match reply.step {
+                ModelStep::Answer(text) => {
+                    state.store.apply(&id, turn)?;
+                    self.settle(state, &id, Ok(text))?;
+                    return Ok(());
+                }
+                ModelStep::ToolUses(_) => {
+                    record = state.store.apply(&id, turn)?;
+                }
+                ModelStep::Wait => {
+                    let turn = if pending > 0 {
+                        turn.status(RunStatus::Waiting)
+                    } else {
+                        turn
+                    };
+                    state.store.apply(&id, turn)?;
+                    if pending == 0 {
+                        self.settle(
+                            state,
+                            &id,
+                            Err("the model waited with no calls outstanding".into()),
+                        )?;
+                    }
+                    return Ok(());
+                }
+            }
+        }
+        warn!("run did not settle within its step bound; leaving it for the next wake-up");
+        Ok(())
+    }
+
+    async fn resolve_tool_use(
+        &self,
+        myself: &ActorRef<AgentMsg>,
+        state: &mut AgentState,
+        record: &RunRecord,
+        view: &RunView,
+        tool_use: &crate::model::ToolUse,
+    ) -> Result<Resolution, ActorsError> {
+        let id = &record.id;
+        match tool_use.name.as_str() {
+            "call_agent" => self.place_call(myself, state, record, view, tool_use),
+            "check_run" => {
+                let asked = tool_use
+                    .input
+                    .get("run_id")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                let known = RunId::parse(asked)
+                    .ok()
+                    .and_then(|child| view.calls.get(&child).map(|c| (child, c.agent.clone())));
+                let Some((child, callee)) = known else {
+                    let text = format!(
+                        "unknown run `{}`: check_run only knows runs this run placed",
+                        asked.chars().take(80).collect::<String>()
+                    );
+                    state
+                        .store
+                        .apply(id, tool_result(&tool_use.id, "check_run", &text, true))?;
+                    return Ok(Resolution::Done);
+                };
+                let supervisor = state.supervisor.clone();
+                let me = myself.clone();
+                let (run, tool_use_id, cap) =
+                    (id.clone(), tool_use.id.clone(), state.options.reply_cap);
+                tokio::spawn(async move {
+                    let asked = ractor::call_t!(
+                        supervisor,
+                        |reply| SupervisorMsg::RunSummary {
+                            agent: callee.clone(),
+                            run: child.clone(),
+                            reply,
+                        },
+                        30_000
+                    );
+                    let result = match asked {
+                        Ok(Ok(r)) => Ok(json!({
+                            "run_id": r.id, "agent": r.agent, "status": r.status,
+                            "output": r.output.as_deref().map(|o| cap_output(o, cap)),
+                            "error": r.error,
+                        })
+                        .to_string()),
+                        Ok(Err(e)) => Err(e.to_string()),
+                        Err(e) => Err(format!("{callee} did not answer check_run: {e}")),
+                    };
+                    let _ = me.cast(AgentMsg::CheckDone {
+                        run,
+                        tool_use_id,
+                        result,
+                    });
+                });
+                Ok(Resolution::InFlight)
+            }
+            name => {
+                let Some(tool) = state.tools.get(name).cloned() else {
+                    let mut names: Vec<String> = state.tools.keys().cloned().collect();
+                    names.extend(builtin_specs(&state.config).into_iter().map(|s| s.name));
+                    let text = format!("no tool named `{name}`; available: {}", names.join(", "));
+                    state
+                        .store
+                        .apply(id, tool_result(&tool_use.id, name, &text, true))?;
+                    return Ok(Resolution::Done);
+                };
+                if tool.approval() == Approval::Required {
+                    match view.approvals.get(&tool_use.id) {
+                        None | Some(None) => {
+                            let mut update = RunUpdate::default().status(RunStatus::Blocked);
+                            if !view.approvals.contains_key(&tool_use.id) {
+                                update = update.event(
+                                    kinds::APPROVAL_REQUESTED,
+                                    json!({"tool_use_id": tool_use.id, "tool": name, "input": tool_use.input}),
+                                );
+                            }
+                            state.store.apply(id, update)?;
+                            info!(tool = name, "run blocked until an operator approves");
+                            return Ok(Resolution::Blocked);
+                        }
+                        Some(Some(false)) => {
+                            let text = format!("the operator denied the use of `{name}`");
+                            state
+                                .store
+                                .apply(id, tool_result(&tool_use.id, name, &text, true))?;
+                            return Ok(Resolution::Done);
+                        }
+                        Some(Some(true)) => {}
+                    }
+                }
+                let ctx = ToolContext {
+                    agent: &state.config.name,
+                    run_id: id,
+                    env: &state.config.env,
+                };
+                let outcome = tool.invoke(ctx, &tool_use.input).await;
+                let (content, is_error) = match outcome {
+                    Ok(text) => (text, false),
+                    Err(
+                        e @ (ToolError::InvalidInput(_)
+                        | ToolError::Forbidden(_)
+                        | ToolError::Failed(_)),
+                    ) => (e.to_string(), true),
+                };
+                state.store.apply(
+                    id,
+                    tool_result(&tool_use.id, name, &content, is_error).with_cost(tool_call()),
+                )?;
+                Ok(Resolution::Done)
+            }
+        }
+    }
+
+    /// The caller's side of a call: outbound guards, then the envelope, then the supervisor.
+    fn place_call(
+        &self,
+        myself: &ActorRef<AgentMsg>,
+        state: &mut AgentState,
+        record: &RunRecord,
+        view: &RunView,
+        tool_use: &crate::model::ToolUse,
+    ) -> Result<Resolution, ActorsError> {
+        let id = &record.id;
+        let callee = tool_use
+            .input
+            .get("agent")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        let input = tool_use
+            .input
+            .get("input")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        if callee.is_empty() || input.trim().is_empty() {
+            let text =
+                "call_agent expects {\"agent\": \"<name>\", \"input\": \"<non-empty text>\"}";
+            state
+                .store
+                .apply(id, tool_result(&tool_use.id, "call_agent", text, true))?;
+            return Ok(Resolution::Done);
+        }
+        if let Some((child, _)) = view.call_by_tool_use(&tool_use.id) {
+            // Placed and recorded already; only the tool result is missing.
+            let content = accepted_text(child, &callee);
+            state
+                .store
+                .apply(id, tool_result(&tool_use.id, "call_agent", &content, false))?;
+            return Ok(Resolution::Done);
+        }
+        let facts = OutboundFacts {
+            caller: &state.config.name,
+            callee: &callee,
+            can_call: &state.config.can_call,
+            fleet_agents: &state.fleet_agents,
+            caller_depth: record.hop_depth as usize,
+            calls_placed: view.calls_placed(),
+        };
+        if let Err(refusal) = guards::check_outbound(&facts) {
+            info!(callee = %callee, reason = refusal.code(), "call refused by the caller's side");
+            self.record_call_outcome(
+                state,
+                id,
+                &tool_use.id,
+                &callee,
+                CallOutcome::Refused(refusal),
+            )?;
+            return Ok(Resolution::Done);
+        }
+        let envelope = build_envelope(state, record, &callee, &tool_use.id, input)?;
+        let supervisor = state.supervisor.clone();
+        let me = myself.clone();
+        let (run, tool_use_id) = (id.clone(), tool_use.id.clone());
+        let span = info_span!("call", run_id = %id, agent = %state.config.name, callee = %callee, hop_depth = envelope.depth());
+        tokio::spawn(
+            async move {
+                let asked = ractor::call_t!(
+                    supervisor,
+                    |reply| SupervisorMsg::PlaceCall {
+                        envelope: envelope.clone(),
+                        reply,
+                    },
+                    60_000
+                );
+                let outcome = asked.unwrap_or_else(|e| {
+                    CallOutcome::Refused(Refusal::Unreachable {
+                        callee: callee.clone(),
+                        detail: e.to_string(),
+                    })
+                });
+                let _ = me.cast(AgentMsg::CallDone {
+                    run,
+                    tool_use_id,
+                    callee,
+                    outcome,
+                });
+            }
+            .instrument(span),
+        );
+        Ok(Resolution::InFlight)
+    }
+
+    fn record_call_outcome(
+        &self,
+        state: &mut AgentState,
+        run: &RunId,
+        tool_use_id: &str,
+        callee: &str,
+        outcome: CallOutcome,
+    ) -> Result<(), ActorsError> {
+        let view = RunView::from_events(&state.store.events(run)?);
+        if view.resolved.contains(tool_use_id) {
+            return Ok(());
+        }
+        let update = match outcome {
+            CallOutcome::Accepted {
+                child_run,
+                existing,
+            } => {
+                let content = accepted_text(&child_run, callee);
+                let mut update =
+                    tool_result(tool_use_id, "call_agent", &content, false).with_cost(CostDelta {
+                        calls_placed: 1,
+                        ..Default::default()
+                    });
+                update.events.insert(
+                    0,
+                    (
+                        kinds::CALL_PLACED.to_owned(),
+                        json!({"tool_use_id": tool_use_id, "agent": callee, "child_run": child_run, "existing": existing}),
+                    ),
+                );
+                update
+            }
+            CallOutcome::Refused(refusal) => {
+                let text = refusal.to_string();
+                let mut update = tool_result(tool_use_id, "call_agent", &text, true);
+                update.events.insert(
+                    0,
+                    (
+                        kinds::CALL_REFUSED.to_owned(),
+                        json!({"tool_use_id": tool_use_id, "agent": callee, "code": refusal.code(), "reason": text, "refusal": refusal}),
+                    ),
+                );
+                update
+            }
+        };
+        state.store.apply(run, update)?;
+        Ok(())
+    }
+
+    async fn receive_reply(
+        &self,
+        myself: &ActorRef<AgentMsg>,
+        state: &mut AgentState,
+        reply: ReplyEnvelope,
+    ) -> Result<(), ActorsError> {
+        let Some(parent) = state.store.run(&reply.parent_run)? else {
+            warn!(run_id = %reply.parent_run, from = %reply.callee, "reply for a run this agent does not have; dropped");
+            return Ok(());
+        };
+        let view = RunView::from_events(&state.store.events(&parent.id)?);
+        let Some(call) = view.calls.get(&reply.child_run) else {
+            warn!(run_id = %parent.id, child = %reply.child_run, from = %reply.callee, "reply for a call this run never placed; dropped");
+            return Ok(());
+        };
+        if call.agent != reply.callee || call.replied || parent.status.is_settled() {
+            return Ok(());
+        }
+        let status = match reply.status {
+            ReplyStatus::Succeeded => "succeeded",
+            ReplyStatus::Failed => "failed",
+        };
+        let update = RunUpdate::default().event(
+            kinds::REPLY_RECEIVED,
+            json!({
+                "child_run": reply.child_run, "agent": reply.callee, "status": status,
+                "output": cap_output(&reply.output, state.options.reply_cap),
+            }),
+        );
+        let update = if parent.status == RunStatus::Waiting {
+            update.status(RunStatus::Running)
+        } else {
+            update
+        };
+        state.store.apply(&parent.id, update)?;
+        self.advance(myself, state, &parent.id).await
+    }
+
+    fn settle(
+        &self,
+        state: &mut AgentState,
+        id: &RunId,
+        outcome: Result<String, String>,
+    ) -> Result<(), ActorsError> {
+        let update = match &outcome {
+            Ok(text) => RunUpdate {
+                output: Some(text.clone()),
+                ..Default::default()
+            }
+            .event(kinds::ANSWER, json!({"text": text}))
+            .status(RunStatus::Succeeded),
+            Err(error) => RunUpdate {
+                error: Some(error.clone()),
+                ..Default::default()
+            }
+            .event(kinds::FAILED, json!({"error": error}))
+            .status(RunStatus::Failed),
+        };
+        let record = state.store.apply(id, update)?;
+        info!(status = %record.status, "run settled");
+        self.report_settled(state, &record);
+        Ok(())
+    }
+
+    /// Tells the supervisor a run settled; for a delegated run this carries the reply.
+    fn report_settled(&self, state: &AgentState, record: &RunRecord) {
+        let reply = match (
+            &record.parent_run,
+            &record.parent_agent,
+            &record.tool_use_id,
+        ) {
+            (Some(parent), Some(caller), Some(tool_use_id)) => {
+                let (status, text) = match record.status {
+                    RunStatus::Succeeded => (
+                        ReplyStatus::Succeeded,
+                        record.output.clone().unwrap_or_default(),
+                    ),
+                    _ => (
+                        ReplyStatus::Failed,
+                        record.error.clone().unwrap_or_default(),
+                    ),
+                };
+                Some(ReplyEnvelope {
+                    version: ENVELOPE_VERSION,
+                    caller: caller.clone(),
+                    callee: record.agent.clone(),
+                    parent_run: parent.clone(),
+                    child_run: record.id.clone(),
+                    tool_use_id: tool_use_id.clone(),
+                    status,
+                    output: cap_output(&text, state.options.reply_cap),
+                    signature: None,
+                })
+            }
+            _ => None,
+        };
+        let _ = state.supervisor.cast(SupervisorMsg::Settled {
+            record: Box::new(record.clone()),
+            reply,
+        });
+    }
+}
+
+enum Resolution {
+    Done,
+    InFlight,
+    Blocked,
+}
+
+fn tool_call() -> CostDelta {
+    CostDelta {
+        tool_calls: 1,
+        ..Default::default()
+    }
+}
+
+trait WithCost {
+    fn with_cost(self, cost: CostDelta) -> Self;
+}
+
+impl WithCost for RunUpdate {
+    fn with_cost(mut self, cost: CostDelta) -> Self {
+        self.cost = cost;
+        self
+    }
+}
+
+fn tool_result(tool_use_id: &str, name: &str, content: &str, is_error: bool) -> RunUpdate {
+    RunUpdate::default().event(
+        kinds::TOOL_RESULT,
+        json!({"tool_use_id": tool_use_id, "name": name, "content": content, "is_error": is_error}),
+    )
+}
+
+fn accepted_text(child: &RunId, callee: &str) -> String {
+    json!({
+        "run_id": child, "agent": callee, "status": "accepted",
+        "note": format!("the answer will arrive as a [reply from {callee}] message; check_run polls it meanwhile"),
+    })
+    .to_string()
+}
+
+/// Caps a reply's text at `cap` bytes (on a char boundary) with a visible marker.
+pub fn cap_output(text: &str, cap: usize) -> String {
+    if text.len() <= cap {
+        return text.to_owned();
+    }
+    let mut end = cap;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}\n[… output truncated: {} of {} bytes shown]",
+        &text[..end],
+        end,
+        text.len()
+    )
+}
+
+/// `call_agent` and `check_run`, as the model is told about them.
+fn builtin_specs(config: &AgentConfig) -> Vec<ToolSpec> {
+    if config.can_call.is_empty() {
+        return Vec::new();
+    }
+    vec![
+        ToolSpec {
+            name: "call_agent".into(),
+            description: format!(
+                "Start a run on a peer agent ({}) and return its run id at once; the answer arrives later as a [reply from <agent>] message. The peer sees only `input`.",
+                config.can_call.join(", ")
+            ),
+            input_schema: json!({"type": "object", "properties": {"agent": {"type": "string"}, "input": {"type": "string"}}, "required": ["agent", "input"]}),
+        },
+        ToolSpec {
+            name: "check_run".into(),
+            description: "Status and output of a run this run placed.".into(),
+            input_schema: json!({"type": "object", "properties": {"run_id": {"type": "string"}}, "required": ["run_id"]}),
+        },
+    ]
+}
+
+fn build_envelope(
+    state: &AgentState,
+    record: &RunRecord,
+    callee: &str,
+    tool_use_id: &str,
+    input: String,
+) -> Result<CallEnvelope, ActorsError> {
+    let mut hops: Vec<Hop> = state.store.chain(&record.id)?;
+    let now = now_ms();
+    let hop = consort_net::chain::new_hop(
+        hops.last(),
+        consort_net::chain::NextHop {
+            caller: &state.config.name,
+            callee,
+            parent_run: &record.id,
+            tool_use_id,
+            input: &input,
+            issued_at_ms: now,
+            expires_at_ms: now + state.options.call_ttl.as_millis() as u64,
+        },
+    );
+    hops.push(hop);
+    Ok(CallEnvelope {
+        version: ENVELOPE_VERSION,
+        hops,
+        input,
+    })
+}
+
+/// Stops this thread for good at a named fault point, so a test can SIGKILL the process in a
+/// precise crash window. Only reachable when `CONSORT_FAULT` names the point.
+fn fault_point(name: &str, run: &RunId) -> ! {
+    eprintln!("consort: fault point {name} reached (run {run})");
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}

@@ -1,0 +1,100 @@
+//! A host's data folder, read from outside the actors.
+//!
+//! Layout: `<data>/agents/<agent>/runs.db`, one SQLite database per agent. [`DataFolder`]
+//! opens those databases read-only, so the HTTP API's reads, `consort jobs list --data DIR` on
+//! a stopped host and the embedding handle all read the same way without going through (or
+//! waiting on) an agent's mailbox. It never writes.
+
+use std::path::{Path, PathBuf};
+
+use consort_net::RunId;
+
+use crate::ActorsError;
+use crate::run::{EventRecord, RunRecord};
+use crate::store::RunStore;
+
+/// The data folder of one host.
+#[derive(Clone, Debug)]
+pub struct DataFolder {
+    root: PathBuf,
+}
+
+impl DataFolder {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        DataFolder { root: root.into() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Where an agent's run store lives.
+    pub fn store_path(&self, agent: &str) -> PathBuf {
+        self.root.join("agents").join(agent).join("runs.db")
+    }
+
+    /// Agents that have a run store here, sorted.
+    pub fn agents(&self) -> Result<Vec<String>, ActorsError> {
+        let dir = self.root.join("agents");
+        if !self.root.is_dir() {
+            return Err(ActorsError::Io {
+                path: self.root.clone(),
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such data folder"),
+            });
+        }
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return Ok(Vec::new());
+        };
+        let mut names: Vec<String> = entries
+            .filter_map(Result::ok)
+            .filter(|e| e.path().join("runs.db").is_file())
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    fn open(&self, agent: &str) -> Result<RunStore, ActorsError> {
+        RunStore::open_read_only(&self.store_path(agent))
+    }
+
+    /// Runs of every agent (or one), newest first.
+    pub fn runs(&self, agent: Option<&str>) -> Result<Vec<RunRecord>, ActorsError> {
+        let agents = match agent {
+            Some(name) => {
+                if !self.store_path(name).is_file() {
+                    return Err(ActorsError::UnknownAgent(name.to_owned()));
+                }
+                vec![name.to_owned()]
+            }
+            None => self.agents()?,
+        };
+        let mut runs = Vec::new();
+        for name in agents {
+            runs.extend(self.open(&name)?.runs()?);
+        }
+        runs.sort_by(|a, b| b.created_at_ms.cmp(&a.created_at_ms).then(a.id.cmp(&b.id)));
+        Ok(runs)
+    }
+
+    /// One run, wherever it is stored here.
+    pub fn run(&self, id: &RunId) -> Result<Option<RunRecord>, ActorsError> {
+        for name in self.agents()? {
+            if let Some(run) = self.open(&name)?.run(id)? {
+                return Ok(Some(run));
+            }
+        }
+        Ok(None)
+    }
+
+    /// One run's event log.
+    pub fn events(&self, id: &RunId) -> Result<Vec<EventRecord>, ActorsError> {
+        for name in self.agents()? {
+            let store = self.open(&name)?;
+            if store.run(id)?.is_some() {
+                return store.events(id);
+            }
+        }
+        Err(ActorsError::UnknownRun(id.to_string()))
+    }
+}

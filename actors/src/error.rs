@@ -1,0 +1,38 @@
+//! The one error type of consort-actors.
+
+use std::path::PathBuf;
+
+/// Errors from the run store, the tools, the models and the actors of one host.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ActorsError {
+    /// The run store (an agent's SQLite database) could not be opened or written.
+    #[error("run store {path}: {source}")]
+    Store {
+        path: PathBuf,
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// A stored row did not decode (a corrupted or foreign database).
+    #[error("run store {path}: corrupt row: {detail}")]
+    CorruptStore { path: PathBuf, detail: String },
+    /// No run with this id exists in the stores asked.
+    #[error("no run with id {0}")]
+    UnknownRun(String),
+    /// No agent with this name is served here.
+    #[error("no agent named `{0}` is served by this host")]
+    UnknownAgent(String),
+    /// The request was refused before any run was created.
+    #[error("{0}")]
+    Refused(String),
+    /// An actor could not be spawned or reached.
+    #[error("actor: {0}")]
+    Actor(String),
+    /// Reading a data folder failed.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}

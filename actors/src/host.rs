@@ -1,0 +1,201 @@
+//! [`Host`]: the typed handle an app (or the CLI, or the HTTP API) uses to drive one host.
+//!
+//! A host is a [`crate::supervisor::HostSupervisor`] with its agents under it. The handle
+//! starts runs, waits for them to settle, reads runs and their event logs, passes operator
+//! decisions and reloads config. Reads go straight to the agents' stores (read-only), writes go
+//! through the supervisor's mailbox. Build one with [`Host::spawn`], or [`Host::spawn_linked`]
+//! to put the host under an app's own ractor supervisor.
+
+use std::time::Duration;
+
+use ractor::{ActorCell, ActorRef};
+use tokio::sync::broadcast;
+
+use consort_net::RunId;
+
+use crate::ActorsError;
+use crate::data::DataFolder;
+use crate::run::{Channel, EventRecord, RunRecord};
+use crate::supervisor::{AgentStatus, HostSpec, SupervisorMsg, spawn_supervisor};
+
+/// How long a mailbox request may take before the handle reports the host unresponsive.
+const ASK_TIMEOUT_MS: u64 = 30_000;
+
+/// A running host.
+#[derive(Clone)]
+pub struct Host {
+    supervisor: ActorRef<SupervisorMsg>,
+    data: DataFolder,
+    settled: broadcast::Sender<RunRecord>,
+    agents: Vec<String>,
+}
+
+impl Host {
+    /// Starts a host as a root actor.
+    pub async fn spawn(spec: HostSpec) -> Result<(Host, tokio::task::JoinHandle<()>), ActorsError> {
+        Self::spawn_inner(spec, None).await
+    }
+
+    /// Starts a host linked under `parent`: the app's supervisor is told if the host fails.
+    pub async fn spawn_linked(
+        spec: HostSpec,
+        parent: ActorCell,
+    ) -> Result<(Host, tokio::task::JoinHandle<()>), ActorsError> {
+        Self::spawn_inner(spec, Some(parent)).await
+    }
+
+    async fn spawn_inner(
+        spec: HostSpec,
+        parent: Option<ActorCell>,
+    ) -> Result<(Host, tokio::task::JoinHandle<()>), ActorsError> {
+        let (settled, _) = broadcast::channel(1024);
+        let data = DataFolder::new(spec.data_dir.clone());
+        let agents = spec.agents.names();
+        let (supervisor, join) = spawn_supervisor(spec, settled.clone(), parent).await?;
+        Ok((
+            Host {
+                supervisor,
+                data,
+                settled,
+                agents,
+            },
+            join,
+        ))
+    }
+
+    /// The supervisor actor, for apps that link or monitor it.
+    pub fn supervisor(&self) -> &ActorRef<SupervisorMsg> {
+        &self.supervisor
+    }
+
+    /// The agents this host serves.
+    pub fn agents(&self) -> &[String] {
+        &self.agents
+    }
+
+    pub fn data(&self) -> &DataFolder {
+        &self.data
+    }
+
+    /// Starts a run of `agent` on `input`; returns the stored run at once.
+    pub async fn start_run(
+        &self,
+        agent: &str,
+        input: &str,
+        channel: Channel,
+    ) -> Result<RunRecord, ActorsError> {
+        let (agent, input) = (agent.to_owned(), input.to_owned());
+        ractor::call_t!(
+            self.supervisor,
+            |reply| SupervisorMsg::Start {
+                agent: agent.clone(),
+                input: input.clone(),
+                channel: channel.clone(),
+                reply
+            },
+            ASK_TIMEOUT_MS
+        )
+        .map_err(|e| ActorsError::Actor(e.to_string()))?
+    }
+
+    /// Waits until the run settles (or `timeout` passes, then returns it as it stands).
+    pub async fn wait(&self, id: &RunId, timeout: Duration) -> Result<RunRecord, ActorsError> {
+        let mut notices = self.settled.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let run = self
+                .run(id)?
+                .ok_or_else(|| ActorsError::UnknownRun(id.to_string()))?;
+            if run.status.is_settled() {
+                return Ok(run);
+            }
+            // Re-read on every notice (and at least every second, in case one was missed).
+            let wake = tokio::time::Instant::now() + Duration::from_secs(1);
+            let until = wake.min(deadline);
+            loop {
+                match tokio::time::timeout_at(until, notices.recv()).await {
+                    Ok(Ok(r)) if &r.id == id => return Ok(r),
+                    Ok(Ok(_)) => continue,
+                    Ok(Err(broadcast::error::RecvError::Lagged(_))) => break,
+                    Ok(Err(broadcast::error::RecvError::Closed)) => {
+                        return Err(ActorsError::Actor("host stopped".into()));
+                    }
+                    Err(_) => break,
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return self
+                    .run(id)?
+                    .ok_or_else(|| ActorsError::UnknownRun(id.to_string()));
+            }
+        }
+    }
+
+    /// Notices of every run that settles on this host.
+    pub fn subscribe(&self) -> broadcast::Receiver<RunRecord> {
+        self.settled.subscribe()
+    }
+
+    pub fn run(&self, id: &RunId) -> Result<Option<RunRecord>, ActorsError> {
+        self.data.run(id)
+    }
+
+    pub fn events(&self, id: &RunId) -> Result<Vec<EventRecord>, ActorsError> {
+        self.data.events(id)
+    }
+
+    /// Runs of every agent (or one), newest first.
+    pub fn jobs(&self, agent: Option<&str>) -> Result<Vec<RunRecord>, ActorsError> {
+        if let Some(name) = agent {
+            if !self.agents.iter().any(|a| a == name) {
+                return Err(ActorsError::UnknownAgent(name.to_owned()));
+            }
+            if !self.data.store_path(name).is_file() {
+                return Ok(Vec::new());
+            }
+        }
+        self.data.runs(agent)
+    }
+
+    /// An operator's approve (or deny) of the gated tool a blocked run waits on.
+    pub async fn decide(&self, id: &RunId, approve: bool) -> Result<RunRecord, ActorsError> {
+        let run = self
+            .run(id)?
+            .ok_or_else(|| ActorsError::UnknownRun(id.to_string()))?;
+        let target = id.clone();
+        ractor::call_t!(
+            self.supervisor,
+            |reply| SupervisorMsg::Decide {
+                agent: run.agent.clone(),
+                run: target.clone(),
+                approve,
+                reply
+            },
+            ASK_TIMEOUT_MS
+        )
+        .map_err(|e| ActorsError::Actor(e.to_string()))?
+    }
+
+    /// Re-reads every agent.yaml now; returns the agents whose config changed.
+    pub async fn reload(&self) -> Result<Vec<String>, ActorsError> {
+        ractor::call_t!(
+            self.supervisor,
+            |reply| SupervisorMsg::Reload {
+                only_changed: false,
+                reply: Some(reply)
+            },
+            ASK_TIMEOUT_MS
+        )
+        .map_err(|e| ActorsError::Actor(e.to_string()))?
+    }
+
+    pub async fn agent_status(&self) -> Result<Vec<AgentStatus>, ActorsError> {
+        ractor::call_t!(self.supervisor, SupervisorMsg::Agents, ASK_TIMEOUT_MS)
+            .map_err(|e| ActorsError::Actor(e.to_string()))
+    }
+
+    /// Stops the host and its agents. Unsettled runs stay in the stores and resume on restart.
+    pub fn stop(&self) {
+        self.supervisor.stop(Some("host stopping".into()));
+    }
+}

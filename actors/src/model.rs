@@ -1,0 +1,143 @@
+//! The model seam: what an agent's model is shown, and what it may answer.
+//!
+//! A [`Model`] gets the run's conversation (its input, its earlier tool uses and their
+//! results, and `[reply from <agent>]` messages) and returns one [`ModelStep`]: a final answer,
+//! tool uses, or "wait" while calls it placed are still out. The engine in `agent.rs` records
+//! every step in the run's event log *before* acting on it, so a host restarted mid-turn replays
+//! the same tool-use ids and a replayed call finds the run it already created.
+//!
+//! This module defines the seam only; it never runs tools or places calls. consort ships the
+//! deterministic [`crate::script::ScriptModel`]; adapters for real models implement the same
+//! trait.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use consort_net::RunId;
+
+/// One tool use emitted by a model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolUse {
+    /// Unique within the run, and stable: the child run id of a call derives from it.
+    pub id: String,
+    pub name: String,
+    pub input: Value,
+}
+
+/// One message of a run's conversation, rebuilt from its event log.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Message {
+    /// The run's input.
+    User(String),
+    /// A model turn that used tools.
+    Assistant { tool_uses: Vec<ToolUse> },
+    /// The result of one tool use (`is_error` for refusals and tool failures).
+    ToolResult {
+        tool_use_id: String,
+        name: String,
+        content: String,
+        is_error: bool,
+    },
+    /// A peer's answer to a call this run placed.
+    Reply {
+        from: String,
+        run_id: RunId,
+        text: String,
+        failed: bool,
+    },
+}
+
+impl Message {
+    /// The text a model reads for this message.
+    pub fn render(&self) -> String {
+        match self {
+            Message::User(text) => text.clone(),
+            Message::Assistant { tool_uses } => tool_uses
+                .iter()
+                .map(|t| format!("[tool use {} {}] {}", t.id, t.name, t.input))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            Message::ToolResult {
+                tool_use_id,
+                content,
+                ..
+            } => format!("[tool result {tool_use_id}] {content}"),
+            Message::Reply {
+                from, text, failed, ..
+            } => {
+                if *failed {
+                    format!("[reply from {from}] (the run failed) {text}")
+                } else {
+                    format!("[reply from {from}] {text}")
+                }
+            }
+        }
+    }
+}
+
+/// A tool as a model is told about it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    /// JSON Schema of the tool's input object.
+    pub input_schema: Value,
+}
+
+/// What a model is given for one turn.
+#[derive(Clone, Copy, Debug)]
+pub struct ModelRequest<'a> {
+    pub agent: &'a str,
+    pub conversation: &'a [Message],
+    /// Calls this run placed that have not replied yet.
+    pub pending_calls: usize,
+    pub tools: &'a [ToolSpec],
+}
+
+/// What a model decided for one turn.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelStep {
+    /// The run's final answer.
+    Answer(String),
+    /// Tools to use; the engine runs them and (unless calls are now out) asks again.
+    ToolUses(Vec<ToolUse>),
+    /// Nothing to do until a pending call replies.
+    Wait,
+}
+
+/// A model's answer for one turn, with token usage when the model reports it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelReply {
+    pub step: ModelStep,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+impl ModelReply {
+    pub fn new(step: ModelStep) -> Self {
+        ModelReply {
+            step,
+            input_tokens: 0,
+            output_tokens: 0,
+        }
+    }
+}
+
+/// A model failure; the run fails with this text.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("model error: {0}")]
+pub struct ModelError(pub String);
+
+/// The boxed future a [`Model`] returns (object-safe async).
+pub type ModelFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<ModelReply, ModelError>> + Send + 'a>>;
+
+/// An agent's model. Implementations must be deterministic enough that a replayed turn is
+/// safe: consort records each step before acting, and replays the recorded step, never a new one.
+pub trait Model: Send + Sync + 'static {
+    fn respond<'a>(&'a self, request: ModelRequest<'a>) -> ModelFuture<'a>;
+}

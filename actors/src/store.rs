@@ -1,0 +1,625 @@
+//! The per-agent run store: one SQLite database (WAL) per agent.
+//!
+//! Each agent's runs and their append-only event logs live in the agent's own database under
+//! the host's data folder; nothing is shared between agents. Every change to a run (its events,
+//! its status, its cost) is written in one transaction through [`RunStore::apply`], so a crash
+//! never leaves a status without the event that explains it. The unique key on the run id,
+//! written in the same transaction as the run's first event, is what turns a replayed call into
+//! "the run already exists" (see `DESIGN.md`, "Identity and keys").
+//!
+//! The store decides nothing: it never checks consent or guards, it only records.
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use serde_json::Value;
+
+use consort_net::{Hop, RunId};
+
+use crate::ActorsError;
+use crate::run::{Channel, Cost, EventRecord, RunRecord, RunStatus, now_ms};
+
+const SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS runs (
+    id            TEXT PRIMARY KEY,
+    agent         TEXT NOT NULL,
+    status        TEXT NOT NULL,
+    channel       TEXT NOT NULL,
+    parent_run    TEXT,
+    parent_agent  TEXT,
+    tool_use_id   TEXT,
+    hop_depth     INTEGER NOT NULL,
+    input         TEXT NOT NULL,
+    output        TEXT,
+    error         TEXT,
+    chain         TEXT NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    settled_at_ms INTEGER,
+    model_turns   INTEGER NOT NULL DEFAULT 0,
+    tool_calls    INTEGER NOT NULL DEFAULT 0,
+    calls_placed  INTEGER NOT NULL DEFAULT 0,
+    input_tokens  INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS runs_by_parent ON runs(parent_run);
+CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status);
+CREATE TABLE IF NOT EXISTS events (
+    run_id TEXT NOT NULL,
+    seq    INTEGER NOT NULL,
+    at_ms  INTEGER NOT NULL,
+    kind   TEXT NOT NULL,
+    data   TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+"#;
+
+const RUN_COLUMNS: &str = "id, agent, status, channel, parent_run, parent_agent, tool_use_id, \
+     hop_depth, input, output, error, created_at_ms, settled_at_ms, model_turns, tool_calls, \
+     calls_placed, input_tokens, output_tokens";
+
+/// How hard each commit is pushed to disk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// `synchronous=NORMAL` in WAL mode: survives a process crash, not a power loss (~60 µs).
+    #[default]
+    Normal,
+    /// `synchronous=FULL`: survives a power loss too (~3 ms per commit here).
+    Full,
+}
+
+impl Durability {
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "normal" => Some(Durability::Normal),
+            "full" => Some(Durability::Full),
+            _ => None,
+        }
+    }
+}
+
+/// A run to create: what the API or an accepted call knows about it.
+#[derive(Clone, Debug)]
+pub struct NewRun {
+    pub id: RunId,
+    pub agent: String,
+    pub channel: Channel,
+    pub parent_run: Option<RunId>,
+    pub parent_agent: Option<String>,
+    pub tool_use_id: Option<String>,
+    /// The chain of hops that led here (empty for a root run); its length is the hop depth.
+    pub chain: Vec<Hop>,
+    pub input: String,
+}
+
+/// What [`RunStore::insert_run`] found.
+#[derive(Clone, Debug)]
+pub enum Inserted {
+    Created(RunRecord),
+    /// A run with this id already existed (a replayed call): nothing was written.
+    Existing(RunRecord),
+}
+
+impl Inserted {
+    pub fn record(&self) -> &RunRecord {
+        match self {
+            Inserted::Created(r) | Inserted::Existing(r) => r,
+        }
+    }
+}
+
+/// Additions to a run's cost roll-up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CostDelta {
+    pub model_turns: u64,
+    pub tool_calls: u64,
+    pub calls_placed: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+/// One atomic change to a run: events to append, and optionally a new status.
+#[derive(Clone, Debug, Default)]
+pub struct RunUpdate {
+    pub events: Vec<(String, Value)>,
+    pub status: Option<RunStatus>,
+    pub output: Option<String>,
+    pub error: Option<String>,
+    pub cost: CostDelta,
+}
+
+impl RunUpdate {
+    pub fn event(mut self, kind: &str, data: Value) -> Self {
+        self.events.push((kind.to_owned(), data));
+        self
+    }
+    pub fn status(mut self, status: RunStatus) -> Self {
+        self.status = Some(status);
+        self
+    }
+}
+
+/// One agent's run store.
+pub struct RunStore {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl RunStore {
+    /// Opens (creating if needed) the store at `path` for writing.
+    pub fn open(path: &Path, durability: Durability) -> Result<Self, ActorsError> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|source| ActorsError::Io {
+                path: dir.to_owned(),
+                source,
+            })?;
+        }
+        let err = |source| ActorsError::Store {
+            path: path.to_owned(),
+            source,
+        };
+        let conn = Connection::open(path).map_err(err)?;
+        let sync = match durability {
+            Durability::Normal => "NORMAL",
+            Durability::Full => "FULL",
+        };
+        // Automatic checkpoints stall the committing thread; the host checkpoints on a timer.
+        conn.execute_batch(&format!(
+            "PRAGMA journal_mode=WAL; PRAGMA synchronous={sync}; PRAGMA wal_autocheckpoint=0; \
+             PRAGMA busy_timeout=5000; PRAGMA foreign_keys=ON;"
+        ))
+        .map_err(err)?;
+        conn.execute_batch(SCHEMA).map_err(err)?;
+        Ok(RunStore {
+            conn,
+            path: path.to_owned(),
+        })
+    }
+
+    /// Opens an existing store for reading only (inspection of a stopped or serving host).
+    pub fn open_read_only(path: &Path) -> Result<Self, ActorsError> {
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|source| ActorsError::Store {
+            path: path.to_owned(),
+            source,
+        })?;
+        let _ = conn.busy_timeout(std::time::Duration::from_secs(5));
+        Ok(RunStore {
+            conn,
+            path: path.to_owned(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn err(&self, source: rusqlite::Error) -> ActorsError {
+        ActorsError::Store {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    /// Creates the run, or finds the run that already has this id.
+    ///
+    /// The run row and its first event are one transaction: a run that exists always has a log.
+    pub fn insert_run(&mut self, new: NewRun) -> Result<Inserted, ActorsError> {
+        if let Some(existing) = self.run(&new.id)? {
+            return Ok(Inserted::Existing(existing));
+        }
+        let now = now_ms();
+        let chain = serde_json::to_string(&new.chain).map_err(|e| ActorsError::CorruptStore {
+            path: self.path.clone(),
+            detail: e.to_string(),
+        })?;
+        let depth = new.chain.len() as i64;
+        let path = self.path.clone();
+        let tx = self
+            .conn
+            .transaction()
+            .map_err(|source| ActorsError::Store {
+                path: path.clone(),
+                source,
+            })?;
+        let inserted = tx
+            .execute(
+                "INSERT INTO runs (id, agent, status, channel, parent_run, parent_agent, \
+                 tool_use_id, hop_depth, input, chain, created_at_ms) \
+                 VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
+                 ON CONFLICT(id) DO NOTHING",
+                params![
+                    new.id.as_str(),
+                    new.agent,
+                    new.channel.to_string(),
+                    new.parent_run.as_ref().map(RunId::as_str),
+                    new.parent_agent,
+                    new.tool_use_id,
+                    depth,
+                    new.input,
+                    chain,
+                    now as i64,
+                ],
+            )
+            .map_err(|source| ActorsError::Store {
+                path: path.clone(),
+                source,
+            })?;
+        if inserted == 1 {
+            let data = serde_json::json!({
+                "channel": new.channel.to_string(),
+                "input": new.input,
+                "parent_run": new.parent_run.as_ref().map(RunId::as_str),
+                "hop_depth": depth,
+            });
+            tx.execute(
+                "INSERT INTO events (run_id, seq, at_ms, kind, data) VALUES (?1, 1, ?2, 'created', ?3)",
+                params![new.id.as_str(), now as i64, data.to_string()],
+            )
+            .map_err(|source| ActorsError::Store {
+                path: path.clone(),
+                source,
+            })?;
+        }
+        tx.commit()
+            .map_err(|source| ActorsError::Store { path, source })?;
+        let record = self
+            .run(&new.id)?
+            .ok_or_else(|| ActorsError::UnknownRun(new.id.to_string()))?;
+        Ok(if inserted == 1 {
+            Inserted::Created(record)
+        } else {
+            Inserted::Existing(record)
+        })
+    }
+
+    /// Applies one change to a run atomically and returns the run as it now stands.
+    pub fn apply(&mut self, id: &RunId, update: RunUpdate) -> Result<RunRecord, ActorsError> {
+        let path = self.path.clone();
+        let e = |source| ActorsError::Store {
+            path: path.clone(),
+            source,
+        };
+        let now = now_ms();
+        let tx = self.conn.transaction().map_err(e)?;
+        let current: Option<(String, i64)> = tx
+            .query_row(
+                "SELECT status, (SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?1) \
+                 FROM runs WHERE id = ?1",
+                params![id.as_str()],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .optional()
+            .map_err(e)?;
+        let Some((status_text, mut seq)) = current else {
+            return Err(ActorsError::UnknownRun(id.to_string()));
+        };
+        let mut events = update.events;
+        if let Some(next) = update.status
+            && status_text != next.as_str()
+        {
+            let mut data = serde_json::json!({"from": status_text, "to": next.as_str()});
+            if let Some(error) = &update.error {
+                data["error"] = Value::String(error.clone());
+            }
+            events.push(("status".to_owned(), data));
+        }
+        for (kind, data) in &events {
+            seq += 1;
+            tx.execute(
+                "INSERT INTO events (run_id, seq, at_ms, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![id.as_str(), seq, now as i64, kind, data.to_string()],
+            )
+            .map_err(e)?;
+        }
+        let c = update.cost;
+        tx.execute(
+            "UPDATE runs SET model_turns = model_turns + ?2, tool_calls = tool_calls + ?3, \
+             calls_placed = calls_placed + ?4, input_tokens = input_tokens + ?5, \
+             output_tokens = output_tokens + ?6 WHERE id = ?1",
+            params![
+                id.as_str(),
+                c.model_turns as i64,
+                c.tool_calls as i64,
+                c.calls_placed as i64,
+                c.input_tokens as i64,
+                c.output_tokens as i64
+            ],
+        )
+        .map_err(e)?;
+        if let Some(next) = update.status {
+            let settled = next.is_settled().then_some(now as i64);
+            tx.execute(
+                "UPDATE runs SET status = ?2, output = COALESCE(?3, output), \
+                 error = COALESCE(?4, error), settled_at_ms = COALESCE(?5, settled_at_ms) \
+                 WHERE id = ?1",
+                params![
+                    id.as_str(),
+                    next.as_str(),
+                    update.output,
+                    update.error,
+                    settled
+                ],
+            )
+            .map_err(e)?;
+        }
+        tx.commit().map_err(e)?;
+        self.run(id)?
+            .ok_or_else(|| ActorsError::UnknownRun(id.to_string()))
+    }
+
+    /// One run, if it exists here.
+    pub fn run(&self, id: &RunId) -> Result<Option<RunRecord>, ActorsError> {
+        let sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1");
+        let row = self
+            .conn
+            .query_row(&sql, params![id.as_str()], raw_run)
+            .optional()
+            .map_err(|e| self.err(e))?;
+        row.map(|raw| self.decode(raw)).transpose()
+    }
+
+    /// The chain of hops that led to a run (empty for a root run).
+    pub fn chain(&self, id: &RunId) -> Result<Vec<Hop>, ActorsError> {
+        let text: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT chain FROM runs WHERE id = ?1",
+                params![id.as_str()],
+                |row| row.get(0),
+            )
+            .optional()
+            .map_err(|e| self.err(e))?;
+        let text = text.ok_or_else(|| ActorsError::UnknownRun(id.to_string()))?;
+        serde_json::from_str(&text).map_err(|e| ActorsError::CorruptStore {
+            path: self.path.clone(),
+            detail: format!("chain of {id}: {e}"),
+        })
+    }
+
+    /// All runs, newest first.
+    pub fn runs(&self) -> Result<Vec<RunRecord>, ActorsError> {
+        self.select_runs("1 = 1", params![])
+    }
+
+    /// Runs that have not settled yet (what a restarted host resumes).
+    pub fn unsettled(&self) -> Result<Vec<RunRecord>, ActorsError> {
+        self.select_runs("status NOT IN ('succeeded', 'failed')", params![])
+    }
+
+    /// How many distinct child runs this store has accepted for one parent run.
+    pub fn count_children(&self, parent: &RunId) -> Result<u64, ActorsError> {
+        let n: i64 = self
+            .conn
+            .query_row(
+                "SELECT COUNT(*) FROM runs WHERE parent_run = ?1",
+                params![parent.as_str()],
+                |row| row.get(0),
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(n.max(0) as u64)
+    }
+
+    fn select_runs(
+        &self,
+        filter: &str,
+        params: &[&dyn rusqlite::ToSql],
+    ) -> Result<Vec<RunRecord>, ActorsError> {
+        let sql = format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE {filter} ORDER BY created_at_ms DESC, id"
+        );
+        let mut stmt = self.conn.prepare(&sql).map_err(|e| self.err(e))?;
+        let raws = stmt
+            .query_map(params, raw_run)
+            .map_err(|e| self.err(e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.err(e))?;
+        raws.into_iter().map(|raw| self.decode(raw)).collect()
+    }
+
+    /// A run's event log, in order.
+    pub fn events(&self, id: &RunId) -> Result<Vec<EventRecord>, ActorsError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT seq, at_ms, kind, data FROM events WHERE run_id = ?1 ORDER BY seq")
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map(params![id.as_str()], |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, i64>(1)?,
+                    row.get::<_, String>(2)?,
+                    row.get::<_, String>(3)?,
+                ))
+            })
+            .map_err(|e| self.err(e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.err(e))?;
+        rows.into_iter()
+            .map(|(seq, at, kind, data)| {
+                let data = serde_json::from_str(&data).map_err(|e| ActorsError::CorruptStore {
+                    path: self.path.clone(),
+                    detail: format!("event {seq} of {id}: {e}"),
+                })?;
+                Ok(EventRecord {
+                    run_id: id.clone(),
+                    seq: seq.max(0) as u64,
+                    at_ms: at.max(0) as u64,
+                    kind,
+                    data,
+                })
+            })
+            .collect()
+    }
+
+    /// Folds the write-ahead log into the database; called on a timer, off the commit path.
+    pub fn checkpoint(&self) -> Result<(), ActorsError> {
+        self.conn
+            .execute_batch("PRAGMA wal_checkpoint(PASSIVE);")
+            .map_err(|e| self.err(e))
+    }
+
+    fn decode(&self, raw: RawRun) -> Result<RunRecord, ActorsError> {
+        let corrupt = |detail: String| ActorsError::CorruptStore {
+            path: self.path.clone(),
+            detail,
+        };
+        let id = RunId::parse(&raw.id).map_err(|e| corrupt(e.to_string()))?;
+        let status = RunStatus::parse(&raw.status)
+            .ok_or_else(|| corrupt(format!("run {id}: unknown status `{}`", raw.status)))?;
+        let channel = Channel::parse(&raw.channel)
+            .ok_or_else(|| corrupt(format!("run {id}: unknown channel `{}`", raw.channel)))?;
+        let parent_run = raw
+            .parent_run
+            .map(|p| RunId::parse(&p))
+            .transpose()
+            .map_err(|e| corrupt(e.to_string()))?;
+        let created = raw.created_at_ms.max(0) as u64;
+        let settled = raw.settled_at_ms.map(|s| s.max(0) as u64);
+        let wall_ms = settled.unwrap_or_else(now_ms).saturating_sub(created);
+        Ok(RunRecord {
+            id,
+            agent: raw.agent,
+            status,
+            channel,
+            parent_run,
+            parent_agent: raw.parent_agent,
+            tool_use_id: raw.tool_use_id,
+            hop_depth: raw.hop_depth.clamp(0, u32::MAX as i64) as u32,
+            input: raw.input,
+            output: raw.output,
+            error: raw.error,
+            created_at_ms: created,
+            settled_at_ms: settled,
+            cost: Cost {
+                model_turns: raw.cost[0],
+                tool_calls: raw.cost[1],
+                calls_placed: raw.cost[2],
+                input_tokens: raw.cost[3],
+                output_tokens: raw.cost[4],
+                wall_ms,
+            },
+        })
+    }
+}
+
+struct RawRun {
+    id: String,
+    agent: String,
+    status: String,
+    channel: String,
+    parent_run: Option<String>,
+    parent_agent: Option<String>,
+    tool_use_id: Option<String>,
+    hop_depth: i64,
+    input: String,
+    output: Option<String>,
+    error: Option<String>,
+    created_at_ms: i64,
+    settled_at_ms: Option<i64>,
+    cost: [u64; 5],
+}
+
+fn raw_run(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRun> {
+    let cost = |i: usize| -> rusqlite::Result<u64> { Ok(row.get::<_, i64>(i)?.max(0) as u64) };
+    Ok(RawRun {
+        id: row.get(0)?,
+        agent: row.get(1)?,
+        status: row.get(2)?,
+        channel: row.get(3)?,
+        parent_run: row.get(4)?,
+        parent_agent: row.get(5)?,
+        tool_use_id: row.get(6)?,
+        hop_depth: row.get(7)?,
+        input: row.get(8)?,
+        output: row.get(9)?,
+        error: row.get(10)?,
+        created_at_ms: row.get(11)?,
+        settled_at_ms: row.get(12)?,
+        cost: [cost(13)?, cost(14)?, cost(15)?, cost(16)?, cost(17)?],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn new_run(id: RunId) -> NewRun {
+        NewRun {
+            id,
+            agent: "cfo".into(),
+            channel: Channel::Api,
+            parent_run: None,
+            parent_agent: None,
+            tool_use_id: None,
+            chain: vec![],
+            input: "August".into(),
+        }
+    }
+
+    #[test]
+    fn insert_is_idempotent_on_the_run_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = RunStore::open(&dir.path().join("runs.db"), Durability::Normal).unwrap();
+        let id = RunId::random();
+        assert!(matches!(
+            store.insert_run(new_run(id.clone())).unwrap(),
+            Inserted::Created(_)
+        ));
+        assert!(matches!(
+            store.insert_run(new_run(id.clone())).unwrap(),
+            Inserted::Existing(_)
+        ));
+        assert_eq!(store.runs().unwrap().len(), 1);
+        assert_eq!(store.events(&id).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn apply_writes_events_status_and_cost_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runs.db");
+        let mut store = RunStore::open(&path, Durability::Full).unwrap();
+        let id = RunId::random();
+        store.insert_run(new_run(id.clone())).unwrap();
+        let update = RunUpdate {
+            output: Some("42".into()),
+            cost: CostDelta {
+                model_turns: 1,
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+        .event("answer", serde_json::json!({"text": "42"}))
+        .status(RunStatus::Succeeded);
+        let run = store.apply(&id, update).unwrap();
+        assert_eq!(run.status, RunStatus::Succeeded);
+        assert_eq!(run.output.as_deref(), Some("42"));
+        assert_eq!(run.cost.model_turns, 1);
+        assert!(run.settled_at_ms.is_some());
+        let kinds: Vec<_> = store
+            .events(&id)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.kind)
+            .collect();
+        assert_eq!(kinds, ["created", "answer", "status"]);
+        let reader = RunStore::open_read_only(&path).unwrap();
+        assert_eq!(
+            reader.run(&id).unwrap().unwrap().status,
+            RunStatus::Succeeded
+        );
+        assert!(store.unsettled().unwrap().is_empty());
+    }
+
+    #[test]
+    fn unknown_run_is_a_typed_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = RunStore::open(&dir.path().join("runs.db"), Durability::Normal).unwrap();
+        let err = store
+            .apply(&RunId::random(), RunUpdate::default())
+            .unwrap_err();
+        assert!(matches!(err, ActorsError::UnknownRun(_)));
+    }
+}

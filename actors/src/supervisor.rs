@@ -1,0 +1,537 @@
+//! The host supervisor: one per host process, parent of one actor per agent.
+//!
+//! It spawns each agent actor linked to itself, restarts a failed one within its
+//! [`RestartBudget`] (ractor has no restart strategies of its own), and routes what crosses
+//! agents: calls ([`SupervisorMsg::PlaceCall`]) to the callee's actor or, for an agent on
+//! another host, to [`RemoteCalls`]; replies back to the caller's actor; settlement notices to
+//! whoever waits. It re-reads agent.yaml files on change (or on demand) and hands each agent
+//! its new config. The supervisor never decides whether a call is allowed: the caller's and
+//! callee's agent actors do, with the pure checks in [`crate::guards`].
+
+use std::collections::{BTreeMap, VecDeque};
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use tokio::sync::broadcast;
+use tracing::{error, info, warn};
+
+use consort_config::{AgentConfig, AgentSet};
+use consort_net::{CallEnvelope, ReplyEnvelope, RunId};
+
+use crate::ActorsError;
+use crate::agent::{AgentActor, AgentArgs, AgentMsg, AgentOptions, CallOutcome};
+use crate::data::DataFolder;
+use crate::guards::Refusal;
+use crate::model::Model;
+use crate::restart::RestartBudget;
+use crate::run::{Channel, RunRecord};
+use crate::store::RunStore;
+use crate::tools::Tool;
+
+/// A boxed future, for the object-safe [`RemoteCalls`].
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// How the supervisor reaches agents served by other hosts (implemented by the fleet's links).
+pub trait RemoteCalls: Send + Sync + 'static {
+    /// Whether `agent` lives on another host of the fleet.
+    fn serves(&self, agent: &str) -> bool;
+    /// Delivers a call to the callee's host and returns its answer.
+    fn place_call(&self, envelope: CallEnvelope) -> BoxFuture<'_, CallOutcome>;
+    /// Delivers a reply to the caller's host.
+    fn send_reply(&self, reply: ReplyEnvelope) -> BoxFuture<'_, ()>;
+    /// Reads a run on another host (for `check_run`).
+    fn run_summary(
+        &self,
+        agent: String,
+        run: RunId,
+    ) -> BoxFuture<'_, Result<RunRecord, ActorsError>>;
+    /// Asks the callee's host to send a settled run's reply again.
+    fn resend_reply(&self, callee: String, child_run: RunId) -> BoxFuture<'_, ()>;
+}
+
+/// Everything a host is built from.
+#[derive(Clone)]
+pub struct HostSpec {
+    /// Agents this host serves.
+    pub agents: AgentSet,
+    /// Agents of the fleet served by other hosts.
+    pub remote_agents: Vec<String>,
+    pub data_dir: PathBuf,
+    pub options: AgentOptions,
+    pub restart: RestartBudget,
+    /// Models set by an embedding app, by agent (instead of the declared one).
+    pub models: BTreeMap<String, Arc<dyn Model>>,
+    /// Tools registered by an embedding app, by agent.
+    pub tools: BTreeMap<String, Vec<Arc<dyn Tool>>>,
+    pub remote: Option<Arc<dyn RemoteCalls>>,
+    /// How often agent.yaml files are checked for changes; `None` turns watching off.
+    pub watch_config: Option<Duration>,
+    /// How often each store's WAL is checkpointed.
+    pub checkpoint_every: Duration,
+}
+
+impl HostSpec {
+    pub fn new(agents: AgentSet, data_dir: impl Into<PathBuf>) -> Self {
+        HostSpec {
+            agents,
+            remote_agents: Vec::new(),
+            data_dir: data_dir.into(),
+            options: AgentOptions::default(),
+            restart: RestartBudget::default(),
+            models: BTreeMap::new(),
+            tools: BTreeMap::new(),
+            remote: None,
+            watch_config: Some(Duration::from_millis(500)),
+            checkpoint_every: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Messages the host supervisor handles.
+pub enum SupervisorMsg {
+    /// Start a root run on one of this host's agents.
+    Start {
+        agent: String,
+        input: String,
+        channel: Channel,
+        reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
+    },
+    /// Route a call to its callee (local actor or remote host).
+    PlaceCall {
+        envelope: CallEnvelope,
+        reply: RpcReplyPort<CallOutcome>,
+    },
+    /// A run of a local agent settled; `reply` is set when it answers a caller.
+    Settled {
+        record: Box<RunRecord>,
+        reply: Option<ReplyEnvelope>,
+    },
+    /// A reply that arrived from another host for a local caller.
+    DeliverReply(ReplyEnvelope),
+    /// Ask a callee (local or remote) to send a settled run's reply again.
+    ResendReply { callee: String, child_run: RunId },
+    /// Read a run of a given agent (for `check_run`).
+    RunSummary {
+        agent: String,
+        run: RunId,
+        reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
+    },
+    /// An operator's approve or deny.
+    Decide {
+        agent: String,
+        run: RunId,
+        approve: bool,
+        reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
+    },
+    /// Re-read agent.yaml files: all of them, or only those whose file changed.
+    Reload {
+        only_changed: bool,
+        reply: Option<RpcReplyPort<Result<Vec<String>, ActorsError>>>,
+    },
+    /// The agents and whether each is up.
+    Agents(RpcReplyPort<Vec<AgentStatus>>),
+    /// Timer: checkpoint stores, watch config files.
+    Tick,
+}
+
+/// One agent as the supervisor sees it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct AgentStatus {
+    pub name: String,
+    pub up: bool,
+    pub restarts: usize,
+}
+
+struct AgentSlot {
+    config: AgentConfig,
+    actor: Option<ActorRef<AgentMsg>>,
+    restarts: VecDeque<Instant>,
+    total_restarts: usize,
+    modified: Option<SystemTime>,
+}
+
+pub struct SupervisorState {
+    spec: HostSpec,
+    slots: BTreeMap<String, AgentSlot>,
+    settled: broadcast::Sender<RunRecord>,
+    data: DataFolder,
+    last_checkpoint: Instant,
+}
+
+/// The host supervisor actor.
+pub struct HostSupervisor;
+
+fn modified(config: &AgentConfig) -> Option<SystemTime> {
+    std::fs::metadata(&config.file)
+        .and_then(|m| m.modified())
+        .ok()
+}
+
+impl HostSupervisor {
+    fn fleet_agents(spec: &HostSpec) -> Vec<String> {
+        let mut names: Vec<String> = spec.agents.names();
+        names.extend(spec.remote_agents.iter().cloned());
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    async fn spawn_agent(
+        myself: &ActorRef<SupervisorMsg>,
+        state: &mut SupervisorState,
+        name: &str,
+    ) -> Result<(), ActorsError> {
+        let Some(slot) = state.slots.get(name) else {
+            return Err(ActorsError::UnknownAgent(name.to_owned()));
+        };
+        let args = AgentArgs {
+            config: slot.config.clone(),
+            store_path: state.data.store_path(name),
+            model: state.spec.models.get(name).cloned(),
+            extra_tools: state.spec.tools.get(name).cloned().unwrap_or_default(),
+            supervisor: myself.clone(),
+            fleet_agents: Self::fleet_agents(&state.spec),
+            options: state.spec.options.clone(),
+        };
+        let (actor, _) = Actor::spawn_linked(None, AgentActor, args, myself.get_cell())
+            .await
+            .map_err(|e| ActorsError::Actor(format!("agent {name} did not start: {e}")))?;
+        if let Some(slot) = state.slots.get_mut(name) {
+            slot.actor = Some(actor);
+        }
+        Ok(())
+    }
+
+    fn actor(state: &SupervisorState, agent: &str) -> Option<ActorRef<AgentMsg>> {
+        state.slots.get(agent).and_then(|s| s.actor.clone())
+    }
+
+    fn reload(state: &mut SupervisorState, only_changed: bool) -> Result<Vec<String>, ActorsError> {
+        let mut changed = Vec::new();
+        let mut errors = Vec::new();
+        let names: Vec<String> = state.slots.keys().cloned().collect();
+        for name in names {
+            let Some(slot) = state.slots.get_mut(&name) else {
+                continue;
+            };
+            let stamp = modified(&slot.config);
+            if only_changed && stamp == slot.modified {
+                continue;
+            }
+            slot.modified = stamp;
+            match state
+                .spec
+                .agents
+                .reload_one_with_peers(&name, &state.spec.remote_agents)
+            {
+                Ok(config) => {
+                    if config != slot.config {
+                        slot.config = config.clone();
+                        state
+                            .spec
+                            .agents
+                            .agents
+                            .insert(name.clone(), config.clone());
+                        if let Some(actor) = &slot.actor {
+                            let _ = actor.cast(AgentMsg::Config(Box::new(config)));
+                        }
+                        info!(agent = %name, "agent.yaml re-read: new config in force");
+                        changed.push(name);
+                    }
+                }
+                Err(e) => {
+                    error!(agent = %name, "agent.yaml re-read failed, keeping the previous config: {e}");
+                    errors.push(e.to_string());
+                }
+            }
+        }
+        if errors.is_empty() {
+            Ok(changed)
+        } else {
+            Err(ActorsError::Refused(errors.join("\n")))
+        }
+    }
+}
+
+/// What the supervisor is started with.
+pub struct SupervisorArgs {
+    pub spec: HostSpec,
+    pub settled: broadcast::Sender<RunRecord>,
+}
+
+impl Actor for HostSupervisor {
+    type Msg = SupervisorMsg;
+    type State = SupervisorState;
+    type Arguments = SupervisorArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<SupervisorMsg>,
+        args: SupervisorArgs,
+    ) -> Result<SupervisorState, ActorProcessingErr> {
+        let slots = args
+            .spec
+            .agents
+            .agents
+            .iter()
+            .map(|(name, config)| {
+                (
+                    name.clone(),
+                    AgentSlot {
+                        modified: modified(config),
+                        config: config.clone(),
+                        actor: None,
+                        restarts: VecDeque::new(),
+                        total_restarts: 0,
+                    },
+                )
+            })
+            .collect();
+        Ok(SupervisorState {
+            data: DataFolder::new(args.spec.data_dir.clone()),
+            spec: args.spec,
+            slots,
+            settled: args.settled,
+            last_checkpoint: Instant::now(),
+        })
+    }
+
+    async fn post_start(
+        &self,
+        myself: ActorRef<SupervisorMsg>,
+        state: &mut SupervisorState,
+    ) -> Result<(), ActorProcessingErr> {
+        let names: Vec<String> = state.slots.keys().cloned().collect();
+        for name in names {
+            Self::spawn_agent(&myself, state, &name).await?;
+        }
+        let period = state
+            .spec
+            .watch_config
+            .unwrap_or(state.spec.checkpoint_every)
+            .min(state.spec.checkpoint_every);
+        let me = myself.clone();
+        tokio::spawn(async move {
+            let mut interval = tokio::time::interval(period);
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                interval.tick().await;
+                if me.cast(SupervisorMsg::Tick).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<SupervisorMsg>,
+        message: SupervisorMsg,
+        state: &mut SupervisorState,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            SupervisorMsg::Start {
+                agent,
+                input,
+                channel,
+                reply,
+            } => match Self::actor(state, &agent) {
+                Some(actor) => {
+                    let _ = actor.cast(AgentMsg::Start {
+                        input,
+                        channel,
+                        reply,
+                    });
+                }
+                None if state.slots.contains_key(&agent) => {
+                    let _ = reply.send(Err(ActorsError::Refused(format!("agent {agent} is down"))));
+                }
+                None => {
+                    let _ = reply.send(Err(ActorsError::UnknownAgent(agent)));
+                }
+            },
+            SupervisorMsg::PlaceCall { envelope, reply } => {
+                let callee = envelope
+                    .last_hop()
+                    .map(|h| h.callee.clone())
+                    .unwrap_or_default();
+                if let Some(actor) = Self::actor(state, &callee) {
+                    let _ = actor.cast(AgentMsg::Accept { envelope, reply });
+                } else if state.slots.contains_key(&callee) {
+                    let _ = reply.send(CallOutcome::Refused(Refusal::AgentDown { callee }));
+                } else if let Some(remote) = state.spec.remote.clone().filter(|r| r.serves(&callee))
+                {
+                    tokio::spawn(async move {
+                        let outcome = remote.place_call(envelope).await;
+                        let _ = reply.send(outcome);
+                    });
+                } else {
+                    let allowed = Self::fleet_agents(&state.spec).join(", ");
+                    let _ = reply.send(CallOutcome::Refused(Refusal::UnknownAgent {
+                        callee,
+                        allowed,
+                    }));
+                }
+            }
+            SupervisorMsg::Settled { record, reply } => {
+                let _ = state.settled.send((*record).clone());
+                if let Some(reply) = reply {
+                    route_reply(state, reply);
+                }
+            }
+            SupervisorMsg::DeliverReply(reply) => route_reply(state, reply),
+            SupervisorMsg::ResendReply { callee, child_run } => {
+                if let Some(actor) = Self::actor(state, &callee) {
+                    let _ = actor.cast(AgentMsg::ResendReply(child_run));
+                } else if let Some(remote) = state.spec.remote.clone().filter(|r| r.serves(&callee))
+                {
+                    tokio::spawn(async move { remote.resend_reply(callee, child_run).await });
+                }
+            }
+            SupervisorMsg::RunSummary { agent, run, reply } => {
+                if state.slots.contains_key(&agent) {
+                    let found = RunStore::open_read_only(&state.data.store_path(&agent))
+                        .and_then(|store| store.run(&run))
+                        .and_then(|r| r.ok_or_else(|| ActorsError::UnknownRun(run.to_string())));
+                    let _ = reply.send(found);
+                } else if let Some(remote) = state.spec.remote.clone().filter(|r| r.serves(&agent))
+                {
+                    tokio::spawn(async move {
+                        let _ = reply.send(remote.run_summary(agent, run).await);
+                    });
+                } else {
+                    let _ = reply.send(Err(ActorsError::UnknownAgent(agent)));
+                }
+            }
+            SupervisorMsg::Decide {
+                agent,
+                run,
+                approve,
+                reply,
+            } => match Self::actor(state, &agent) {
+                Some(actor) => {
+                    let _ = actor.cast(AgentMsg::Decide {
+                        run,
+                        approve,
+                        reply,
+                    });
+                }
+                None => {
+                    let _ = reply.send(Err(ActorsError::UnknownAgent(agent)));
+                }
+            },
+            SupervisorMsg::Reload {
+                only_changed,
+                reply,
+            } => {
+                let result = Self::reload(state, only_changed);
+                if let Some(reply) = reply {
+                    let _ = reply.send(result);
+                }
+            }
+            SupervisorMsg::Agents(reply) => {
+                let list = state
+                    .slots
+                    .iter()
+                    .map(|(name, slot)| AgentStatus {
+                        name: name.clone(),
+                        up: slot.actor.is_some(),
+                        restarts: slot.total_restarts,
+                    })
+                    .collect();
+                let _ = reply.send(list);
+            }
+            SupervisorMsg::Tick => {
+                if state.spec.watch_config.is_some() {
+                    let _ = Self::reload(state, true);
+                }
+                if state.last_checkpoint.elapsed() >= state.spec.checkpoint_every {
+                    state.last_checkpoint = Instant::now();
+                    for slot in state.slots.values() {
+                        if let Some(actor) = &slot.actor {
+                            let _ = actor.cast(AgentMsg::Checkpoint);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<SupervisorMsg>,
+        event: SupervisionEvent,
+        state: &mut SupervisorState,
+    ) -> Result<(), ActorProcessingErr> {
+        let (cell, reason) = match event {
+            SupervisionEvent::ActorFailed(cell, err) => (cell, err.to_string()),
+            SupervisionEvent::ActorTerminated(cell, _, reason) => {
+                (cell, reason.unwrap_or_else(|| "stopped".into()))
+            }
+            _ => return Ok(()),
+        };
+        let Some(name) = state
+            .slots
+            .iter()
+            .find(|(_, s)| {
+                s.actor
+                    .as_ref()
+                    .is_some_and(|a| a.get_id() == cell.get_id())
+            })
+            .map(|(n, _)| n.clone())
+        else {
+            return Ok(());
+        };
+        let budget = state.spec.restart;
+        let Some(slot) = state.slots.get_mut(&name) else {
+            return Ok(());
+        };
+        slot.actor = None;
+        if budget.admit(&mut slot.restarts, Instant::now()) {
+            slot.total_restarts += 1;
+            warn!(agent = %name, %reason, "agent actor failed; restarting it (its runs resume from the store)");
+            if let Err(e) = Self::spawn_agent(&myself, state, &name).await {
+                error!(agent = %name, "restart failed: {e}");
+            }
+        } else {
+            error!(agent = %name, %reason, "agent actor failed past its restart budget; it is down until the host restarts");
+        }
+        Ok(())
+    }
+}
+
+fn route_reply(state: &SupervisorState, reply: ReplyEnvelope) {
+    if let Some(actor) = state.slots.get(&reply.caller).and_then(|s| s.actor.clone()) {
+        let _ = actor.cast(AgentMsg::Reply(reply));
+    } else if let Some(remote) = state
+        .spec
+        .remote
+        .clone()
+        .filter(|r| r.serves(&reply.caller))
+    {
+        tokio::spawn(async move { remote.send_reply(reply).await });
+    } else {
+        warn!(caller = %reply.caller, child = %reply.child_run, "reply for an agent that is not reachable; it will be re-sent when the caller resumes");
+    }
+}
+
+/// Spawns a host's supervisor as a child of `parent` (an embedding app's own supervisor), or
+/// as a root actor when `parent` is `None`.
+pub async fn spawn_supervisor(
+    spec: HostSpec,
+    settled: broadcast::Sender<RunRecord>,
+    parent: Option<ActorCell>,
+) -> Result<(ActorRef<SupervisorMsg>, tokio::task::JoinHandle<()>), ActorsError> {
+    let args = SupervisorArgs { spec, settled };
+    let spawned = match parent {
+        Some(parent) => Actor::spawn_linked(None, HostSupervisor, args, parent).await,
+        None => Actor::spawn(None, HostSupervisor, args).await,
+    };
+    spawned.map_err(|e| ActorsError::Actor(format!("host supervisor did not start: {e}")))
+}
