@@ -54,7 +54,7 @@ tools:
     std::fs::write(agents.join("cfo/ledger.db"), b"").unwrap();
     std::fs::remove_file(agents.join("cfo/ledger.db")).unwrap();
     ledger(&agents);
-    let set = AgentSet::load(&[agents.clone()]).unwrap();
+    let set = AgentSet::load(std::slice::from_ref(&agents)).unwrap();
     let (host, _join) = Host::spawn(HostSpec::new(set, tmp.path().join("data")))
         .await
         .unwrap();
