@@ -1,1 +1,494 @@
-fn main() {}
+//! The `consort` command line: serve agents, start runs, inspect them, approve gated tools.
+//!
+//! Every subcommand is a thin user of the library: `dev` assembles a host with
+//! `consort_fleet::dev`, the others talk to a host through the client SDK (`--at URL`) or read a
+//! stopped host's data folder (`--data DIR`). Listings take `--json`.
+
+mod output;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use clap::{Args, Parser, Subcommand};
+use serde_json::json;
+
+use consort_actors::store::Durability;
+use consort_actors::{AgentOptions, Channel, DataFolder, RunRecord, RunStatus};
+use consort_config::AgentSet;
+use consort_fleet::Client;
+use consort_fleet::dev::{DevHost, DevOptions};
+use consort_net::RunId;
+
+const DEFAULT_URL: &str = "http://127.0.0.1:7400";
+
+#[derive(Parser)]
+#[command(
+    name = "consort",
+    version,
+    about = "A runtime for fleets of AI agents that delegate to each other"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+    /// Log format on stderr: text or json.
+    #[arg(long, global = true, default_value = "text")]
+    log_format: String,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve agent folders (or folders of agent folders) in one process.
+    Dev(DevArgs),
+    /// Start a run through a serving host's API.
+    Run {
+        agent: String,
+        input: String,
+        /// Wait for the run to settle and print its output.
+        #[arg(long)]
+        wait: bool,
+        #[arg(long, default_value_t = 300)]
+        timeout_secs: u64,
+        #[command(flatten)]
+        at: At,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Runs of a host.
+    Jobs {
+        #[command(subcommand)]
+        command: JobsCommand,
+    },
+    /// One run and its event log.
+    Runs {
+        #[command(subcommand)]
+        command: RunsCommand,
+    },
+    /// Approve (or deny) the gated tool a blocked run waits on.
+    Approve {
+        run_id: String,
+        #[arg(long)]
+        deny: bool,
+        #[command(flatten)]
+        at: At,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make a serving host re-read every agent.yaml now.
+    Reload {
+        #[command(flatten)]
+        at: At,
+    },
+    /// List every declared edge and whether both sides consented.
+    Edges {
+        dirs: Vec<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum JobsCommand {
+    /// List runs, newest first.
+    List {
+        #[arg(long)]
+        agent: Option<String>,
+        #[command(flatten)]
+        source: Source,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum RunsCommand {
+    /// Show one run with its events.
+    Show {
+        run_id: String,
+        #[command(flatten)]
+        source: Source,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Args)]
+struct DevArgs {
+    /// Agent folders, or folders of agent folders.
+    #[arg(required = true)]
+    dirs: Vec<PathBuf>,
+    /// Data folder (run stores).
+    #[arg(long, default_value = ".consort")]
+    data: PathBuf,
+    /// Address of the HTTP API (loopback). With --ask the default is a free port.
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Run one request to the end, print the answer and the runs it produced, and exit.
+    #[arg(long, num_args = 2, value_names = ["AGENT", "INPUT"])]
+    ask: Option<Vec<String>>,
+    #[arg(long, default_value_t = 300)]
+    timeout_secs: u64,
+    /// Commit durability: normal (survives a process crash) or full (survives power loss).
+    #[arg(long, default_value = "normal")]
+    durability: String,
+    #[arg(long)]
+    json: bool,
+}
+
+/// Where a serving host is.
+#[derive(Args, Clone)]
+struct At {
+    /// URL of a serving host (default: $CONSORT_AT, then ./.consort/serve.json, then 127.0.0.1:7400).
+    #[arg(long)]
+    at: Option<String>,
+}
+
+/// A serving host or a data folder.
+#[derive(Args, Clone)]
+struct Source {
+    #[arg(long, conflicts_with = "data")]
+    at: Option<String>,
+    /// Read a (stopped or serving) host's data folder directly.
+    #[arg(long)]
+    data: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(&cli);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("consort: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("consort: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn init_tracing(cli: &Cli) {
+    let default = match &cli.command {
+        Command::Dev(args) if args.ask.is_none() => "info",
+        _ => "warn",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if cli.log_format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+fn resolve_url(at: &Option<String>) -> String {
+    if let Some(url) = at {
+        return url.trim_end_matches('/').to_owned();
+    }
+    if let Ok(url) = std::env::var("CONSORT_AT") {
+        return url;
+    }
+    let note = Path::new(".consort").join("serve.json");
+    if let Some(url) = std::fs::read_to_string(note)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v["url"].as_str().map(str::to_owned))
+    {
+        return url;
+    }
+    DEFAULT_URL.to_owned()
+}
+
+fn print_json(value: &impl serde::Serialize) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+async fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Dev(args) => dev(args).await,
+        Command::Run {
+            agent,
+            input,
+            wait,
+            timeout_secs,
+            at,
+            json,
+        } => {
+            let client = Client::new(&resolve_url(&at.at));
+            let mut run = client.start_run(&agent, &input, "cli").await?;
+            if wait {
+                run = client
+                    .wait(run.id.as_str(), Duration::from_secs(timeout_secs))
+                    .await?;
+            }
+            if json {
+                print_json(&run)?;
+            } else if wait {
+                print_settled(&run);
+            } else {
+                println!("{}", run.id);
+            }
+            Ok(exit_for(&run, wait))
+        }
+        Command::Jobs {
+            command:
+                JobsCommand::List {
+                    agent,
+                    source,
+                    json,
+                },
+        } => {
+            let runs = match &source.data {
+                Some(dir) => DataFolder::new(dir).runs(agent.as_deref())?,
+                None => {
+                    Client::new(&resolve_url(&source.at))
+                        .jobs(agent.as_deref())
+                        .await?
+                }
+            };
+            if json {
+                print_json(&runs)?;
+            } else {
+                println!("{}", output::runs_table(&runs));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Runs {
+            command:
+                RunsCommand::Show {
+                    run_id,
+                    source,
+                    json,
+                },
+        } => {
+            let id = RunId::parse(&run_id)?;
+            let (run, events) = match &source.data {
+                Some(dir) => {
+                    let data = DataFolder::new(dir);
+                    let run = data
+                        .run(&id)?
+                        .ok_or_else(|| anyhow!("no run with id {id} in {}", dir.display()))?;
+                    (run, data.events(&id)?)
+                }
+                None => {
+                    let client = Client::new(&resolve_url(&source.at));
+                    (
+                        client.run(id.as_str()).await?,
+                        client.events(id.as_str()).await?,
+                    )
+                }
+            };
+            if json {
+                print_json(&json!({"run": run, "events": events}))?;
+            } else {
+                print!("{}", output::run_detail(&run, &events));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Approve {
+            run_id,
+            deny,
+            at,
+            json,
+        } => {
+            let client = Client::new(&resolve_url(&at.at));
+            let run = client.decide(&run_id, !deny).await?;
+            if json {
+                print_json(&run)?;
+            } else {
+                println!(
+                    "{} {}: run {} is {}",
+                    if deny { "denied" } else { "approved" },
+                    run_id,
+                    run.id,
+                    run.status
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Reload { at } => {
+            let changed = Client::new(&resolve_url(&at.at)).reload().await?;
+            if changed.is_empty() {
+                println!("no agent.yaml changed");
+            } else {
+                println!("reloaded: {}", changed.join(", "));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Edges { dirs, json } => {
+            if dirs.is_empty() {
+                bail!("give agent folders (or folders of agent folders)");
+            }
+            let set = AgentSet::load(&dirs)?;
+            let edges = set.consent().edges();
+            if json {
+                print_json(&edges)?;
+            } else {
+                let rows: Vec<Vec<String>> = edges
+                    .iter()
+                    .map(|e| {
+                        vec![
+                            e.caller.clone(),
+                            e.callee.clone(),
+                            e.status.as_str().to_owned(),
+                        ]
+                    })
+                    .collect();
+                println!("{}", output::table(&["CALLER", "CALLEE", "STATUS"], &rows));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn exit_for(run: &RunRecord, waited: bool) -> ExitCode {
+    if waited && run.status == RunStatus::Failed {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn print_settled(run: &RunRecord) {
+    match run.status {
+        RunStatus::Succeeded => println!("{}", run.output.as_deref().unwrap_or_default()),
+        RunStatus::Failed => println!(
+            "run {} failed: {}",
+            run.id,
+            run.error.as_deref().unwrap_or_default()
+        ),
+        other => println!("run {} is still {other}", run.id),
+    }
+}
+
+async fn dev(args: DevArgs) -> Result<ExitCode> {
+    let durability = Durability::parse(&args.durability).ok_or_else(|| {
+        anyhow!(
+            "--durability must be normal or full, not `{}`",
+            args.durability
+        )
+    })?;
+    std::fs::create_dir_all(&args.data)
+        .with_context(|| format!("creating data folder {}", args.data.display()))?;
+    let default_listen: SocketAddr = if args.ask.is_some() {
+        SocketAddr::from(([127, 0, 0, 1], 0))
+    } else {
+        SocketAddr::from(([127, 0, 0, 1], 7400))
+    };
+    let agent_options = AgentOptions {
+        durability,
+        fault: std::env::var("CONSORT_FAULT")
+            .ok()
+            .filter(|f| !f.is_empty()),
+        ..AgentOptions::default()
+    };
+    let dev = DevHost::start(DevOptions {
+        dirs: args.dirs.clone(),
+        data_dir: args.data.clone(),
+        listen: args.listen.unwrap_or(default_listen),
+        agent_options,
+    })
+    .await?;
+    let url = format!("http://{}", dev.addr);
+    eprintln!(
+        "consort: serving {} on {url} (data in {})",
+        dev.host.agents().join(", "),
+        args.data.display()
+    );
+
+    let Some(ask) = args.ask else {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = dev.server => {}
+        }
+        dev.host.stop();
+        return Ok(ExitCode::SUCCESS);
+    };
+    let [agent, input] =
+        <[String; 2]>::try_from(ask).map_err(|_| anyhow!("--ask takes AGENT INPUT"))?;
+    if !dev.host.agents().contains(&agent) {
+        bail!(
+            "no agent named `{agent}` is served (agents: {})",
+            dev.host.agents().join(", ")
+        );
+    }
+    let started = dev.host.start_run(&agent, &input, Channel::Cli).await?;
+    let mut notices = dev.host.subscribe();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(args.timeout_secs);
+    let mut told_blocked = std::collections::BTreeSet::new();
+    let run = loop {
+        let run = dev
+            .host
+            .wait(&started.id, Duration::from_millis(500))
+            .await?;
+        if run.status.is_settled() {
+            break run;
+        }
+        for blocked in produced(&dev.host, &started.id)?
+            .into_iter()
+            .filter(|r| r.status == RunStatus::Blocked)
+        {
+            if told_blocked.insert(blocked.id.clone()) {
+                eprintln!(
+                    "consort: run {} ({}) waits for approval: consort approve {} --at {url}",
+                    blocked.id, blocked.agent, blocked.id
+                );
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            break run;
+        }
+        while notices.try_recv().is_ok() {}
+    };
+    let runs = produced(&dev.host, &started.id)?;
+    if args.json {
+        print_json(&json!({"run": run, "answer": run.output, "runs": runs}))?;
+    } else {
+        print_settled(&run);
+        println!();
+        println!("{}", output::runs_table(&runs));
+    }
+    dev.host.stop();
+    Ok(if run.status == RunStatus::Succeeded {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(2)
+    })
+}
+
+/// The root run and every run it produced, transitively, oldest first.
+fn produced(host: &consort_actors::Host, root: &RunId) -> Result<Vec<RunRecord>> {
+    let all = host.jobs(None)?;
+    let mut ids = vec![root.clone()];
+    let mut out: Vec<RunRecord> = Vec::new();
+    while let Some(id) = ids.pop() {
+        if let Some(run) = all.iter().find(|r| r.id == id) {
+            out.push(run.clone());
+        }
+        ids.extend(
+            all.iter()
+                .filter(|r| r.parent_run.as_ref() == Some(&id))
+                .map(|r| r.id.clone()),
+        );
+    }
+    out.sort_by(|a, b| {
+        a.created_at_ms
+            .cmp(&b.created_at_ms)
+            .then(a.hop_depth.cmp(&b.hop_depth))
+    });
+    Ok(out)
+}

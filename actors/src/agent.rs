@@ -706,6 +706,7 @@ impl AgentActor {
                 let ctx = ToolContext {
                     agent: &state.config.name,
                     run_id: id,
+                    input: &record.input,
                     env: &state.config.env,
                 };
                 let outcome = tool.invoke(ctx, &tool_use.input).await;

@@ -139,7 +139,7 @@ pub enum SupervisorMsg {
 }
 
 /// One agent as the supervisor sees it.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct AgentStatus {
     pub name: String,
     pub up: bool,

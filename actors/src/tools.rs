@@ -29,6 +29,8 @@ use crate::model::ToolSpec;
 pub struct ToolContext<'a> {
     pub agent: &'a str,
     pub run_id: &'a RunId,
+    /// The run's input text.
+    pub input: &'a str,
     /// The agent's env from its agent.yaml.
     pub env: &'a BTreeMap<String, String>,
 }
@@ -77,7 +79,8 @@ const SQL_MAX_ROWS: usize = 200;
 ///
 /// Read-only is enforced by SQLite itself: the file is opened with `SQLITE_OPEN_READ_ONLY` and
 /// `query_only`, so a write fails in the engine whatever the text looks like. Named parameters
-/// (`:NAME`) are bound from the agent's env, so a query can use the agent's own settings.
+/// are bound, never spliced: `:input` is the run's input text and `:NAME` an entry of the
+/// agent's env, so a query can use what the caller asked without the caller writing SQL.
 pub struct SqlTool {
     pub name: String,
     pub description: String,
@@ -109,7 +112,8 @@ impl Tool for SqlTool {
             .and_then(Value::as_str)
             .map(str::to_owned);
         let database = self.database.clone();
-        let env = ctx.env.clone();
+        let mut env = ctx.env.clone();
+        env.insert("input".to_owned(), ctx.input.to_owned());
         Box::pin(async move {
             let query = query.ok_or_else(|| {
                 ToolError::InvalidInput("expected {\"query\": \"<one SQL statement>\"}".into())
@@ -143,7 +147,9 @@ fn run_query(
         };
         let key = name.trim_start_matches([':', '@', '$']);
         let value = env.get(key).ok_or_else(|| {
-            ToolError::InvalidInput(format!("parameter {name} is not in the agent's env"))
+            ToolError::InvalidInput(format!(
+                "parameter {name} is neither :input nor a key of the agent's env"
+            ))
         })?;
         stmt.raw_bind_parameter(index, value).map_err(fail)?;
     }
@@ -222,12 +228,27 @@ mod tests {
         let ctx = ToolContext {
             agent: "cfo",
             run_id: &run,
+            input: "2026-08",
             env: &env,
         };
         let one = json!({"query": "SELECT sum(amount) FROM spend WHERE month = '2026-08'"});
         assert_eq!(tool.invoke(ctx, &one).await.unwrap(), "120.5");
         let bound = json!({"query": "SELECT sum(amount) FROM spend WHERE region = :REGION"});
         assert_eq!(tool.invoke(ctx, &bound).await.unwrap(), "107.5");
+        let input = json!({"query": "SELECT sum(amount) FROM spend WHERE month = :input"});
+        assert_eq!(tool.invoke(ctx, &input).await.unwrap(), "120.5");
+        let missing = json!({"query": "SELECT :NOPE"});
+        assert!(matches!(
+            tool.invoke(ctx, &missing).await,
+            Err(ToolError::InvalidInput(_))
+        ));
+        let input = json!({"query": "SELECT sum(amount) FROM spend WHERE month = :input"});
+        assert_eq!(tool.invoke(ctx, &input).await.unwrap(), "120.5");
+        let missing = json!({"query": "SELECT :NOPE"});
+        assert!(matches!(
+            tool.invoke(ctx, &missing).await,
+            Err(ToolError::InvalidInput(_))
+        ));
         let table = json!({"query": "SELECT month, amount FROM spend ORDER BY amount"});
         assert!(
             tool.invoke(ctx, &table)
@@ -246,6 +267,7 @@ mod tests {
         let ctx = ToolContext {
             agent: "cfo",
             run_id: &run,
+            input: "2026-08",
             env: &env,
         };
         for write in [

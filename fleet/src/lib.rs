@@ -1,1 +1,15 @@
-//! consort-fleet
+//! consort-fleet: a consort host put together, and the surfaces that reach it.
+//!
+//! This crate assembles a [`consort_actors::Host`] from agent folders ([`dev`]), serves its
+//! HTTP API on loopback ([`api`]) and offers the Rust client SDK that talks to that API
+//! ([`client`]). The CLI is one user of these; an embedding app is another. The crate decides
+//! no call rules itself (they live in consort-actors' guards) and never touches a run store
+//! except through the host handle or the read-only data folder.
+
+pub mod api;
+pub mod client;
+pub mod dev;
+pub mod error;
+
+pub use client::Client;
+pub use error::FleetError;

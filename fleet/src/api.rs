@@ -1,0 +1,253 @@
+//! The HTTP API of one host, on loopback.
+//!
+//! | route                       | what                                                  |
+//! |-----------------------------|-------------------------------------------------------|
+//! | `POST /runs`                | `{agent, input}` → the stored run (201)               |
+//! | `GET /runs/{id}`            | one run; `?wait_ms=N` waits up to N ms for it to settle |
+//! | `GET /runs/{id}/events`     | its event log                                         |
+//! | `POST /runs/{id}/approve`   | `{approve: bool}`: an operator's decision             |
+//! | `GET /jobs?agent=`          | runs, newest first                                    |
+//! | `GET /agents`               | the agents served and whether each is up              |
+//! | `POST /reload`              | re-read every agent.yaml now                          |
+//!
+//! Every error is JSON, `{"error": {"code", "message"}}`, with a 4xx status for bad requests.
+//! Handlers only translate HTTP to calls on [`Host`]; they decide nothing about runs.
+
+use std::time::Duration;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use consort_actors::{ActorsError, Channel, Host};
+use consort_net::RunId;
+
+/// Longest wait a `GET /runs/{id}?wait_ms=` may ask for.
+const MAX_WAIT_MS: u64 = 600_000;
+/// Longest run input accepted over HTTP.
+const MAX_INPUT_BYTES: usize = 256 * 1024;
+
+/// The body of `POST /runs`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StartRun {
+    pub agent: String,
+    pub input: String,
+    /// `api` (default) or `cli`.
+    #[serde(default)]
+    pub channel: Option<String>,
+}
+
+/// The body of `POST /runs/{id}/approve`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Decision {
+    pub approve: bool,
+}
+
+#[derive(Debug, Deserialize)]
+struct WaitQuery {
+    wait_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct JobsQuery {
+    agent: Option<String>,
+}
+
+/// An API error: a status, a stable code and a message for people.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({"error": {"code": self.code, "message": self.message}});
+        (self.status, Json(body)).into_response()
+    }
+}
+
+impl From<ActorsError> for ApiError {
+    fn from(e: ActorsError) -> Self {
+        match &e {
+            ActorsError::UnknownRun(_) => {
+                ApiError::new(StatusCode::NOT_FOUND, "unknown_run", e.to_string())
+            }
+            ActorsError::UnknownAgent(_) => {
+                ApiError::new(StatusCode::NOT_FOUND, "unknown_agent", e.to_string())
+            }
+            ActorsError::Refused(_) => {
+                ApiError::new(StatusCode::CONFLICT, "refused", e.to_string())
+            }
+            _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()),
+        }
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(e: JsonRejection) -> Self {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_json",
+            format!("the body must be a JSON object: {}", e.body_text()),
+        )
+    }
+}
+
+fn parse_run_id(text: &str) -> Result<RunId, ApiError> {
+    RunId::parse(text)
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_run_id", e.to_string()))
+}
+
+/// The router for one host.
+pub fn router(host: Host) -> Router {
+    Router::new()
+        .route("/runs", post(start_run))
+        .route("/runs/{id}", get(get_run))
+        .route("/runs/{id}/events", get(get_events))
+        .route("/runs/{id}/approve", post(approve))
+        .route("/jobs", get(jobs))
+        .route("/agents", get(agents))
+        .route("/reload", post(reload))
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
+        .with_state(host)
+}
+
+async fn start_run(
+    State(host): State<Host>,
+    body: Result<Json<StartRun>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(body) = body?;
+    if body.input.trim().is_empty() {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "empty_input",
+            "input must not be empty",
+        ));
+    }
+    if body.input.len() > MAX_INPUT_BYTES {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "input_too_large",
+            format!(
+                "input is {} bytes; the limit is {MAX_INPUT_BYTES}",
+                body.input.len()
+            ),
+        ));
+    }
+    if !host.agents().iter().any(|a| a == &body.agent) {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_agent",
+            format!(
+                "no agent named `{}` is served here (agents: {})",
+                body.agent,
+                host.agents().join(", ")
+            ),
+        ));
+    }
+    let channel = match body.channel.as_deref() {
+        None | Some("api") => Channel::Api,
+        Some("cli") => Channel::Cli,
+        Some(other) => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_channel",
+                format!("channel `{other}` is not one of: api, cli"),
+            ));
+        }
+    };
+    let run = host.start_run(&body.agent, &body.input, channel).await?;
+    Ok((StatusCode::CREATED, Json(run)).into_response())
+}
+
+async fn get_run(
+    State(host): State<Host>,
+    Path(id): Path<String>,
+    Query(q): Query<WaitQuery>,
+) -> Result<Response, ApiError> {
+    let id = parse_run_id(&id)?;
+    let run = match q.wait_ms {
+        Some(ms) if ms > 0 => {
+            host.wait(&id, Duration::from_millis(ms.min(MAX_WAIT_MS)))
+                .await?
+        }
+        _ => {
+            blocking(&host, move |h| {
+                h.run(&id)?
+                    .ok_or_else(|| ActorsError::UnknownRun(id.to_string()))
+            })
+            .await?
+        }
+    };
+    Ok(Json(run).into_response())
+}
+
+async fn get_events(
+    State(host): State<Host>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = parse_run_id(&id)?;
+    let events = blocking(&host, move |h| h.events(&id)).await?;
+    Ok(Json(events).into_response())
+}
+
+async fn approve(
+    State(host): State<Host>,
+    Path(id): Path<String>,
+    body: Result<Json<Decision>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let id = parse_run_id(&id)?;
+    let Json(decision) = body?;
+    let run = host.decide(&id, decision.approve).await?;
+    Ok(Json(run).into_response())
+}
+
+async fn jobs(State(host): State<Host>, Query(q): Query<JobsQuery>) -> Result<Response, ApiError> {
+    let runs = blocking(&host, move |h| h.jobs(q.agent.as_deref())).await?;
+    Ok(Json(runs).into_response())
+}
+
+async fn agents(State(host): State<Host>) -> Result<Response, ApiError> {
+    Ok(Json(host.agent_status().await?).into_response())
+}
+
+async fn reload(State(host): State<Host>) -> Result<Response, ApiError> {
+    let changed = host.reload().await.map_err(|e| match e {
+        ActorsError::Refused(message) => {
+            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_config", message)
+        }
+        other => other.into(),
+    })?;
+    Ok(Json(json!({"changed": changed})).into_response())
+}
+
+/// Runs a store read off the async workers (SQLite calls block).
+async fn blocking<T: Send + 'static>(
+    host: &Host,
+    f: impl FnOnce(&Host) -> Result<T, ActorsError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let host = host.clone();
+    tokio::task::spawn_blocking(move || f(&host))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?
+        .map_err(ApiError::from)
+}

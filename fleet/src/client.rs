@@ -1,0 +1,149 @@
+//! The Rust client SDK for a host's HTTP API.
+//!
+//! [`Client`] mirrors the routes of [`crate::api`] with typed requests and answers; an API
+//! error comes back as [`FleetError::Api`] with the host's code and message. The client holds
+//! no state beyond the base URL and a connection pool.
+
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use consort_actors::supervisor::AgentStatus;
+use consort_actors::{EventRecord, RunRecord};
+
+use crate::FleetError;
+
+/// A client of one host's API.
+#[derive(Clone, Debug)]
+pub struct Client {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Client {
+    /// A client of the host at `base` (such as `http://127.0.0.1:7400`).
+    pub fn new(base: &str) -> Self {
+        Client {
+            base: base.trim_end_matches('/').to_owned(),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// Starts a run; `channel` is `api` or `cli`.
+    pub async fn start_run(
+        &self,
+        agent: &str,
+        input: &str,
+        channel: &str,
+    ) -> Result<RunRecord, FleetError> {
+        let body = json!({"agent": agent, "input": input, "channel": channel});
+        self.send(self.http.post(self.url("/runs")).json(&body))
+            .await
+    }
+
+    pub async fn run(&self, id: &str) -> Result<RunRecord, FleetError> {
+        self.send(self.http.get(self.url(&format!("/runs/{id}"))))
+            .await
+    }
+
+    /// Waits up to `timeout` for the run to settle and returns it as it then stands.
+    pub async fn wait(&self, id: &str, timeout: Duration) -> Result<RunRecord, FleetError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let slice = left.min(Duration::from_secs(60)).as_millis().max(1) as u64;
+            let url = self.url(&format!("/runs/{id}?wait_ms={slice}"));
+            let run: RunRecord = self
+                .send(
+                    self.http
+                        .get(url)
+                        .timeout(Duration::from_millis(slice + 10_000)),
+                )
+                .await?;
+            if run.status.is_settled() || tokio::time::Instant::now() >= deadline {
+                return Ok(run);
+            }
+        }
+    }
+
+    pub async fn events(&self, id: &str) -> Result<Vec<EventRecord>, FleetError> {
+        self.send(self.http.get(self.url(&format!("/runs/{id}/events"))))
+            .await
+    }
+
+    pub async fn jobs(&self, agent: Option<&str>) -> Result<Vec<RunRecord>, FleetError> {
+        let mut req = self.http.get(self.url("/jobs"));
+        if let Some(agent) = agent {
+            req = req.query(&[("agent", agent)]);
+        }
+        self.send(req).await
+    }
+
+    pub async fn decide(&self, id: &str, approve: bool) -> Result<RunRecord, FleetError> {
+        let req = self
+            .http
+            .post(self.url(&format!("/runs/{id}/approve")))
+            .json(&json!({"approve": approve}));
+        self.send(req).await
+    }
+
+    /// Re-reads every agent.yaml; returns the agents whose config changed.
+    pub async fn reload(&self) -> Result<Vec<String>, FleetError> {
+        let answer: Value = self.send(self.http.post(self.url("/reload"))).await?;
+        Ok(answer["changed"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    pub async fn agents(&self) -> Result<Vec<AgentStatus>, FleetError> {
+        self.send(self.http.get(self.url("/agents"))).await
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    async fn send<T: DeserializeOwned>(
+        &self,
+        req: reqwest::RequestBuilder,
+    ) -> Result<T, FleetError> {
+        let resp = req.send().await.map_err(|e| FleetError::Unreachable {
+            url: self.base.clone(),
+            detail: e.to_string(),
+        })?;
+        let status = resp.status();
+        let text = resp.text().await.map_err(|e| FleetError::Unreachable {
+            url: self.base.clone(),
+            detail: e.to_string(),
+        })?;
+        if !status.is_success() {
+            let parsed: Option<Value> = serde_json::from_str(&text).ok();
+            let error = parsed.as_ref().and_then(|v| v.get("error"));
+            return Err(FleetError::Api {
+                status: status.as_u16(),
+                code: error
+                    .and_then(|e| e["code"].as_str())
+                    .unwrap_or("unknown")
+                    .to_owned(),
+                message: error
+                    .and_then(|e| e["message"].as_str())
+                    .map(str::to_owned)
+                    .unwrap_or(text),
+            });
+        }
+        serde_json::from_str(&text).map_err(|e| FleetError::BadResponse {
+            url: self.base.clone(),
+            detail: e.to_string(),
+        })
+    }
+}

@@ -1,0 +1,65 @@
+//! Serving agent folders in one process: the host behind `consort dev`.
+//!
+//! [`DevHost::start`] loads the folders (each an agent folder or a folder of agent folders),
+//! starts the host and binds its HTTP API. It writes `<data>/serve.json` with the API's URL so
+//! other commands run in the same folder find the host without flags. It never decides call
+//! rules; it only wires parts together.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use tokio::net::TcpListener;
+use tracing::info;
+
+use consort_actors::{AgentOptions, Host, HostSpec};
+use consort_config::AgentSet;
+
+use crate::FleetError;
+use crate::api;
+
+/// How to serve.
+#[derive(Clone, Debug)]
+pub struct DevOptions {
+    pub dirs: Vec<PathBuf>,
+    pub data_dir: PathBuf,
+    pub listen: SocketAddr,
+    pub agent_options: AgentOptions,
+}
+
+/// A host serving its API.
+pub struct DevHost {
+    pub host: Host,
+    pub addr: SocketAddr,
+    pub server: tokio::task::JoinHandle<()>,
+}
+
+impl DevHost {
+    pub async fn start(options: DevOptions) -> Result<DevHost, FleetError> {
+        let agents = AgentSet::load(&options.dirs)?;
+        let mut spec = HostSpec::new(agents, options.data_dir.clone());
+        spec.options = options.agent_options;
+        let listener =
+            TcpListener::bind(options.listen)
+                .await
+                .map_err(|source| FleetError::Bind {
+                    addr: options.listen.to_string(),
+                    source,
+                })?;
+        let addr = listener.local_addr().map_err(|source| FleetError::Bind {
+            addr: options.listen.to_string(),
+            source,
+        })?;
+        let (host, _supervisor) = Host::spawn(spec).await?;
+        let app = api::router(host.clone());
+        let server = tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!("HTTP API stopped: {e}");
+            }
+        });
+        let url = format!("http://{addr}");
+        let note = serde_json::json!({"url": url, "pid": std::process::id()});
+        let _ = std::fs::write(options.data_dir.join("serve.json"), note.to_string());
+        info!(%url, agents = ?host.agents(), "serving");
+        Ok(DevHost { host, addr, server })
+    }
+}

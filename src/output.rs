@@ -1,0 +1,107 @@
+//! How the CLI prints runs, events and edges for people (tables) and for programs (`--json`).
+//! Printing only: nothing here talks to a host.
+
+use consort_actors::{EventRecord, RunRecord};
+
+/// A left-aligned text table with a header row.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            if let Some(w) = widths.get_mut(i) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+    }
+    let line = |cells: Vec<String>| -> String {
+        let mut out = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                out.push_str(cell);
+            } else {
+                let pad = widths[i].saturating_sub(cell.chars().count()) + 2;
+                out.push_str(cell);
+                out.push_str(&" ".repeat(pad));
+            }
+        }
+        out.trim_end().to_owned()
+    };
+    let mut out = line(header.iter().map(|h| h.to_string()).collect());
+    for row in rows {
+        out.push('\n');
+        out.push_str(&line(row.clone()));
+    }
+    out
+}
+
+pub fn runs_table(runs: &[RunRecord]) -> String {
+    let rows: Vec<Vec<String>> = runs
+        .iter()
+        .map(|r| {
+            vec![
+                r.id.to_string(),
+                r.agent.clone(),
+                r.status.to_string(),
+                r.channel.to_string(),
+                r.parent_run
+                    .as_ref()
+                    .map(|p| p.to_string())
+                    .unwrap_or_else(|| "-".into()),
+                r.hop_depth.to_string(),
+                r.cost.model_turns.to_string(),
+                r.cost.tool_calls.to_string(),
+                r.cost.calls_placed.to_string(),
+                (r.cost.input_tokens + r.cost.output_tokens).to_string(),
+                format!("{}ms", r.cost.wall_ms),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "RUN", "AGENT", "STATUS", "CHANNEL", "PARENT", "DEPTH", "TURNS", "TOOLS", "CALLS",
+            "TOKENS", "WALL",
+        ],
+        &rows,
+    )
+}
+
+pub fn run_detail(run: &RunRecord, events: &[EventRecord]) -> String {
+    let mut out = String::new();
+    let mut field = |k: &str, v: String| out.push_str(&format!("{k:<12}{v}\n"));
+    field("run", run.id.to_string());
+    field("agent", run.agent.clone());
+    field("status", run.status.to_string());
+    field("channel", run.channel.to_string());
+    field(
+        "parent",
+        run.parent_run
+            .as_ref()
+            .map(|p| p.to_string())
+            .unwrap_or_else(|| "-".into()),
+    );
+    field("hop depth", run.hop_depth.to_string());
+    field("input", run.input.clone());
+    if let Some(output) = &run.output {
+        field("output", output.clone());
+    }
+    if let Some(error) = &run.error {
+        field("error", error.clone());
+    }
+    let c = run.cost;
+    field(
+        "cost",
+        format!(
+            "{} model turns, {} tool calls, {} calls placed, {} tokens, {} ms",
+            c.model_turns,
+            c.tool_calls,
+            c.calls_placed,
+            c.input_tokens + c.output_tokens,
+            c.wall_ms
+        ),
+    );
+    out.push_str("\nevents:\n");
+    for e in events {
+        out.push_str(&format!("  {:>3}  {:<18} {}\n", e.seq, e.kind, e.data));
+    }
+    out
+}
