@@ -143,6 +143,8 @@ pub struct AgentState {
     options: AgentOptions,
     /// Tool uses whose outcome is being fetched by a spawned task.
     in_flight: HashSet<(RunId, String)>,
+    /// Replies that arrived before the acceptance of their call was recorded, by child run.
+    early_replies: std::collections::HashMap<RunId, ReplyEnvelope>,
 }
 
 /// The agent actor.
@@ -187,6 +189,7 @@ impl Actor for AgentActor {
             fleet_agents: args.fleet_agents,
             options: args.options,
             in_flight: HashSet::new(),
+            early_replies: std::collections::HashMap::new(),
         })
     }
 
@@ -243,7 +246,26 @@ impl Actor for AgentActor {
                 outcome,
             } => {
                 state.in_flight.remove(&(run.clone(), tool_use_id.clone()));
+                let accepted = match &outcome {
+                    CallOutcome::Accepted {
+                        child_run,
+                        existing,
+                    } => Some((child_run.clone(), *existing)),
+                    CallOutcome::Refused(_) => None,
+                };
                 self.record_call_outcome(state, &run, &tool_use_id, &callee, outcome)?;
+                if let Some((child, existing)) = accepted {
+                    if let Some(early) = state.early_replies.remove(&child) {
+                        return Ok(self.receive_reply(&myself, state, early).await?);
+                    }
+                    if existing {
+                        // A replayed call: its reply may have been sent (and dropped) before.
+                        let _ = state.supervisor.cast(SupervisorMsg::ResendReply {
+                            callee: callee.clone(),
+                            child_run: child,
+                        });
+                    }
+                }
                 self.advance(&myself, state, &run).await?;
             }
             AgentMsg::CheckDone {
@@ -771,7 +793,15 @@ impl AgentActor {
             can_call: &state.config.can_call,
             fleet_agents: &state.fleet_agents,
             caller_depth: record.hop_depth as usize,
-            calls_placed: view.calls_placed(),
+            // Calls still being placed count too: a turn may place many at once.
+            calls_placed: view.calls_placed()
+                + state
+                    .in_flight
+                    .iter()
+                    .filter(|(run, tu)| {
+                        run == id && view.call_by_tool_use(tu).is_none() && is_call(view, tu)
+                    })
+                    .count() as u64,
         };
         if let Err(refusal) = guards::check_outbound(&facts) {
             info!(callee = %callee, reason = refusal.code(), "call refused by the caller's side");
@@ -878,7 +908,21 @@ impl AgentActor {
         };
         let view = RunView::from_events(&state.store.events(&parent.id)?);
         let Some(call) = view.calls.get(&reply.child_run) else {
-            warn!(run_id = %parent.id, child = %reply.child_run, from = %reply.callee, "reply for a call this run never placed; dropped");
+            let in_flight = view.conversation.iter().any(|m| match m {
+                crate::model::Message::Assistant { tool_uses } => tool_uses.iter().any(|u| {
+                    u.name == "call_agent"
+                        && RunId::child_of(&parent.id, &u.id) == reply.child_run
+                        && state.in_flight.contains(&(parent.id.clone(), u.id.clone()))
+                }),
+                _ => false,
+            });
+            if in_flight {
+                // The child answered before its acceptance reached us: hold the reply until the
+                // call is recorded, so the log reads "placed, then replied".
+                state.early_replies.insert(reply.child_run.clone(), reply);
+            } else {
+                warn!(run_id = %parent.id, child = %reply.child_run, from = %reply.callee, "reply for a call this run never placed; dropped");
+            }
             return Ok(());
         };
         if call.agent != reply.callee || call.replied || parent.status.is_settled() {
@@ -969,6 +1013,16 @@ impl AgentActor {
     }
 }
 
+/// Whether the tool use `id` of this run is a `call_agent`.
+fn is_call(view: &RunView, id: &str) -> bool {
+    view.conversation.iter().any(|m| match m {
+        crate::model::Message::Assistant { tool_uses } => tool_uses
+            .iter()
+            .any(|u| u.id == id && u.name == "call_agent"),
+        _ => false,
+    })
+}
+
 enum Resolution {
     Done,
     InFlight,
@@ -1008,9 +1062,13 @@ fn accepted_text(child: &RunId, callee: &str) -> String {
     .to_string()
 }
 
+/// Room left for the truncation marker, so a text the callee's host already capped passes the
+/// caller's host unchanged instead of being cut (and marked) twice.
+const MARKER_ROOM: usize = 128;
+
 /// Caps a reply's text at `cap` bytes (on a char boundary) with a visible marker.
 pub fn cap_output(text: &str, cap: usize) -> String {
-    if text.len() <= cap {
+    if text.len() <= cap + MARKER_ROOM {
         return text.to_owned();
     }
     let mut end = cap;
@@ -1082,5 +1140,21 @@ fn fault_point(name: &str, run: &RunId) -> ! {
     eprintln!("consort: fault point {name} reached (run {run})");
     loop {
         std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cap_output_marks_truncation_once() {
+        assert_eq!(cap_output("short", 16), "short");
+        let long = "é".repeat(200); // 400 bytes
+        let capped = cap_output(&long, 101);
+        assert!(capped.starts_with(&"é".repeat(50)));
+        assert!(capped.ends_with("[… output truncated: 100 of 400 bytes shown]"));
+        // Capping an already capped text changes nothing.
+        assert_eq!(cap_output(&capped, 101), capped);
     }
 }

@@ -268,9 +268,11 @@ impl Actor for HostSupervisor {
     type State = SupervisorState;
     type Arguments = SupervisorArgs;
 
+    /// Builds the state and starts every agent actor before the host counts as started, so
+    /// a handle (and the HTTP API behind it) never sees an agent whose store is not open yet.
     async fn pre_start(
         &self,
-        _myself: ActorRef<SupervisorMsg>,
+        myself: ActorRef<SupervisorMsg>,
         args: SupervisorArgs,
     ) -> Result<SupervisorState, ActorProcessingErr> {
         let slots = args
@@ -291,13 +293,18 @@ impl Actor for HostSupervisor {
                 )
             })
             .collect();
-        Ok(SupervisorState {
+        let mut state = SupervisorState {
             data: DataFolder::new(args.spec.data_dir.clone()),
             spec: args.spec,
             slots,
             settled: args.settled,
             last_checkpoint: Instant::now(),
-        })
+        };
+        let names: Vec<String> = state.slots.keys().cloned().collect();
+        for name in names {
+            Self::spawn_agent(&myself, &mut state, &name).await?;
+        }
+        Ok(state)
     }
 
     async fn post_start(
@@ -305,10 +312,6 @@ impl Actor for HostSupervisor {
         myself: ActorRef<SupervisorMsg>,
         state: &mut SupervisorState,
     ) -> Result<(), ActorProcessingErr> {
-        let names: Vec<String> = state.slots.keys().cloned().collect();
-        for name in names {
-            Self::spawn_agent(&myself, state, &name).await?;
-        }
         let period = state
             .spec
             .watch_config

@@ -81,3 +81,107 @@ tools:
     assert!(kinds.contains(&"reply_received".to_string()), "{kinds:?}");
     host.stop();
 }
+
+/// A tool registered by an embedding app that panics on its first `panics` uses.
+struct Flaky {
+    uses: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    panics: usize,
+}
+
+impl consort_actors::tools::Tool for Flaky {
+    fn spec(&self) -> consort_actors::model::ToolSpec {
+        consort_actors::model::ToolSpec {
+            name: "flaky".into(),
+            description: "panics at first".into(),
+            input_schema: serde_json::json!({"type": "object", "required": ["input"]}),
+        }
+    }
+
+    fn invoke<'a>(
+        &'a self,
+        _ctx: consort_actors::tools::ToolContext<'a>,
+        _input: &'a serde_json::Value,
+    ) -> consort_actors::tools::ToolFuture<'a> {
+        let n = self.uses.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let panics = self.panics;
+        Box::pin(async move {
+            if n < panics {
+                panic!("flaky tool panics on use {n}");
+            }
+            Ok(format!("worked on use {n}"))
+        })
+    }
+}
+
+fn flaky_host(
+    tmp: &Path,
+    panics: usize,
+    max_restarts: usize,
+) -> (HostSpec, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let agents = tmp.join("agents");
+    write(
+        &agents,
+        "worker",
+        "name: worker\nmodel:\n  script:\n    - tool: {name: flaky, input: go}\n    - answer: \"{tool.flaky}\"\n",
+    );
+    let set = AgentSet::load(std::slice::from_ref(&agents)).unwrap();
+    let uses = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut spec = HostSpec::new(set, tmp.join("data"));
+    spec.tools.insert(
+        "worker".into(),
+        vec![std::sync::Arc::new(Flaky {
+            uses: uses.clone(),
+            panics,
+        })],
+    );
+    spec.restart.max_restarts = max_restarts;
+    (spec, uses)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_agent_is_restarted_and_its_run_resumes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (spec, uses) = flaky_host(tmp.path(), 1, 5);
+    let (host, _join) = Host::spawn(spec).await.unwrap();
+    let run = host.start_run("worker", "x", Channel::Api).await.unwrap();
+    let done = host.wait(&run.id, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(done.status, RunStatus::Succeeded, "{done:?}");
+    assert_eq!(done.output.as_deref(), Some("worked on use 1"));
+    assert_eq!(uses.load(std::sync::atomic::Ordering::SeqCst), 2);
+    let status = host.agent_status().await.unwrap();
+    assert_eq!(status[0].restarts, 1);
+    assert!(status[0].up);
+    host.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_its_restart_budget_an_agent_is_down_and_its_run_is_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (spec, _uses) = flaky_host(tmp.path(), usize::MAX, 2);
+    let (host, _join) = Host::spawn(spec).await.unwrap();
+    let run = host.start_run("worker", "x", Channel::Api).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = host.agent_status().await.unwrap();
+        if !status[0].up {
+            assert_eq!(status[0].restarts, 2);
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent never went down"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let kept = host.run(&run.id).unwrap().unwrap();
+    assert!(
+        !kept.status.is_settled(),
+        "the accepted run is kept for the next start: {kept:?}"
+    );
+    let refused = host
+        .start_run("worker", "y", Channel::Api)
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("down"), "{refused}");
+    host.stop();
+}

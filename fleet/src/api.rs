@@ -97,7 +97,10 @@ impl From<ActorsError> for ApiError {
             ActorsError::Refused(_) => {
                 ApiError::new(StatusCode::CONFLICT, "refused", e.to_string())
             }
-            _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()),
+            _ => {
+                tracing::error!("API request failed: {e}");
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+            }
         }
     }
 }
