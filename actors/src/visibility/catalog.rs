@@ -644,4 +644,92 @@ mod tests {
             serde_json::to_string(&denied).unwrap()
         );
     }
+
+    /// Refuses every tool whose name ends in an odd digit; counts its invocations.
+    struct OddRefuser {
+        calls: std::cell::Cell<usize>,
+    }
+
+    impl crate::visibility::ladder::Probe for OddRefuser {
+        fn probe(&self, tool: &str, _principal: &Principal) -> crate::visibility::ProbeOutcome {
+            self.calls.set(self.calls.get() + 1);
+            let odd = tool
+                .chars()
+                .last()
+                .and_then(|c| c.to_digit(10))
+                .is_some_and(|d| d % 2 == 1);
+            if odd {
+                crate::visibility::ProbeOutcome::Refused
+            } else {
+                crate::visibility::ProbeOutcome::ReachedCut
+            }
+        }
+    }
+
+    #[test]
+    fn search_probes_the_first_k_ranked_candidates_only() {
+        let gated = Auth {
+            anonymous: Anonymity::No,
+            policies: vec![],
+            imperative: true,
+        };
+        // 30 gated tools; "report" in the name scores 3, so the two "report" tools rank first,
+        // then the rest by name.
+        let mut entries: Vec<CatalogEntry> = (0..28)
+            .map(|i| entry(&format!("gate{i:02}"), "a gated report", gated.clone()))
+            .collect();
+        entries.push(entry("report_1", "a gated report", gated.clone()));
+        entries.push(entry("report_2", "a gated report", gated.clone()));
+        let catalog = Catalog::new(9, entries).unwrap();
+        let registry = registry();
+        let identity = cmo_finance();
+        let probe = OddRefuser {
+            calls: std::cell::Cell::new(0),
+        };
+        let visibility = Visibility {
+            probe: Some(&probe),
+            probe_budget: 4,
+            ..Visibility::without_probe(&identity, &registry)
+        };
+        let mut cache = ProbeCache::new(0);
+        let request = SearchRequest {
+            query: "report".into(),
+            limit: MAX_SEARCH_LIMIT,
+        };
+        let answer = search_tools(&catalog, &request, &visibility, &mut cache).unwrap();
+        assert_eq!(probe.calls.get(), 4);
+        assert_eq!(cache.generation(), 9);
+        // Ranked: report_1 (refused, hidden), report_2 (allowed), gate00 (allowed),
+        // gate01 (refused, hidden), then 26 unprobed tools shown as uncertain.
+        assert_eq!(answer.total, 28);
+        assert_eq!(answer.tools[0].name, "report_2");
+        assert!(!answer.tools[0].auth_uncertain);
+        assert_eq!(answer.tools[1].name, "gate00");
+        assert!(!answer.tools[1].auth_uncertain);
+        assert_eq!(answer.tools[2].name, "gate02");
+        assert!(answer.tools[2..].iter().all(|card| card.auth_uncertain));
+        assert!(
+            !answer
+                .tools
+                .iter()
+                .any(|c| c.name == "report_1" || c.name == "gate01")
+        );
+
+        // The same search again probes nothing new; a new generation probes again.
+        search_tools(&catalog, &request, &visibility, &mut cache).unwrap();
+        assert_eq!(probe.calls.get(), 4);
+        let next = Catalog::new(10, catalog.entries().to_vec()).unwrap();
+        search_tools(&next, &request, &visibility, &mut cache).unwrap();
+        assert_eq!(probe.calls.get(), 8);
+
+        // load_tool of a probe-denied tool answers as a missing one.
+        let denied = load_tool(&next, "report_1", &visibility, &mut cache);
+        let missing = load_tool(&next, "report_9", &visibility, &mut cache);
+        assert_eq!(
+            serde_json::to_string(&denied)
+                .unwrap()
+                .replace("report_1", "report_9"),
+            serde_json::to_string(&missing).unwrap()
+        );
+    }
 }
