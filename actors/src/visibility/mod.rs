@@ -28,16 +28,22 @@ pub mod ladder;
 pub mod probe_cache;
 
 pub use catalog::{
-    Catalog, CatalogEntry, InputSummary, LoadToolAnswer, MAX_QUERY_CHARS, MAX_SEARCH_LIMIT,
-    SearchAnswer, SearchRequest, ToolCard, ToolDefinition, load_tool, search_tools,
+    Catalog, CatalogEntry, DEFAULT_SEARCH_LIMIT, InputSummary, LoadToolAnswer, MAX_QUERY_CHARS,
+    MAX_SEARCH_LIMIT, SearchAnswer, SearchRequest, ToolCard, ToolDefinition, load_tool,
+    search_tools, summarize_input_schema,
 };
 pub use decision::{Decision, Rule, decide};
-pub use descriptor::{AUTH_DESCRIPTOR_SCHEMA, Anonymity, Auth, AuthMarkers, PolicyRef};
+pub use descriptor::{
+    AUTH_DESCRIPTOR_SCHEMA, Anonymity, Auth, AuthMarkers, POLICY_NAME_PATTERN, PolicyRef,
+    validate_auth_value,
+};
 pub use error::VisibilityError;
 pub use facts::{
     BearerCheck, Caller, CallerFacts, Identity, IdentityState, PolicyResult, Principal, RoleGrants,
 };
-pub use files::{DecisionReport, read_auth_file, read_caller_file, visibility_from_files};
+pub use files::{
+    DecisionReport, read_auth_file, read_caller_file, validate_caller_value, visibility_from_files,
+};
 pub use ladder::{
     DEFAULT_PROBE_BUDGET, DecidedBy, PolicyDefinition, PolicyRegistry, Probe, ProbeOutcome,
     Verdict, Visibility, evaluate_candidates, evaluate_policies,
