@@ -23,6 +23,7 @@ pub mod store;
 pub mod supervisor;
 pub mod tools;
 pub mod view;
+pub mod visibility;
 
 pub use agent::{AgentOptions, CallOutcome};
 pub use data::DataFolder;

@@ -1,0 +1,413 @@
+//! What the platform found out about a caller: its principal, a three-valued identity, and
+//! per-policy results.
+//!
+//! Identity is `present` (with a principal and roles), `absent` or `unknown`, and nothing here
+//! turns one into another: a missing bearer token is `absent`, an external hook that cannot
+//! answer is `unknown`. Policy results exist only while identity is present
+//! ([`CallerFacts`] cannot be built otherwise), and a policy without a result reads as
+//! [`PolicyResult::NoResult`], never as allow.
+//!
+//! This module holds facts only: it does not check tokens (the HTTP layer does, and reports a
+//! [`BearerCheck`]), does not evaluate policies (that is [`super::ladder`]) and does not decide.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use super::descriptor::{PolicyRef, is_name};
+use super::error::VisibilityError;
+
+/// Who is calling: `api:<token-name>` (an HTTP caller with a bearer token), `agent:<name>` (a
+/// peer run) or `anonymous` (nobody). Used by the CLI's `--as PRINCIPAL`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum Principal {
+    Api(String),
+    Agent(String),
+    Anonymous,
+}
+
+impl Principal {
+    /// Parses the three forms; anything else is [`VisibilityError::UnknownPrincipalForm`], and
+    /// a known prefix with an empty or malformed name is
+    /// [`VisibilityError::InvalidPrincipalName`].
+    pub fn parse(text: &str) -> Result<Principal, VisibilityError> {
+        if text == "anonymous" {
+            return Ok(Principal::Anonymous);
+        }
+        let (prefix, name, build): (&'static str, &str, fn(String) -> Principal) =
+            if let Some(name) = text.strip_prefix("api:") {
+                ("api:", name, Principal::Api)
+            } else if let Some(name) = text.strip_prefix("agent:") {
+                ("agent:", name, Principal::Agent)
+            } else {
+                return Err(VisibilityError::UnknownPrincipalForm {
+                    input: text.to_owned(),
+                });
+            };
+        if name.is_empty() {
+            return Err(VisibilityError::InvalidPrincipalName {
+                input: text.to_owned(),
+                prefix,
+                reason: "is empty",
+            });
+        }
+        if !is_name(name) {
+            return Err(VisibilityError::InvalidPrincipalName {
+                input: text.to_owned(),
+                prefix,
+                reason: "must start with a letter or digit and use only letters, digits, _, . or -",
+            });
+        }
+        Ok(build(name.to_owned()))
+    }
+}
+
+impl fmt::Display for Principal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Principal::Api(name) => write!(f, "api:{name}"),
+            Principal::Agent(name) => write!(f, "agent:{name}"),
+            Principal::Anonymous => f.write_str("anonymous"),
+        }
+    }
+}
+
+impl FromStr for Principal {
+    type Err = VisibilityError;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Principal::parse(text)
+    }
+}
+
+impl TryFrom<String> for Principal {
+    type Error = VisibilityError;
+    fn try_from(text: String) -> Result<Self, Self::Error> {
+        Principal::parse(&text)
+    }
+}
+
+impl From<Principal> for String {
+    fn from(principal: Principal) -> String {
+        principal.to_string()
+    }
+}
+
+/// The roles a host's (or agent's) config grants to principals: tokens (`api:<name>`) and
+/// peer agents (`agent:<name>`). A principal not listed has no roles.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RoleGrants {
+    grants: BTreeMap<Principal, BTreeSet<String>>,
+}
+
+impl RoleGrants {
+    pub fn new() -> RoleGrants {
+        RoleGrants::default()
+    }
+
+    /// Grants `roles` to `principal` (adding to what it already has).
+    pub fn grant<I, S>(&mut self, principal: Principal, roles: I) -> &mut RoleGrants
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.grants
+            .entry(principal)
+            .or_default()
+            .extend(roles.into_iter().map(Into::into));
+        self
+    }
+
+    /// The roles granted to `principal`; empty when none.
+    pub fn roles_of(&self, principal: &Principal) -> BTreeSet<String> {
+        self.grants.get(principal).cloned().unwrap_or_default()
+    }
+}
+
+/// A caller whose identity is present.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Caller {
+    /// Never [`Principal::Anonymous`] when built through [`Identity`]'s constructors.
+    pub principal: Principal,
+    pub roles: BTreeSet<String>,
+}
+
+/// The three-valued identity, with the caller when present.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Identity {
+    Present(Caller),
+    Absent,
+    Unknown,
+}
+
+/// What an HTTP layer found out about a request's bearer token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BearerCheck {
+    /// A valid token; its name (from host config) becomes the principal `api:<name>`.
+    Valid { token_name: String },
+    /// No `Authorization` header.
+    Missing,
+    /// A token that matches no configured token.
+    Invalid,
+    /// An external identity hook was asked and could not answer (timeout, error).
+    HookCannotAnswer,
+}
+
+impl Identity {
+    /// The identity an operator names with `--as PRINCIPAL`: `anonymous` is absent identity;
+    /// any other principal is present, with the roles `grants` gives it.
+    pub fn from_principal(principal: &Principal, grants: &RoleGrants) -> Identity {
+        match principal {
+            Principal::Anonymous => Identity::Absent,
+            named => Identity::Present(Caller {
+                principal: named.clone(),
+                roles: grants.roles_of(named),
+            }),
+        }
+    }
+
+    /// An HTTP caller: a valid bearer token is present (principal `api:<token-name>`, roles from
+    /// the host config); no token or an invalid one is absent; a hook that cannot answer is
+    /// unknown.
+    pub fn from_bearer(check: &BearerCheck, host_grants: &RoleGrants) -> Identity {
+        match check {
+            BearerCheck::Valid { token_name } => {
+                Identity::from_principal(&Principal::Api(token_name.clone()), host_grants)
+            }
+            BearerCheck::Missing | BearerCheck::Invalid => Identity::Absent,
+            BearerCheck::HookCannotAnswer => Identity::Unknown,
+        }
+    }
+
+    /// A peer run: principal `agent:<caller>`, present, with the roles the callee's own config
+    /// grants that agent.
+    pub fn peer(caller_agent: &str, callee_grants: &RoleGrants) -> Identity {
+        Identity::from_principal(&Principal::Agent(caller_agent.to_owned()), callee_grants)
+    }
+
+    pub fn state(&self) -> IdentityState {
+        match self {
+            Identity::Present(_) => IdentityState::Present,
+            Identity::Absent => IdentityState::Absent,
+            Identity::Unknown => IdentityState::Unknown,
+        }
+    }
+}
+
+/// Identity without the caller: what the decision reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IdentityState {
+    Present,
+    Absent,
+    Unknown,
+}
+
+impl IdentityState {
+    pub const ALL: [IdentityState; 3] = [
+        IdentityState::Present,
+        IdentityState::Absent,
+        IdentityState::Unknown,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IdentityState::Present => "present",
+            IdentityState::Absent => "absent",
+            IdentityState::Unknown => "unknown",
+        }
+    }
+}
+
+/// The result of one policy for one caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyResult {
+    Allow,
+    Deny,
+    /// Evaluated, and the answer is not known.
+    Unknown,
+    /// Not evaluated: it needs a resource, or is not defined, or was never asked.
+    NoResult,
+}
+
+impl PolicyResult {
+    pub const ALL: [PolicyResult; 4] = [
+        PolicyResult::Allow,
+        PolicyResult::Deny,
+        PolicyResult::Unknown,
+        PolicyResult::NoResult,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PolicyResult::Allow => "allow",
+            PolicyResult::Deny => "deny",
+            PolicyResult::Unknown => "unknown",
+            PolicyResult::NoResult => "no_result",
+        }
+    }
+}
+
+/// The decision's second input: identity and, only while it is present, policy results.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallerFacts {
+    identity: IdentityState,
+    policy_results: BTreeMap<PolicyRef, PolicyResult>,
+}
+
+impl CallerFacts {
+    /// Identity present, with the policy results found.
+    pub fn present(policy_results: BTreeMap<PolicyRef, PolicyResult>) -> CallerFacts {
+        CallerFacts {
+            identity: IdentityState::Present,
+            policy_results,
+        }
+    }
+
+    /// Identity absent: no policy results (they are not requested).
+    pub fn absent() -> CallerFacts {
+        CallerFacts {
+            identity: IdentityState::Absent,
+            policy_results: BTreeMap::new(),
+        }
+    }
+
+    /// Identity unknown: no policy results (they are not requested).
+    pub fn unknown() -> CallerFacts {
+        CallerFacts {
+            identity: IdentityState::Unknown,
+            policy_results: BTreeMap::new(),
+        }
+    }
+
+    /// Facts with `identity` and no policy results.
+    pub fn without_results(identity: IdentityState) -> CallerFacts {
+        CallerFacts {
+            identity,
+            policy_results: BTreeMap::new(),
+        }
+    }
+
+    pub fn identity(&self) -> IdentityState {
+        self.identity
+    }
+
+    /// The result for `policy`; [`PolicyResult::NoResult`] when none was reported.
+    pub fn result_for(&self, policy: &PolicyRef) -> PolicyResult {
+        self.policy_results
+            .get(policy)
+            .copied()
+            .unwrap_or(PolicyResult::NoResult)
+    }
+
+    pub fn policy_results(&self) -> &BTreeMap<PolicyRef, PolicyResult> {
+        &self.policy_results
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn principals_parse_and_print_round_trip() {
+        for text in ["api:ci-bot", "agent:cmo", "anonymous"] {
+            assert_eq!(Principal::parse(text).unwrap().to_string(), text);
+        }
+        assert_eq!(
+            Principal::parse("agent:cfo").unwrap(),
+            Principal::Agent("cfo".into())
+        );
+        for unknown in ["", "user:x", "Anonymous", "cmo", "agent", "api"] {
+            assert!(
+                matches!(
+                    Principal::parse(unknown),
+                    Err(VisibilityError::UnknownPrincipalForm { .. })
+                ),
+                "{unknown:?}"
+            );
+        }
+        assert!(matches!(
+            Principal::parse("api:"),
+            Err(VisibilityError::InvalidPrincipalName { prefix: "api:", .. })
+        ));
+        assert!(matches!(
+            Principal::parse("agent:a b"),
+            Err(VisibilityError::InvalidPrincipalName {
+                prefix: "agent:",
+                ..
+            })
+        ));
+        let json = serde_json::to_string(&Principal::Agent("cmo".into())).unwrap();
+        assert_eq!(json, "\"agent:cmo\"");
+        assert!(serde_json::from_str::<Principal>("\"bogus\"").is_err());
+    }
+
+    #[test]
+    fn http_identity_is_three_valued_and_invents_nothing() {
+        let mut grants = RoleGrants::new();
+        grants.grant(Principal::Api("ci".into()), ["deploy"]);
+        let valid = Identity::from_bearer(
+            &BearerCheck::Valid {
+                token_name: "ci".into(),
+            },
+            &grants,
+        );
+        assert_eq!(
+            valid,
+            Identity::Present(Caller {
+                principal: Principal::Api("ci".into()),
+                roles: BTreeSet::from(["deploy".to_owned()]),
+            })
+        );
+        assert_eq!(
+            Identity::from_bearer(&BearerCheck::Missing, &grants),
+            Identity::Absent
+        );
+        assert_eq!(
+            Identity::from_bearer(&BearerCheck::Invalid, &grants),
+            Identity::Absent
+        );
+        assert_eq!(
+            Identity::from_bearer(&BearerCheck::HookCannotAnswer, &grants),
+            Identity::Unknown
+        );
+        let unlisted = Identity::from_bearer(
+            &BearerCheck::Valid {
+                token_name: "other".into(),
+            },
+            &grants,
+        );
+        assert!(matches!(unlisted, Identity::Present(Caller { roles, .. }) if roles.is_empty()));
+    }
+
+    #[test]
+    fn peer_identity_uses_the_callees_grants() {
+        let mut callee_grants = RoleGrants::new();
+        callee_grants.grant(Principal::Agent("cmo".into()), ["finance", "reports"]);
+        let Identity::Present(caller) = Identity::peer("cmo", &callee_grants) else {
+            panic!("a peer is present");
+        };
+        assert_eq!(caller.principal.to_string(), "agent:cmo");
+        assert_eq!(caller.roles.len(), 2);
+        assert_eq!(
+            Identity::from_principal(&Principal::Anonymous, &callee_grants),
+            Identity::Absent
+        );
+    }
+
+    #[test]
+    fn missing_results_read_as_no_result() {
+        let policy = PolicyRef::parse("finance").unwrap();
+        let facts = CallerFacts::present(BTreeMap::new());
+        assert_eq!(facts.result_for(&policy), PolicyResult::NoResult);
+        assert_eq!(CallerFacts::absent().identity(), IdentityState::Absent);
+        assert!(CallerFacts::unknown().policy_results().is_empty());
+        for result in PolicyResult::ALL {
+            assert_eq!(serde_json::to_value(result).unwrap(), result.as_str());
+        }
+    }
+}
