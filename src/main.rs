@@ -412,7 +412,7 @@ async fn dev(args: DevArgs) -> Result<ExitCode> {
 
     let Some(ask) = args.ask else {
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
+            _ = shutdown_signal() => {}
             _ = dev.server => {}
         }
         dev.host.stop();
@@ -468,6 +468,29 @@ async fn dev(args: DevArgs) -> Result<ExitCode> {
     } else {
         ExitCode::from(2)
     })
+}
+
+/// Resolves on Ctrl-C or SIGTERM: unsettled runs stay in the stores and resume on restart.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 /// The root run and every run it produced, transitively, oldest first.

@@ -281,11 +281,7 @@ fn a_replay_after_sigkill_finds_the_one_child_run() {
     );
 
     let host = fleet.serve(&[]);
-    let done = eventually("the cmo run to finish after restart", WAIT, || {
-        let out = host.cli(&["runs", "show", &id, "--json"]);
-        let v: Value = serde_json::from_slice(&out.stdout).ok()?;
-        (v["run"]["status"] == "succeeded").then_some(v)
-    });
+    let done = host.wait_status(&id, "succeeded");
     assert_eq!(done["run"]["output"], "cfo says: 48250.00");
     drop(host);
     let jobs = fleet.jobs();
@@ -407,13 +403,7 @@ fn a_gated_tool_on_the_callee_parks_until_approved() {
 
     let approved = host.cli(&["approve", &cfo_id]);
     assert!(approved.status.success(), "{}", stderr(&approved));
-    let done = host.cli(&["run", "cmo", "unused", "--json"]); // a second run, to show the first finished independently
-    assert!(done.status.success());
-    let first = eventually("the cmo run to finish", WAIT, || {
-        let out = host.cli(&["runs", "show", &cmo_id, "--json"]);
-        let v: Value = serde_json::from_slice(&out.stdout).ok()?;
-        (v["run"]["status"] == "succeeded").then_some(v)
-    });
+    let first = host.wait_status(&cmo_id, "succeeded");
     assert_eq!(first["run"]["output"], "cfo says: 48250.00");
     let cfo_log = host.cli(&["runs", "show", &cfo_id, "--json"]);
     let v: Value = serde_json::from_slice(&cfo_log.stdout).unwrap();
@@ -450,17 +440,9 @@ fn a_denied_tool_use_reaches_the_model_as_an_error() {
     let started = host.cli(&["run", "cfo", "2026-08", "--json"]);
     let run: Value = serde_json::from_slice(&started.stdout).unwrap();
     let id = run["id"].as_str().unwrap().to_owned();
-    eventually("the run to block", WAIT, || {
-        let v: Value =
-            serde_json::from_slice(&host.cli(&["runs", "show", &id, "--json"]).stdout).ok()?;
-        (v["run"]["status"] == "blocked").then_some(())
-    });
+    host.wait_status(&id, "blocked");
     assert!(host.cli(&["approve", &id, "--deny"]).status.success());
-    let done = eventually("the run to settle", WAIT, || {
-        let v: Value =
-            serde_json::from_slice(&host.cli(&["runs", "show", &id, "--json"]).stdout).ok()?;
-        (v["run"]["status"] == "succeeded").then_some(v)
-    });
+    let done = host.wait_status(&id, "succeeded");
     assert_eq!(
         done["run"]["output"],
         "the operator denied the use of `ledger`"

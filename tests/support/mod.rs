@@ -196,6 +196,21 @@ impl Served {
         serde_json::from_slice(&out.stdout).expect("run json")
     }
 
+    /// `runs show ID --json` against this host: `{run, events}`, if the run is there.
+    pub fn show(&self, id: &str) -> Option<Value> {
+        let out = self.cli(&["runs", "show", id, "--json"]);
+        serde_json::from_slice(&out.stdout).ok()
+    }
+
+    /// Polls until run `id` has `status`; returns `{run, events}`.
+    pub fn wait_status(&self, id: &str, status: &str) -> Value {
+        eventually(
+            &format!("run {id} to be {status}"),
+            Duration::from_secs(30),
+            || self.show(id).filter(|v| v["run"]["status"] == status),
+        )
+    }
+
     pub fn http(&self) -> reqwest::blocking::Client {
         reqwest::blocking::Client::builder()
             .timeout(Duration::from_secs(30))
