@@ -10,6 +10,8 @@ pub mod agent;
 pub mod consent;
 pub mod error;
 pub mod fleet;
+pub mod host_auth;
+pub mod visibility;
 mod yaml;
 
 pub use agent::{
@@ -19,3 +21,5 @@ pub use agent::{
 pub use consent::{ConsentGraph, Edge, EdgeStatus};
 pub use error::ConfigError;
 pub use fleet::{FleetConfig, HostConfig};
+pub use host_auth::{HostAuthConfig, IdentityHookConfig, TokenConfig, TokenSecret};
+pub use visibility::{GuardConfig, PolicyConfig, ToolAuthConfig, VisibilityConfig};
