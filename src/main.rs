@@ -5,6 +5,7 @@
 //! stopped host's data folder (`--data DIR`). Listings take `--json`.
 
 mod output;
+mod visibility_cli;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -87,6 +88,13 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// One visibility decision from an auth descriptor and caller facts (JSON files).
+    Visibility(visibility_cli::VisibilityArgs),
+    /// What a principal's runs of an agent would see through search_tools / load_tool.
+    Tools {
+        #[command(subcommand)]
+        command: visibility_cli::ToolsCommand,
+    },
 }
 
 #[derive(Subcommand)]
@@ -133,6 +141,9 @@ struct DevArgs {
     /// Commit durability: normal (survives a process crash) or full (survives power loss).
     #[arg(long, default_value = "normal")]
     durability: String,
+    /// Host auth file: bearer tokens of HTTP callers and their roles (see docs/VISIBILITY.md).
+    #[arg(long)]
+    auth: Option<PathBuf>,
     #[arg(long)]
     json: bool,
 }
@@ -329,6 +340,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Visibility(args) => visibility_cli::visibility(args),
+        Command::Tools { command } => visibility_cli::tools(command),
         Command::Edges { dirs, json } => {
             if dirs.is_empty() {
                 bail!("give agent folders (or folders of agent folders)");
@@ -401,6 +414,11 @@ async fn dev(args: DevArgs) -> Result<ExitCode> {
         data_dir: args.data.clone(),
         listen: args.listen.unwrap_or(default_listen),
         agent_options,
+        auth: args
+            .auth
+            .as_deref()
+            .map(consort_config::HostAuthConfig::load)
+            .transpose()?,
     })
     .await?;
     let url = format!("http://{}", dev.addr);
