@@ -2,8 +2,9 @@
 //!
 //! This crate owns `agent.yaml` (one agent: its peers, model, tools and env), `fleet.yaml`
 //! (hosts, their keys and the agents each serves) and the [`ConsentGraph`] that resolves the
-//! `can_call` / `accept_from` declarations into edges. It parses and validates; every error
-//! names the file, line, column and key. It must never start anything, open a network
+//! `can_call` / `accept_from` declarations into edges, plus the tool-visibility declarations
+//! of agent.yaml ([`visibility`]) and the host auth file of HTTP bearer tokens
+//! ([`host_auth`]). It parses and validates; every error names the file, line, column and key. It must never start anything, open a network
 //! connection or touch a run store: it is plain data in, plain data (or a typed error) out.
 
 pub mod agent;
