@@ -449,3 +449,42 @@ fn operator_commands_decide_and_report_bad_files() {
         "{err}"
     );
 }
+
+const RELOADED: &str = r#"
+name: fin
+model:
+  script:
+    - search: {query: "gated"}
+    - answer: "{tool.search_tools}"
+tools:
+  - {name: gated, kind: sql, database: ledger.db, guard: {kind: feature, enabled: ENABLED}}
+"#;
+
+#[test]
+fn a_config_reload_changes_the_generation_and_drops_probe_outcomes() {
+    let fleet = Fleet::new();
+    let file = fleet.agent("fin", &RELOADED.replace("ENABLED", "true"));
+    fleet.ledger("fin");
+    let host = fleet.serve(&[]);
+    let first = post_run(&host, None);
+    let first: Value = serde_json::from_str(first["output"].as_str().unwrap()).unwrap();
+    assert_eq!(first["tools"][0]["name"], "gated");
+    std::fs::write(&file, RELOADED.replace("ENABLED", "false")).unwrap();
+    let out = host.cli(&["reload"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let second = post_run(&host, None);
+    let second: Value = serde_json::from_str(second["output"].as_str().unwrap()).unwrap();
+    assert!(
+        second["generation"].as_u64().unwrap() > first["generation"].as_u64().unwrap(),
+        "{first} {second}"
+    );
+    assert_eq!(second["tools"], json!([]), "the cached allow was dropped");
+    // A caller cannot name its own principal: the body has no such field.
+    let refused = host
+        .http()
+        .post(format!("{}/runs", host.url))
+        .json(&json!({"agent": "fin", "input": "go", "principal": "api:alice"}))
+        .send()
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 400);
+}
