@@ -52,6 +52,9 @@ enum Command {
         wait: bool,
         #[arg(long, default_value_t = 300)]
         timeout_secs: u64,
+        /// Bearer token: the run acts for its principal (default: $CONSORT_TOKEN).
+        #[arg(long)]
+        token: Option<String>,
         #[command(flatten)]
         at: At,
         #[arg(long)]
@@ -236,10 +239,12 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             input,
             wait,
             timeout_secs,
+            token,
             at,
             json,
         } => {
-            let client = Client::new(&resolve_url(&at.at));
+            let client = Client::new(&resolve_url(&at.at))
+                .with_token(token.or_else(|| std::env::var("CONSORT_TOKEN").ok()));
             let mut run = client.start_run(&agent, &input, "cli").await?;
             if wait {
                 run = client

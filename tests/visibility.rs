@@ -479,6 +479,18 @@ fn a_config_reload_changes_the_generation_and_drops_probe_outcomes() {
         "{first} {second}"
     );
     assert_eq!(second["tools"], json!([]), "the cached allow was dropped");
+    // `consort run --token` sends the bearer token; an unknown token is absent identity.
+    let out = host.cli(&[
+        "run",
+        "fin",
+        "x",
+        "--wait",
+        "--json",
+        "--token",
+        "not-configured",
+    ]);
+    let run: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(run["principal"], "anonymous", "{run}");
     // A caller cannot name its own principal: the body has no such field.
     let refused = host
         .http()
