@@ -5,6 +5,7 @@
 //! stopped host's data folder (`--data DIR`). Listings take `--json`.
 
 mod output;
+mod visibility_cli;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -51,6 +52,9 @@ enum Command {
         wait: bool,
         #[arg(long, default_value_t = 300)]
         timeout_secs: u64,
+        /// Bearer token: the run acts for its principal (default: $CONSORT_TOKEN).
+        #[arg(long)]
+        token: Option<String>,
         #[command(flatten)]
         at: At,
         #[arg(long)]
@@ -86,6 +90,13 @@ enum Command {
         dirs: Vec<PathBuf>,
         #[arg(long)]
         json: bool,
+    },
+    /// One visibility decision from an auth descriptor and caller facts (JSON files).
+    Visibility(visibility_cli::VisibilityArgs),
+    /// What a principal's runs of an agent would see through search_tools / load_tool.
+    Tools {
+        #[command(subcommand)]
+        command: visibility_cli::ToolsCommand,
     },
 }
 
@@ -133,6 +144,9 @@ struct DevArgs {
     /// Commit durability: normal (survives a process crash) or full (survives power loss).
     #[arg(long, default_value = "normal")]
     durability: String,
+    /// Host auth file: bearer tokens of HTTP callers and their roles (see docs/VISIBILITY.md).
+    #[arg(long)]
+    auth: Option<PathBuf>,
     #[arg(long)]
     json: bool,
 }
@@ -225,10 +239,12 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             input,
             wait,
             timeout_secs,
+            token,
             at,
             json,
         } => {
-            let client = Client::new(&resolve_url(&at.at));
+            let client = Client::new(&resolve_url(&at.at))
+                .with_token(token.or_else(|| std::env::var("CONSORT_TOKEN").ok()));
             let mut run = client.start_run(&agent, &input, "cli").await?;
             if wait {
                 run = client
@@ -329,6 +345,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Visibility(args) => visibility_cli::visibility(args),
+        Command::Tools { command } => visibility_cli::tools(command),
         Command::Edges { dirs, json } => {
             if dirs.is_empty() {
                 bail!("give agent folders (or folders of agent folders)");
@@ -401,6 +419,11 @@ async fn dev(args: DevArgs) -> Result<ExitCode> {
         data_dir: args.data.clone(),
         listen: args.listen.unwrap_or(default_listen),
         agent_options,
+        auth: args
+            .auth
+            .as_deref()
+            .map(consort_config::HostAuthConfig::load)
+            .transpose()?,
     })
     .await?;
     let url = format!("http://{}", dev.addr);

@@ -11,7 +11,7 @@
 //! agents calling each other at the same moment from deadlocking, and keeps the mailbox moving
 //! while a remote host answers.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,13 +24,17 @@ use consort_net::{CallEnvelope, ENVELOPE_VERSION, Hop, ReplyEnvelope, ReplyStatu
 
 use crate::ActorsError;
 use crate::guards::{self, InboundFacts, OutboundFacts, Refusal};
+use crate::meta_tools::{
+    self, AgentCatalog, INVOKE_TOOL, LOAD_TOOL, MetaAnswer, SEARCH_TOOLS, meta_specs,
+};
 use crate::model::{Model, ModelRequest, ModelStep, ToolSpec};
 use crate::run::{Channel, RunRecord, RunStatus, now_ms};
 use crate::script::ScriptModel;
 use crate::store::{CostDelta, Durability, Inserted, NewRun, RunStore, RunUpdate};
 use crate::supervisor::SupervisorMsg;
-use crate::tools::{Tool, ToolContext, ToolError, declared_tool};
+use crate::tools::{Tool, ToolContext, ToolError};
 use crate::view::{RunView, kinds};
+use crate::visibility::{Identity, ProbeCache};
 
 /// Tuning of one agent actor.
 #[derive(Clone, Debug)]
@@ -78,6 +82,8 @@ pub enum AgentMsg {
     Start {
         input: String,
         channel: Channel,
+        /// Who the run acts for (the HTTP layer's bearer check, or absent).
+        identity: Identity,
         reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
     },
     /// A call from a peer, already routed by the supervisor.
@@ -136,7 +142,10 @@ pub struct AgentState {
     config: AgentConfig,
     store: RunStore,
     model: Arc<dyn Model>,
-    tools: BTreeMap<String, Arc<dyn Tool>>,
+    /// The agent's tools with their auth, policies, grants and catalog generation.
+    catalog: AgentCatalog,
+    /// T2 probe outcomes per principal, for the catalog's generation.
+    probe_cache: ProbeCache,
     extra_tools: Vec<Arc<dyn Tool>>,
     supervisor: ActorRef<SupervisorMsg>,
     fleet_agents: Vec<String>,
@@ -156,15 +165,15 @@ fn model_for(config: &AgentConfig) -> Arc<dyn Model> {
     }
 }
 
-fn tools_for(config: &AgentConfig, extra: &[Arc<dyn Tool>]) -> BTreeMap<String, Arc<dyn Tool>> {
-    let mut tools: BTreeMap<String, Arc<dyn Tool>> = BTreeMap::new();
-    for t in &config.tools {
-        tools.insert(t.name.clone(), declared_tool(t));
+/// The identity a run acts for now: a peer run's roles come from this agent's current grants
+/// to the caller named by the verified chain; any other run's from what was stored.
+fn run_identity(record: &RunRecord, catalog: &AgentCatalog) -> Identity {
+    match (&record.channel, record.principal.strip_prefix("agent:")) {
+        (Channel::Agent(caller), Some(principal)) if caller == principal => {
+            catalog.peer_identity(caller)
+        }
+        _ => record.identity(),
     }
-    for t in extra {
-        tools.insert(t.spec().name, t.clone());
-    }
-    tools
 }
 
 impl Actor for AgentActor {
@@ -179,8 +188,10 @@ impl Actor for AgentActor {
     ) -> Result<AgentState, ActorProcessingErr> {
         let store = RunStore::open(&args.store_path, args.options.durability)?;
         let model = args.model.unwrap_or_else(|| model_for(&args.config));
+        let catalog = AgentCatalog::build(&args.config, &args.extra_tools, 1);
         Ok(AgentState {
-            tools: tools_for(&args.config, &args.extra_tools),
+            probe_cache: ProbeCache::new(catalog.generation()),
+            catalog,
             config: args.config,
             store,
             model,
@@ -229,9 +240,10 @@ impl Actor for AgentActor {
             AgentMsg::Start {
                 input,
                 channel,
+                identity,
                 reply,
             } => {
-                let result = self.start(&myself, state, input, channel);
+                let result = self.start(&myself, state, input, channel, identity);
                 let _ = reply.send(result);
             }
             AgentMsg::Accept { envelope, reply } => {
@@ -303,8 +315,9 @@ impl Actor for AgentActor {
                 }
             }
             AgentMsg::Config(config) => {
-                info!(agent = %config.name, "config reloaded");
-                state.tools = tools_for(&config, &state.extra_tools);
+                let generation = state.catalog.generation() + 1;
+                info!(agent = %config.name, generation, "config reloaded; tool catalog generation changed");
+                state.catalog = AgentCatalog::build(&config, &state.extra_tools, generation);
                 state.config = *config;
             }
             AgentMsg::FleetAgents(names) => state.fleet_agents = names,
@@ -329,6 +342,7 @@ impl AgentActor {
         state: &mut AgentState,
         input: String,
         channel: Channel,
+        identity: Identity,
     ) -> Result<RunRecord, ActorsError> {
         if input.trim().is_empty() {
             return Err(ActorsError::Refused("input must not be empty".into()));
@@ -352,6 +366,7 @@ impl AgentActor {
             tool_use_id: None,
             chain: Vec::new(),
             input,
+            identity,
         })?;
         let record = inserted.record().clone();
         info!(run_id = %record.id, agent = %record.agent, hop_depth = 0, "run started");
@@ -412,6 +427,9 @@ impl AgentActor {
                 tool_use_id: Some(hop.tool_use_id.clone()),
                 chain: envelope.hops.clone(),
                 input: envelope.input.clone(),
+                // The principal is the caller the verified chain names, never a field of the
+                // input; its roles are what this agent grants it.
+                identity: state.catalog.peer_identity(&hop.caller),
             })?;
             let existing = matches!(inserted, Inserted::Existing(_));
             if state.options.fault.as_deref() == Some("after_child_stored") && !existing {
@@ -555,8 +573,12 @@ impl AgentActor {
                 return Ok(());
             }
 
-            let mut specs: Vec<ToolSpec> = state.tools.values().map(|t| t.spec()).collect();
+            let identity = run_identity(&record, &state.catalog);
+            let mut specs: Vec<ToolSpec> = state
+                .catalog
+                .visible_specs(&identity, &mut state.probe_cache);
             specs.extend(builtin_specs(&state.config));
+            specs.extend(meta_specs());
             let request = ModelRequest {
                 agent: &state.config.name,
                 conversation: &view.conversation,
@@ -691,62 +713,158 @@ impl AgentActor {
                 });
                 Ok(Resolution::InFlight)
             }
+            SEARCH_TOOLS | LOAD_TOOL => {
+                let identity = run_identity(record, &state.catalog);
+                let answer = if tool_use.name == SEARCH_TOOLS {
+                    state
+                        .catalog
+                        .search(&identity, &mut state.probe_cache, &tool_use.input)
+                } else {
+                    state
+                        .catalog
+                        .load(&identity, &mut state.probe_cache, &tool_use.input)
+                };
+                info!(
+                    run_id = %id, agent = %state.config.name, hop_depth = record.hop_depth,
+                    meta_tool = %tool_use.name, principal = %record.principal,
+                    generation = state.catalog.generation(), is_error = answer.is_error,
+                    "meta-tool call"
+                );
+                state.store.apply(
+                    id,
+                    tool_result(
+                        &tool_use.id,
+                        &tool_use.name,
+                        &answer.content,
+                        answer.is_error,
+                    ),
+                )?;
+                Ok(Resolution::Done)
+            }
+            INVOKE_TOOL => {
+                let parsed = meta_tools::parse_invoke(&tool_use.input).and_then(|(name, args)| {
+                    let Some(tool) = state.catalog.tool(&name) else {
+                        return Err(MetaAnswer::error(
+                            "no_such_tool",
+                            format!("no tool named `{name}`; use search_tools to find the tools you can use"),
+                        ));
+                    };
+                    meta_tools::validate_arguments(&tool.spec().input_schema, &args)
+                        .map_err(|m| MetaAnswer::error("invalid_arguments", m))?;
+                    Ok((name, args))
+                });
+                info!(
+                    run_id = %id, agent = %state.config.name, hop_depth = record.hop_depth,
+                    meta_tool = INVOKE_TOOL, principal = %record.principal,
+                    tool = parsed.as_ref().map(|(n, _)| n.as_str()).unwrap_or(""),
+                    "meta-tool call"
+                );
+                match parsed {
+                    Ok((name, args)) => {
+                        self.use_tool(state, record, view, tool_use, INVOKE_TOOL, &name, &args)
+                            .await
+                    }
+                    Err(answer) => {
+                        state.store.apply(
+                            id,
+                            tool_result(&tool_use.id, INVOKE_TOOL, &answer.content, true),
+                        )?;
+                        Ok(Resolution::Done)
+                    }
+                }
+            }
             name => {
-                let Some(tool) = state.tools.get(name).cloned() else {
-                    let mut names: Vec<String> = state.tools.keys().cloned().collect();
-                    names.extend(builtin_specs(&state.config).into_iter().map(|s| s.name));
-                    let text = format!("no tool named `{name}`; available: {}", names.join(", "));
+                if state.catalog.tool(name).is_none() {
+                    let text = format!(
+                        "no tool named `{name}`; use search_tools to find the tools you can use"
+                    );
                     state
                         .store
                         .apply(id, tool_result(&tool_use.id, name, &text, true))?;
                     return Ok(Resolution::Done);
-                };
-                if tool.approval() == Approval::Required {
-                    match view.approvals.get(&tool_use.id) {
-                        None | Some(None) => {
-                            let mut update = RunUpdate::default().status(RunStatus::Blocked);
-                            if !view.approvals.contains_key(&tool_use.id) {
-                                update = update.event(
-                                    kinds::APPROVAL_REQUESTED,
-                                    json!({"tool_use_id": tool_use.id, "tool": name, "input": tool_use.input}),
-                                );
-                            }
-                            state.store.apply(id, update)?;
-                            info!(tool = name, "run blocked until an operator approves");
-                            return Ok(Resolution::Blocked);
-                        }
-                        Some(Some(false)) => {
-                            let text = format!("the operator denied the use of `{name}`");
-                            state
-                                .store
-                                .apply(id, tool_result(&tool_use.id, name, &text, true))?;
-                            return Ok(Resolution::Done);
-                        }
-                        Some(Some(true)) => {}
-                    }
                 }
-                let ctx = ToolContext {
-                    agent: &state.config.name,
-                    run_id: id,
-                    input: &record.input,
-                    env: &state.config.env,
-                };
-                let outcome = tool.invoke(ctx, &tool_use.input).await;
-                let (content, is_error) = match outcome {
-                    Ok(text) => (text, false),
-                    Err(
-                        e @ (ToolError::InvalidInput(_)
-                        | ToolError::Forbidden(_)
-                        | ToolError::Failed(_)),
-                    ) => (e.to_string(), true),
-                };
-                state.store.apply(
-                    id,
-                    tool_result(&tool_use.id, name, &content, is_error).with_cost(tool_call()),
-                )?;
-                Ok(Resolution::Done)
+                self.use_tool(state, record, view, tool_use, name, name, &tool_use.input)
+                    .await
             }
         }
+    }
+
+    /// One use of a tool, by name or through `invoke_tool` (`result_name` is what the result
+    /// is recorded under): the real authorization (shared by both paths), the approval gate,
+    /// then the handler.
+    #[allow(clippy::too_many_arguments)]
+    async fn use_tool(
+        &self,
+        state: &mut AgentState,
+        record: &RunRecord,
+        view: &RunView,
+        tool_use: &crate::model::ToolUse,
+        result_name: &str,
+        name: &str,
+        input: &Value,
+    ) -> Result<Resolution, ActorsError> {
+        let id = &record.id;
+        let via_meta = result_name != name;
+        let Some(tool) = state.catalog.tool(name).cloned() else {
+            return Ok(Resolution::Done);
+        };
+        let identity = run_identity(record, &state.catalog);
+        if let Err(refusal) = state.catalog.authorize(name, &identity, input) {
+            info!(tool = name, principal = %record.principal, "tool use refused: {refusal}");
+            let content = if via_meta {
+                MetaAnswer::from_tool_error(&refusal).content
+            } else {
+                refusal.to_string()
+            };
+            state
+                .store
+                .apply(id, tool_result(&tool_use.id, result_name, &content, true))?;
+            return Ok(Resolution::Done);
+        }
+        if tool.approval() == Approval::Required {
+            match view.approvals.get(&tool_use.id) {
+                None | Some(None) => {
+                    let mut update = RunUpdate::default().status(RunStatus::Blocked);
+                    if !view.approvals.contains_key(&tool_use.id) {
+                        update = update.event(
+                            kinds::APPROVAL_REQUESTED,
+                            json!({"tool_use_id": tool_use.id, "tool": name, "input": input}),
+                        );
+                    }
+                    state.store.apply(id, update)?;
+                    info!(tool = name, "run blocked until an operator approves");
+                    return Ok(Resolution::Blocked);
+                }
+                Some(Some(false)) => {
+                    let text = format!("the operator denied the use of `{name}`");
+                    state
+                        .store
+                        .apply(id, tool_result(&tool_use.id, result_name, &text, true))?;
+                    return Ok(Resolution::Done);
+                }
+                Some(Some(true)) => {}
+            }
+        }
+        state.catalog.record_use(name, &identity);
+        let ctx = ToolContext {
+            agent: &state.config.name,
+            run_id: id,
+            input: &record.input,
+            env: &state.config.env,
+        };
+        let outcome = tool.invoke(ctx, input).await;
+        let (content, is_error) = match outcome {
+            Ok(text) => (text, false),
+            Err(e) if via_meta => (MetaAnswer::from_tool_error(&e).content, true),
+            Err(
+                e @ (ToolError::InvalidInput(_) | ToolError::Forbidden(_) | ToolError::Failed(_)),
+            ) => (e.to_string(), true),
+        };
+        state.store.apply(
+            id,
+            tool_result(&tool_use.id, result_name, &content, is_error).with_cost(tool_call()),
+        )?;
+        Ok(Resolution::Done)
     }
 
     /// The caller's side of a call: outbound guards, then the envelope, then the supervisor.

@@ -17,6 +17,7 @@ use crate::ActorsError;
 use crate::data::DataFolder;
 use crate::run::{Channel, EventRecord, RunRecord};
 use crate::supervisor::{AgentStatus, HostSpec, SupervisorMsg, spawn_supervisor};
+use crate::visibility::Identity;
 
 /// How long a mailbox request may take before the handle reports the host unresponsive.
 const ASK_TIMEOUT_MS: u64 = 30_000;
@@ -77,12 +78,25 @@ impl Host {
         &self.data
     }
 
-    /// Starts a run of `agent` on `input`; returns the stored run at once.
+    /// Starts a run of `agent` on `input`; returns the stored run at once. The run has no
+    /// identity (principal `anonymous`); see [`Host::start_run_as`].
     pub async fn start_run(
         &self,
         agent: &str,
         input: &str,
         channel: Channel,
+    ) -> Result<RunRecord, ActorsError> {
+        self.start_run_as(agent, input, channel, Identity::Absent)
+            .await
+    }
+
+    /// Starts a run that acts for `identity` (what the HTTP layer's bearer check found).
+    pub async fn start_run_as(
+        &self,
+        agent: &str,
+        input: &str,
+        channel: Channel,
+        identity: Identity,
     ) -> Result<RunRecord, ActorsError> {
         let (agent, input) = (agent.to_owned(), input.to_owned());
         ractor::call_t!(
@@ -91,6 +105,7 @@ impl Host {
                 agent: agent.clone(),
                 input: input.clone(),
                 channel: channel.clone(),
+                identity: identity.clone(),
                 reply
             },
             ASK_TIMEOUT_MS

@@ -3,7 +3,10 @@
 //! The crate owns the host supervisor ([`supervisor`]), one actor per agent ([`agent`]), the
 //! run engine inside it, the model and tool seams ([`model`], [`tools`], [`script`]), the pure
 //! call guards ([`guards`]), the pure fold of an event log into a run's progress ([`view`]),
-//! the restart budget ([`restart`]) and each agent's own SQLite run store ([`store`]). The
+//! the restart budget ([`restart`]) and each agent's own SQLite run store ([`store`]). Tool
+//! visibility: the pure decisions ([`visibility`]), tool guards and the one authorization
+//! pipeline with its T2 probe ([`tool_guard`]), and the meta-tools over an agent's catalog
+//! ([`meta_tools`]). The
 //! typed handle [`Host`] is what apps, the CLI and the HTTP API drive.
 //!
 //! It never opens a network socket and never parses YAML: config comes from consort-config,
@@ -15,12 +18,14 @@ pub mod data;
 pub mod error;
 pub mod guards;
 pub mod host;
+pub mod meta_tools;
 pub mod model;
 pub mod restart;
 pub mod run;
 pub mod script;
 pub mod store;
 pub mod supervisor;
+pub mod tool_guard;
 pub mod tools;
 pub mod view;
 pub mod visibility;

@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use consort_net::RunId;
 
+use crate::visibility::{Caller, Identity, Principal};
+
 /// Where a run is in its life. `Succeeded` and `Failed` are final.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -138,6 +140,48 @@ pub struct RunRecord {
     pub created_at_ms: u64,
     pub settled_at_ms: Option<u64>,
     pub cost: Cost,
+    /// Who the run acts for: `api:<token-name>`, `agent:<caller>` (from the verified chain),
+    /// `anonymous` (no identity) or `unknown` (an identity hook could not answer).
+    #[serde(default = "anonymous")]
+    pub principal: String,
+    /// The roles the host's token config gave an `api:` principal when the run started. A peer
+    /// run's roles are read from the callee's current `grants` instead.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<String>,
+}
+
+fn anonymous() -> String {
+    "anonymous".to_owned()
+}
+
+/// The stored text of an identity: the principal, `anonymous` or `unknown`, and its roles.
+pub fn identity_text(identity: &Identity) -> (String, Vec<String>) {
+    match identity {
+        Identity::Present(caller) => (
+            caller.principal.to_string(),
+            caller.roles.iter().cloned().collect(),
+        ),
+        Identity::Absent => (anonymous(), Vec::new()),
+        Identity::Unknown => ("unknown".to_owned(), Vec::new()),
+    }
+}
+
+impl RunRecord {
+    /// The run's identity as stored. Text that is not a principal reads as unknown: nothing is
+    /// invented.
+    pub fn identity(&self) -> Identity {
+        match self.principal.as_str() {
+            "unknown" => Identity::Unknown,
+            "anonymous" => Identity::Absent,
+            text => match Principal::parse(text) {
+                Ok(principal) => Identity::Present(Caller {
+                    principal,
+                    roles: self.roles.iter().cloned().collect(),
+                }),
+                Err(_) => Identity::Unknown,
+            },
+        }
+    }
 }
 
 /// One entry of a run's append-only event log.

@@ -14,6 +14,10 @@
 //! | `{last}`       | the last tool result or reply                                        |
 //! | `{n}`          | in a `call` entry with `count`, the 1-based index of the call        |
 //!
+//! Steps `search: {query, limit}`, `load: NAME` and `invoke: {name, arguments}` use the
+//! meta-tools `search_tools`, `load_tool` and `invoke_tool`; their results read back as
+//! `{tool.search_tools}`, `{tool.load_tool}` and `{tool.invoke_tool}`.
+//!
 //! Tool-use ids are `tu_<step>_<index>`: the same on every replay of a turn. The script never
 //! touches tools, stores or peers itself; it only reads the conversation it is given.
 
@@ -87,6 +91,30 @@ impl ScriptModel {
                 name: "check_run".into(),
                 input: json!({"run_id": render(run_id, conv, None)}),
             }]),
+            ScriptStep::Search { query, limit } => {
+                let mut input = json!({"query": render(query, conv, None)});
+                if let Some(limit) = limit {
+                    input["limit"] = json!(limit);
+                }
+                ModelStep::ToolUses(vec![ToolUse {
+                    id: format!("tu_{index}_0"),
+                    name: "search_tools".into(),
+                    input,
+                }])
+            }
+            ScriptStep::Load(name) => ModelStep::ToolUses(vec![ToolUse {
+                id: format!("tu_{index}_0"),
+                name: "load_tool".into(),
+                input: json!({"name": render(name, conv, None)}),
+            }]),
+            ScriptStep::Invoke { name, arguments } => ModelStep::ToolUses(vec![ToolUse {
+                id: format!("tu_{index}_0"),
+                name: "invoke_tool".into(),
+                input: json!({
+                    "name": render(name, conv, None),
+                    "arguments": render_value(arguments, conv),
+                }),
+            }]),
         }
     }
 }
@@ -105,6 +133,20 @@ fn first_required(schema: &Value) -> Option<String> {
         .first()?
         .as_str()
         .map(str::to_owned)
+}
+
+/// Renders every string inside a JSON value as a template (keys are left as written).
+pub fn render_value(value: &Value, conv: &[Message]) -> Value {
+    match value {
+        Value::String(text) => Value::String(render(text, conv, None)),
+        Value::Array(items) => Value::Array(items.iter().map(|v| render_value(v, conv)).collect()),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), render_value(v, conv)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
 }
 
 /// Renders a template against the conversation. Unknown placeholders are left as written so

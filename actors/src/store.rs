@@ -18,6 +18,7 @@ use consort_net::{Hop, RunId};
 
 use crate::ActorsError;
 use crate::run::{Channel, Cost, EventRecord, RunRecord, RunStatus, now_ms};
+use crate::visibility::Identity;
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS runs (
@@ -57,6 +58,12 @@ const RUN_COLUMNS: &str = "id, agent, status, channel, parent_run, parent_agent,
      hop_depth, input, output, error, created_at_ms, settled_at_ms, model_turns, tool_calls, \
      calls_placed, input_tokens, output_tokens";
 
+/// The principal columns, added to stores created before runs carried a principal. A store
+/// without them (opened read-only) reads NULL, and [`RunStore::decode`] falls back to the
+/// channel: `agent:<caller>` for a peer run, `anonymous` otherwise.
+const PRINCIPAL_COLUMNS: &str = "principal, principal_roles";
+const NO_PRINCIPAL_COLUMNS: &str = "NULL, NULL";
+
 /// How hard each commit is pushed to disk.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Durability {
@@ -89,6 +96,8 @@ pub struct NewRun {
     /// The chain of hops that led here (empty for a root run); its length is the hop depth.
     pub chain: Vec<Hop>,
     pub input: String,
+    /// Who the run acts for (see [`RunRecord::principal`]).
+    pub identity: Identity,
 }
 
 /// What [`RunStore::insert_run`] found.
@@ -142,6 +151,16 @@ impl RunUpdate {
 pub struct RunStore {
     conn: Connection,
     path: PathBuf,
+    /// Whether the runs table has the principal columns.
+    has_principal: bool,
+}
+
+fn has_principal_columns(conn: &Connection) -> rusqlite::Result<bool> {
+    let mut stmt = conn.prepare("SELECT name FROM pragma_table_info('runs')")?;
+    let names = stmt
+        .query_map([], |row| row.get::<_, String>(0))?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(names.iter().any(|n| n == "principal"))
 }
 
 impl RunStore {
@@ -169,9 +188,17 @@ impl RunStore {
         ))
         .map_err(err)?;
         conn.execute_batch(SCHEMA).map_err(err)?;
+        if !has_principal_columns(&conn).map_err(err)? {
+            conn.execute_batch(
+                "ALTER TABLE runs ADD COLUMN principal TEXT; \
+                 ALTER TABLE runs ADD COLUMN principal_roles TEXT;",
+            )
+            .map_err(err)?;
+        }
         Ok(RunStore {
             conn,
             path: path.to_owned(),
+            has_principal: true,
         })
     }
 
@@ -186,9 +213,11 @@ impl RunStore {
             source,
         })?;
         let _ = conn.busy_timeout(std::time::Duration::from_secs(5));
+        let has_principal = has_principal_columns(&conn).unwrap_or(false);
         Ok(RunStore {
             conn,
             path: path.to_owned(),
+            has_principal,
         })
     }
 
@@ -216,6 +245,8 @@ impl RunStore {
             detail: e.to_string(),
         })?;
         let depth = new.chain.len() as i64;
+        let (principal, roles) = crate::run::identity_text(&new.identity);
+        let roles = serde_json::to_string(&roles).unwrap_or_else(|_| "[]".to_owned());
         let path = self.path.clone();
         let tx = self
             .conn
@@ -227,8 +258,8 @@ impl RunStore {
         let inserted = tx
             .execute(
                 "INSERT INTO runs (id, agent, status, channel, parent_run, parent_agent, \
-                 tool_use_id, hop_depth, input, chain, created_at_ms) \
-                 VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
+                 tool_use_id, hop_depth, input, chain, created_at_ms, principal, principal_roles) \
+                 VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) \
                  ON CONFLICT(id) DO NOTHING",
                 params![
                     new.id.as_str(),
@@ -241,6 +272,8 @@ impl RunStore {
                     new.input,
                     chain,
                     now as i64,
+                    principal,
+                    roles,
                 ],
             )
             .map_err(|source| ActorsError::Store {
@@ -253,6 +286,7 @@ impl RunStore {
                 "input": new.input,
                 "parent_run": new.parent_run.as_ref().map(RunId::as_str),
                 "hop_depth": depth,
+                "principal": principal,
             });
             tx.execute(
                 "INSERT INTO events (run_id, seq, at_ms, kind, data) VALUES (?1, 1, ?2, 'created', ?3)",
@@ -352,7 +386,7 @@ impl RunStore {
 
     /// One run, if it exists here.
     pub fn run(&self, id: &RunId) -> Result<Option<RunRecord>, ActorsError> {
-        let sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1");
+        let sql = format!("SELECT {} FROM runs WHERE id = ?1", self.columns());
         let row = self
             .conn
             .query_row(&sql, params![id.as_str()], raw_run)
@@ -408,7 +442,8 @@ impl RunStore {
         params: &[&dyn rusqlite::ToSql],
     ) -> Result<Vec<RunRecord>, ActorsError> {
         let sql = format!(
-            "SELECT {RUN_COLUMNS} FROM runs WHERE {filter} ORDER BY created_at_ms DESC, id"
+            "SELECT {} FROM runs WHERE {filter} ORDER BY created_at_ms DESC, id",
+            self.columns()
         );
         let mut stmt = self.conn.prepare(&sql).map_err(|e| self.err(e))?;
         let raws = stmt
@@ -461,6 +496,15 @@ impl RunStore {
             .map_err(|e| self.err(e))
     }
 
+    fn columns(&self) -> String {
+        let extra = if self.has_principal {
+            PRINCIPAL_COLUMNS
+        } else {
+            NO_PRINCIPAL_COLUMNS
+        };
+        format!("{RUN_COLUMNS}, {extra}")
+    }
+
     fn decode(&self, raw: RawRun) -> Result<RunRecord, ActorsError> {
         let corrupt = |detail: String| ActorsError::CorruptStore {
             path: self.path.clone(),
@@ -479,7 +523,19 @@ impl RunStore {
         let created = raw.created_at_ms.max(0) as u64;
         let settled = raw.settled_at_ms.map(|s| s.max(0) as u64);
         let wall_ms = settled.unwrap_or_else(now_ms).saturating_sub(created);
+        let principal = raw.principal.unwrap_or_else(|| match &channel {
+            Channel::Agent(caller) => format!("agent:{caller}"),
+            _ => "anonymous".to_owned(),
+        });
+        let roles = raw
+            .principal_roles
+            .map(|text| serde_json::from_str::<Vec<String>>(&text))
+            .transpose()
+            .map_err(|e| corrupt(format!("run {id}: principal roles: {e}")))?
+            .unwrap_or_default();
         Ok(RunRecord {
+            principal,
+            roles,
             id,
             agent: raw.agent,
             status,
@@ -520,6 +576,8 @@ struct RawRun {
     created_at_ms: i64,
     settled_at_ms: Option<i64>,
     cost: [u64; 5],
+    principal: Option<String>,
+    principal_roles: Option<String>,
 }
 
 fn raw_run(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRun> {
@@ -539,6 +597,8 @@ fn raw_run(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRun> {
         created_at_ms: row.get(11)?,
         settled_at_ms: row.get(12)?,
         cost: [cost(13)?, cost(14)?, cost(15)?, cost(16)?, cost(17)?],
+        principal: row.get(18)?,
+        principal_roles: row.get(19)?,
     })
 }
 
@@ -556,6 +616,7 @@ mod tests {
             tool_use_id: None,
             chain: vec![],
             input: "August".into(),
+            identity: Identity::Absent,
         }
     }
 
@@ -621,5 +682,48 @@ mod tests {
             .apply(&RunId::random(), RunUpdate::default())
             .unwrap_err();
         assert!(matches!(err, ActorsError::UnknownRun(_)));
+    }
+
+    #[test]
+    fn principal_is_stored_and_old_stores_keep_working() {
+        use crate::visibility::{Caller, Principal};
+        let dir = tempfile::tempdir().unwrap();
+        // A store from before runs carried a principal.
+        let old = dir.path().join("old.db");
+        let conn = Connection::open(&old).unwrap();
+        conn.execute_batch(SCHEMA).unwrap();
+        conn.execute(
+            "INSERT INTO runs (id, agent, status, channel, hop_depth, input, chain, created_at_ms) \
+             VALUES (?1, 'cfo', 'succeeded', 'agent:cmo', 1, 'x', '[]', 1)",
+            params![RunId::random().as_str()],
+        )
+        .unwrap();
+        drop(conn);
+        let read_only = RunStore::open_read_only(&old).unwrap();
+        assert_eq!(read_only.runs().unwrap()[0].principal, "agent:cmo");
+        drop(read_only);
+        let mut store = RunStore::open(&old, Durability::Normal).unwrap();
+        assert_eq!(store.runs().unwrap()[0].principal, "agent:cmo");
+        let mut new = new_run(RunId::random());
+        new.identity = Identity::Present(Caller {
+            principal: Principal::Api("alice".into()),
+            roles: ["finance".to_owned()].into(),
+        });
+        let record = store.insert_run(new).unwrap().record().clone();
+        assert_eq!(record.principal, "api:alice");
+        assert_eq!(record.roles, vec!["finance"]);
+        assert_eq!(record.identity(), {
+            Identity::Present(Caller {
+                principal: Principal::Api("alice".into()),
+                roles: ["finance".to_owned()].into(),
+            })
+        });
+        let mut unknown = new_run(RunId::random());
+        unknown.identity = Identity::Unknown;
+        let record = store.insert_run(unknown).unwrap().record().clone();
+        assert_eq!(
+            (record.principal.as_str(), record.identity()),
+            ("unknown", Identity::Unknown)
+        );
     }
 }

@@ -98,6 +98,8 @@ pub enum SupervisorMsg {
         agent: String,
         input: String,
         channel: Channel,
+        /// Who the run acts for.
+        identity: crate::visibility::Identity,
         reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
     },
     /// Route a call to its callee (local actor or remote host).
@@ -342,12 +344,14 @@ impl Actor for HostSupervisor {
                 agent,
                 input,
                 channel,
+                identity,
                 reply,
             } => match Self::actor(state, &agent) {
                 Some(actor) => {
                     let _ = actor.cast(AgentMsg::Start {
                         input,
                         channel,
+                        identity,
                         reply,
                     });
                 }

@@ -6,6 +6,11 @@
 //! `approval: required` is parked by the engine until an operator decides; the tool itself
 //! never sees that gate.
 //!
+//! A tool also carries what visibility and authorization read: its auth markers, its guards
+//! and its own resource-dependent check ([`Tool::auth_markers`], [`Tool::guards`],
+//! [`Tool::check_resource`]); the engine runs them through [`crate::tool_guard`] before the
+//! handler.
+//!
 //! This module never places calls and never writes run state; it runs one tool use and returns
 //! its text.
 
@@ -23,6 +28,8 @@ use consort_config::{Approval, ToolConfig, ToolKind};
 use consort_net::RunId;
 
 use crate::model::ToolSpec;
+use crate::tool_guard::{Guard, declared_guard};
+use crate::visibility::{AuthMarkers, Identity, PolicyRef};
 
 /// What a tool may know about the run that uses it.
 #[derive(Clone, Copy, Debug)]
@@ -58,17 +65,81 @@ pub trait Tool: Send + Sync + 'static {
         Approval::None
     }
     fn invoke<'a>(&'a self, ctx: ToolContext<'a>, input: &'a Value) -> ToolFuture<'a>;
+    /// The markers visibility's T0 reads: an anonymous marker and the declared policies (the
+    /// agent's fallback policy and the guard flag are added by the engine).
+    fn auth_markers(&self) -> AuthMarkers {
+        AuthMarkers::default()
+    }
+    /// The guards that run before the handler (see [`crate::tool_guard`]).
+    fn guards(&self) -> Vec<Arc<dyn Guard>> {
+        Vec::new()
+    }
+    /// The tool's own resource-dependent check, with the arguments, after the guards and
+    /// before the handler. `Err` is the refusal the model reads.
+    fn check_resource(&self, _caller: &Identity, _input: &Value) -> Result<(), String> {
+        Ok(())
+    }
 }
 
-/// Builds the tool an agent.yaml declaration describes.
+/// Builds the tool an agent.yaml declaration describes, with its `auth:` and `guard:`.
 pub fn declared_tool(config: &ToolConfig) -> Arc<dyn Tool> {
-    match &config.kind {
+    let inner: Arc<dyn Tool> = match &config.kind {
         ToolKind::Sql { database } => Arc::new(SqlTool {
             name: config.name.clone(),
             description: config.description.clone(),
             database: database.clone(),
             approval: config.approval,
         }),
+    };
+    let markers = config
+        .auth
+        .as_ref()
+        .map_or_else(AuthMarkers::default, |auth| AuthMarkers {
+            anonymous_marker: auth.anonymous,
+            policies: auth
+                .policies
+                .iter()
+                .map(|p| {
+                    // consort-config checked the form; a name that still fails fails closed.
+                    PolicyRef::parse(p)
+                        .unwrap_or_else(|_| PolicyRef::Named("invalid-policy".into()))
+                })
+                .collect(),
+            fallback_policy: None,
+            guard: false,
+        });
+    Arc::new(Declared {
+        inner,
+        markers,
+        guards: config.guard.iter().map(declared_guard).collect(),
+    })
+}
+
+/// A declared tool with the markers and guards of its agent.yaml entry.
+struct Declared {
+    inner: Arc<dyn Tool>,
+    markers: AuthMarkers,
+    guards: Vec<Arc<dyn Guard>>,
+}
+
+impl Tool for Declared {
+    fn spec(&self) -> ToolSpec {
+        self.inner.spec()
+    }
+    fn approval(&self) -> Approval {
+        self.inner.approval()
+    }
+    fn invoke<'a>(&'a self, ctx: ToolContext<'a>, input: &'a Value) -> ToolFuture<'a> {
+        self.inner.invoke(ctx, input)
+    }
+    fn auth_markers(&self) -> AuthMarkers {
+        self.markers.clone()
+    }
+    fn guards(&self) -> Vec<Arc<dyn Guard>> {
+        self.guards.clone()
+    }
+    fn check_resource(&self, caller: &Identity, input: &Value) -> Result<(), String> {
+        self.inner.check_resource(caller, input)
     }
 }
 

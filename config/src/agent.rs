@@ -14,6 +14,10 @@ use serde_saphyr::Spanned;
 
 use crate::consent::ConsentGraph;
 use crate::error::{ConfigError, known_list};
+use crate::visibility::{
+    GuardConfig, RawAgentVisibility, RawGuard, RawPolicy, RawToolAuth, ToolAuthConfig,
+    VisibilityConfig, convert_agent_visibility, convert_guard, convert_tool_auth,
+};
 use crate::yaml::{Ctx, KeyPath, Pos, SpannedPairs, load_file};
 
 /// One agent, as declared in its folder's `agent.yaml`, validated.
@@ -33,6 +37,8 @@ pub struct AgentConfig {
     pub dir: PathBuf,
     /// The `agent.yaml` file, absolute.
     pub file: PathBuf,
+    /// Named policies, fallback policy, grants to peers and the probe budget.
+    pub visibility: VisibilityConfig,
 }
 
 /// Which model drives the agent.
@@ -53,6 +59,16 @@ pub enum ScriptStep {
     Tool(ToolStep),
     /// `check_run` on a run id (a template such as `{call.cfo}`).
     Check(String),
+    /// `search_tools {query, limit}` (the query is a template; the limit is passed as written,
+    /// so a script can exercise the meta-tool's own range check).
+    Search { query: String, limit: Option<u64> },
+    /// `load_tool {name}`.
+    Load(String),
+    /// `invoke_tool {name, arguments}`; string values inside `arguments` are templates.
+    Invoke {
+        name: String,
+        arguments: serde_json::Value,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -76,6 +92,10 @@ pub struct ToolConfig {
     pub description: String,
     pub kind: ToolKind,
     pub approval: Approval,
+    /// The tool's `auth:` block (markers for visibility's T0), if any.
+    pub auth: Option<ToolAuthConfig>,
+    /// The tool's `guard:`, if any.
+    pub guard: Option<GuardConfig>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -151,6 +171,10 @@ struct RawAgent {
     model: Spanned<RawModel>,
     tools: Option<Vec<Spanned<RawTool>>>,
     env: Option<SpannedPairs>,
+    policies: Option<BTreeMap<String, Spanned<RawPolicy>>>,
+    fallback_policy: Option<Spanned<String>>,
+    grants: Option<BTreeMap<String, Spanned<Vec<Spanned<String>>>>>,
+    probe_budget: Option<Spanned<u64>>,
 }
 
 #[derive(Deserialize)]
@@ -173,6 +197,23 @@ enum RawStep {
     Call(Spanned<Vec<Spanned<RawCall>>>),
     Tool(RawToolStep),
     Check(String),
+    Search(RawSearchStep),
+    Load(String),
+    Invoke(RawInvokeStep),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSearchStep {
+    query: String,
+    limit: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawInvokeStep {
+    name: String,
+    arguments: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize)]
@@ -198,6 +239,8 @@ struct RawTool {
     kind: Spanned<RawToolKind>,
     database: Option<Spanned<String>>,
     approval: Option<RawApproval>,
+    auth: Option<RawToolAuth>,
+    guard: Option<Spanned<RawGuard>>,
 }
 
 #[derive(Deserialize)]
@@ -280,6 +323,15 @@ fn convert(
     )?;
 
     let model = convert_model(ctx, raw.model)?;
+    let visibility = convert_agent_visibility(
+        ctx,
+        RawAgentVisibility {
+            policies: raw.policies,
+            fallback_policy: raw.fallback_policy,
+            grants: raw.grants,
+            probe_budget: raw.probe_budget,
+        },
+    )?;
 
     let mut tools = Vec::new();
     let mut tool_names: BTreeSet<String> = BTreeSet::new();
@@ -337,11 +389,21 @@ fn convert(
             None | Some(RawApproval::None) => Approval::None,
             Some(RawApproval::Required) => Approval::Required,
         };
+        let auth = t
+            .auth
+            .map(|a| convert_tool_auth(ctx, &key.key("auth"), a, &visibility.policies))
+            .transpose()?;
+        let guard = t
+            .guard
+            .map(|g| convert_guard(ctx, &key.key("guard"), g))
+            .transpose()?;
         tools.push(ToolConfig {
             name: tname,
             description: t.description.unwrap_or_default(),
             kind,
             approval,
+            auth,
+            guard,
         });
     }
 
@@ -373,6 +435,7 @@ fn convert(
         env,
         dir,
         file,
+        visibility,
     };
     Ok((agent, spans))
 }
@@ -425,6 +488,17 @@ fn convert_model(ctx: Ctx<'_>, model: Spanned<RawModel>) -> Result<ModelConfig, 
         out.push(match step.value {
             RawStep::Answer(t) => ScriptStep::Answer(t),
             RawStep::Check(t) => ScriptStep::Check(t),
+            RawStep::Search(s) => ScriptStep::Search {
+                query: s.query,
+                limit: s.limit,
+            },
+            RawStep::Load(name) => ScriptStep::Load(name),
+            RawStep::Invoke(i) => ScriptStep::Invoke {
+                name: i.name,
+                arguments: i
+                    .arguments
+                    .unwrap_or_else(|| serde_json::Value::Object(Default::default())),
+            },
             RawStep::Tool(t) => ScriptStep::Tool(ToolStep {
                 name: t.name,
                 input: t.input,
@@ -817,6 +891,8 @@ env:
                     database: dir.join("ledger.db")
                 },
                 approval: Approval::Required,
+                auth: None,
+                guard: None,
             }]
         );
         let ModelConfig::Script { steps } = &a.model;
@@ -1301,6 +1377,138 @@ env:
 
         assert!(
             matches!(set.reload_one("zzz"), Err(ConfigError::UnknownAgent { name, known }) if name == "zzz" && known == vec!["cfo", "cmo"])
+        );
+    }
+
+    const VISIBLE: &str = "\
+name: cfo
+policies:
+  finance_team: {roles: [finance]}
+  the_cmo: {principals: [agent:cmo]}
+  per_row: {needs_resource: true}
+fallback_policy: finance_team
+grants: {cmo: [marketing], analyst: [finance, finance]}
+probe_budget: 3
+model:
+  script:
+    - search: {query: \"pay {input}\", limit: 5}
+    - load: payroll
+    - invoke: {name: payroll, arguments: {query: \"SELECT 1\"}}
+    - answer: done
+tools:
+  - name: payroll
+    kind: sql
+    database: ledger.db
+    auth: {policies: [\"roles:finance,hr\", finance_team]}
+    guard: {kind: feature, enabled: false, message: payroll is closed}
+  - name: ledger
+    kind: sql
+    database: ledger.db
+    auth: {anonymous: true}
+    guard: {kind: quota, max_uses: 2}
+";
+
+    #[test]
+    fn loads_visibility_declarations_and_meta_tool_steps() {
+        let a = load_text(VISIBLE.as_bytes()).unwrap();
+        let v = &a.visibility;
+        assert_eq!(v.policies["finance_team"].roles, vec!["finance"]);
+        assert_eq!(v.policies["the_cmo"].principals, vec!["agent:cmo"]);
+        assert!(v.policies["per_row"].needs_resource);
+        assert_eq!(v.fallback_policy.as_deref(), Some("finance_team"));
+        assert_eq!(v.grants["cmo"], vec!["marketing"]);
+        assert_eq!(v.grants["analyst"], vec!["finance"], "duplicates folded");
+        assert_eq!(v.probe_budget, 3);
+        assert_eq!(
+            a.tools[0].auth,
+            Some(ToolAuthConfig {
+                anonymous: false,
+                policies: vec!["roles:finance,hr".into(), "finance_team".into()],
+            })
+        );
+        assert_eq!(
+            a.tools[0].guard,
+            Some(GuardConfig::Feature {
+                enabled: false,
+                message: "payroll is closed".into()
+            })
+        );
+        assert_eq!(a.tools[1].guard, Some(GuardConfig::Quota { max_uses: 2 }));
+        assert!(a.tools[1].auth.as_ref().is_some_and(|x| x.anonymous));
+        let ModelConfig::Script { steps } = &a.model;
+        assert_eq!(
+            steps[0],
+            ScriptStep::Search {
+                query: "pay {input}".into(),
+                limit: Some(5)
+            }
+        );
+        assert_eq!(steps[1], ScriptStep::Load("payroll".into()));
+        assert_eq!(
+            steps[2],
+            ScriptStep::Invoke {
+                name: "payroll".into(),
+                arguments: serde_json::json!({"query": "SELECT 1"})
+            }
+        );
+        let plain = load_text(simple("x", &[], &[]).as_bytes()).unwrap();
+        assert_eq!(plain.visibility, VisibilityConfig::default());
+        assert_eq!(plain.visibility.probe_budget, 25);
+    }
+
+    #[test]
+    fn bad_visibility_input_names_line_and_key() {
+        let with = |from: &str, to: &str| {
+            assert!(VISIBLE.contains(from), "{from}");
+            VISIBLE.replace(from, to)
+        };
+        // A value outside the descriptor's schema.
+        let (k, l, _, key, _) = err(&with("auth: {anonymous: true}", "auth: {anonymous: maybe}"));
+        assert_eq!(
+            (k, l, key.as_str()),
+            ("schema", 24, "tools[1].auth.anonymous")
+        );
+        // An unknown key in an auth block.
+        let (k, _, _, key, msg) = err(&with("auth: {anonymous: true}", "auth: {anon: true}"));
+        assert_eq!((k, key.as_str()), ("schema", "tools[1].auth.anon"), "{msg}");
+        // A policy name no config defines.
+        let (k, l, _, key, msg) = err(&with("finance_team]}\n    guard", "finanse]}\n    guard"));
+        assert_eq!(
+            (k, l, key.as_str()),
+            ("invalid", 19, "tools[0].auth.policies[1]")
+        );
+        assert!(msg.contains("no policy named `finanse`"), "{msg}");
+        assert!(msg.contains("finance_team"), "{msg}");
+        // A role policy with an empty name list.
+        for empty in ["roles:", "roles:finance,,hr", "roles: ,"] {
+            let (k, _, _, key, msg) = err(&with("roles:finance,hr", empty));
+            assert_eq!((k, key.as_str()), ("invalid", "tools[0].auth.policies[0]"));
+            assert!(msg.contains("at least one non-empty role name"), "{msg}");
+        }
+        let (_, _, _, key, msg) = err(&with(
+            "fallback_policy: finance_team",
+            "fallback_policy: nope",
+        ));
+        assert_eq!(key, "fallback_policy");
+        assert!(msg.contains("no policy named `nope`"), "{msg}");
+        let (_, _, _, key, msg) = err(&with("per_row: {needs_resource: true}", "per_row: {}"));
+        assert_eq!(key, "policies.per_row");
+        assert!(msg.contains("requires nothing"), "{msg}");
+        let (_, _, _, key, msg) = err(&with("[agent:cmo]", "[boss:cmo]"));
+        assert_eq!(key, "policies.the_cmo.principals[0]");
+        assert!(msg.contains("unknown principal form"), "{msg}");
+        let (k, _, _, key, _) = err(&with("kind: quota, max_uses: 2", "kind: quota"));
+        assert_eq!((k, key.as_str()), ("schema", "tools[1].guard.max_uses"));
+        let (k, _, _, key, _) = err(&with("kind: quota", "kind: licence"));
+        assert_eq!((k, key.as_str()), ("schema", "tools[1].guard.kind"));
+        let (_, _, _, key, _) = err(&with("probe_budget: 3", "probe_budget: 5000"));
+        assert_eq!(key, "probe_budget");
+        let (_, _, _, key, _) = err(&with("grants: {cmo:", "grants: {Bad Name:"));
+        assert_eq!(key, "grants.Bad Name");
+        let (k, _, _, key, _) = err(&with("limit: 5}", "limit: 5, extra: 1}"));
+        assert_eq!(
+            (k, key.as_str()),
+            ("schema", "model.script[0].search.extra")
         );
     }
 }

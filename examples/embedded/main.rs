@@ -96,6 +96,7 @@ fn agent(
             .collect(),
         dir: PathBuf::from(name),
         file: PathBuf::from(name).join("agent.yaml"),
+        visibility: Default::default(),
     }
 }
 

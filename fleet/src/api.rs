@@ -2,7 +2,7 @@
 //!
 //! | route                       | what                                                  |
 //! |-----------------------------|-------------------------------------------------------|
-//! | `POST /runs`                | `{agent, input}` → the stored run (201)               |
+//! | `POST /runs`                | `{agent, input}` → the stored run (201); the run acts for the `Authorization: Bearer` token's principal |
 //! | `GET /runs/{id}`            | one run; `?wait_ms=N` waits up to N ms for it to settle |
 //! | `GET /runs/{id}/events`     | its event log                                         |
 //! | `POST /runs/{id}/approve`   | `{approve: bool}`: an operator's decision             |
@@ -13,11 +13,13 @@
 //! Every error is JSON, `{"error": {"code", "message"}}`, with a 4xx status for bad requests.
 //! Handlers only translate HTTP to calls on [`Host`]; they decide nothing about runs.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::extract::{FromRef, Path, Query, State};
+use axum::http::header::AUTHORIZATION;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -26,6 +28,8 @@ use serde_json::json;
 
 use consort_actors::{ActorsError, Channel, Host};
 use consort_net::RunId;
+
+use crate::auth::HostAuth;
 
 /// Longest wait a `GET /runs/{id}?wait_ms=` may ask for.
 const MAX_WAIT_MS: u64 = 600_000;
@@ -120,8 +124,33 @@ fn parse_run_id(text: &str) -> Result<RunId, ApiError> {
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_run_id", e.to_string()))
 }
 
-/// The router for one host.
+/// What the handlers share: the host, and the check of bearer tokens.
+#[derive(Clone)]
+pub struct ApiState {
+    pub host: Host,
+    pub auth: Arc<HostAuth>,
+}
+
+impl FromRef<ApiState> for Host {
+    fn from_ref(state: &ApiState) -> Host {
+        state.host.clone()
+    }
+}
+
+impl FromRef<ApiState> for Arc<HostAuth> {
+    fn from_ref(state: &ApiState) -> Arc<HostAuth> {
+        state.auth.clone()
+    }
+}
+
+/// The router for one host without an auth file: every run it starts has no identity.
 pub fn router(host: Host) -> Router {
+    router_with_auth(host, Arc::new(HostAuth::none()))
+}
+
+/// The router for one host; `POST /runs` starts runs that act for the bearer token's
+/// principal (see [`crate::auth`]).
+pub fn router_with_auth(host: Host, auth: Arc<HostAuth>) -> Router {
     Router::new()
         .route("/runs", post(start_run))
         .route("/runs/{id}", get(get_run))
@@ -131,11 +160,13 @@ pub fn router(host: Host) -> Router {
         .route("/agents", get(agents))
         .route("/reload", post(reload))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
-        .with_state(host)
+        .with_state(ApiState { host, auth })
 }
 
 async fn start_run(
     State(host): State<Host>,
+    State(auth): State<Arc<HostAuth>>,
+    headers: HeaderMap,
     body: Result<Json<StartRun>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Json(body) = body?;
@@ -178,7 +209,13 @@ async fn start_run(
             ));
         }
     };
-    let run = host.start_run(&body.agent, &body.input, channel).await?;
+    let authorization = headers
+        .get(AUTHORIZATION)
+        .map(|v| v.to_str().unwrap_or("<not text>"));
+    let identity = auth.identify(authorization).await;
+    let run = host
+        .start_run_as(&body.agent, &body.input, channel, identity)
+        .await?;
     Ok((StatusCode::CREATED, Json(run)).into_response())
 }
 

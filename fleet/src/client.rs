@@ -19,6 +19,8 @@ use crate::FleetError;
 pub struct Client {
     base: String,
     http: reqwest::Client,
+    /// Bearer token sent with `start_run`: the run acts for its principal.
+    token: Option<String>,
 }
 
 impl Client {
@@ -27,7 +29,14 @@ impl Client {
         Client {
             base: base.trim_end_matches('/').to_owned(),
             http: reqwest::Client::new(),
+            token: None,
         }
+    }
+
+    /// Sends `token` as `Authorization: Bearer` when starting runs.
+    pub fn with_token(mut self, token: Option<String>) -> Self {
+        self.token = token.filter(|t| !t.is_empty());
+        self
     }
 
     pub fn base(&self) -> &str {
@@ -42,8 +51,11 @@ impl Client {
         channel: &str,
     ) -> Result<RunRecord, FleetError> {
         let body = json!({"agent": agent, "input": input, "channel": channel});
-        self.send(self.http.post(self.url("/runs")).json(&body))
-            .await
+        let mut request = self.http.post(self.url("/runs")).json(&body);
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        self.send(request).await
     }
 
     pub async fn run(&self, id: &str) -> Result<RunRecord, FleetError> {

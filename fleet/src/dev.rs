@@ -16,6 +16,7 @@ use consort_config::AgentSet;
 
 use crate::FleetError;
 use crate::api;
+use crate::auth::HostAuth;
 
 /// How to serve.
 #[derive(Clone, Debug)]
@@ -24,6 +25,8 @@ pub struct DevOptions {
     pub data_dir: PathBuf,
     pub listen: SocketAddr,
     pub agent_options: AgentOptions,
+    /// The host auth file (bearer tokens of HTTP callers), if any.
+    pub auth: Option<consort_config::HostAuthConfig>,
 }
 
 /// A host serving its API.
@@ -50,7 +53,11 @@ impl DevHost {
             source,
         })?;
         let (host, _supervisor) = Host::spawn(spec).await?;
-        let app = api::router(host.clone());
+        let auth = options
+            .auth
+            .as_ref()
+            .map_or_else(HostAuth::none, HostAuth::new);
+        let app = api::router_with_auth(host.clone(), std::sync::Arc::new(auth));
         let server = tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, app).await {
                 tracing::error!("HTTP API stopped: {e}");

@@ -7,6 +7,7 @@
 //! except through the host handle or the read-only data folder.
 
 pub mod api;
+pub mod auth;
 pub mod client;
 pub mod dev;
 pub mod error;

@@ -117,11 +117,22 @@ pub struct Served {
 
 impl Served {
     pub fn start(dirs: &[PathBuf], data: &Path, env: &[(&str, &str)]) -> Served {
+        Served::start_with(dirs, data, env, &[])
+    }
+
+    /// As [`Served::start`], with extra `consort dev` arguments (e.g. `--auth FILE`).
+    pub fn start_with(
+        dirs: &[PathBuf],
+        data: &Path,
+        env: &[(&str, &str)],
+        args: &[&str],
+    ) -> Served {
         let mut cmd = Command::new(BIN);
         cmd.arg("dev");
         for d in dirs {
             cmd.arg(d);
         }
+        cmd.args(args);
         cmd.args(["--data", path_str(data), "--listen", "127.0.0.1:0"])
             .env_remove("CONSORT_FAULT")
             .env("RUST_LOG", "info")

@@ -69,6 +69,14 @@ impl Catalog {
         })
     }
 
+    /// A catalog with no tools.
+    pub fn empty(generation: u64) -> Catalog {
+        Catalog {
+            generation,
+            entries: Vec::new(),
+        }
+    }
+
     pub fn generation(&self) -> u64 {
         self.generation
     }

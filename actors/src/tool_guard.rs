@@ -1,0 +1,258 @@
+//! Tool guards, and the one authorization pipeline every tool use goes through.
+//!
+//! A [`Guard`] is code that runs before a tool's handler and decides without the tool's
+//! arguments (a licence or feature gate, a quota). Embedding apps implement the trait; agent.yaml
+//! declares the kinds in [`declared_guard`] (`feature`, `quota`). Guards are synchronous and
+//! must be cheap: they decide from what they hold in memory, never by waiting on I/O.
+//!
+//! The pipeline, in order: the identity requirement (a tool whose `anonymous` is `no` needs a
+//! present caller), the declared policies (all must allow; a policy that needs the resource is
+//! deferred), the guards, **the cut**, then the tool's own resource-dependent check
+//! ([`crate::tools::Tool::check_resource`]) with the arguments, then the handler. Two entry
+//! points, and no flag between them:
+//! - [`authorize`] runs everything before the handler, with the arguments: what both the direct
+//!   tool path and `invoke_tool` call, so a hidden tool never becomes usable by naming it;
+//! - [`probe`] is the T2 probe: a synthetic request with no arguments at all, stopped at the
+//!   cut. It has no way to reach the resource check or the handler, so nothing a model or
+//!   caller writes can switch probe mode on.
+//!
+//! This module never runs a tool handler, never writes run state, and does not decide
+//! visibility (that is [`crate::visibility`]); it answers "may this use go ahead".
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde_json::Value;
+
+use consort_config::GuardConfig;
+
+use crate::tools::{Tool, ToolError};
+use crate::visibility::{
+    Anonymity, Auth, Identity, PolicyRef, PolicyRegistry, PolicyResult, ProbeOutcome,
+};
+
+/// What a guard is told: never the arguments.
+#[derive(Clone, Copy, Debug)]
+pub struct GuardContext<'a> {
+    pub agent: &'a str,
+    pub tool: &'a str,
+    pub caller: &'a Identity,
+}
+
+/// A guard's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GuardVerdict {
+    Pass,
+    /// The use is refused; the text is what the model reads.
+    Refuse(String),
+    /// The guard cannot decide (its state is unavailable): a probe reads `unknown`, an
+    /// invocation is refused.
+    CannotTell(String),
+}
+
+/// Code that runs before a tool's handler and decides without its arguments.
+pub trait Guard: Send + Sync + 'static {
+    /// A short label for logs (`feature`, `quota`, an app's own name).
+    fn kind(&self) -> &str;
+    fn check(&self, ctx: &GuardContext<'_>) -> GuardVerdict;
+    /// Every check passed and the handler is about to run. Never called by a probe.
+    fn record_use(&self, _ctx: &GuardContext<'_>) {}
+}
+
+/// `{kind: feature, enabled, message}`: a switch.
+pub struct FeatureGuard {
+    pub enabled: bool,
+    pub message: String,
+}
+
+impl Guard for FeatureGuard {
+    fn kind(&self) -> &str {
+        "feature"
+    }
+    fn check(&self, _ctx: &GuardContext<'_>) -> GuardVerdict {
+        if self.enabled {
+            GuardVerdict::Pass
+        } else {
+            GuardVerdict::Refuse(self.message.clone())
+        }
+    }
+}
+
+/// `{kind: quota, max_uses}`: at most `max_uses` uses while this guard lives (an agent's
+/// config reload or a restart builds a fresh one).
+pub struct QuotaGuard {
+    pub max_uses: u64,
+    used: AtomicU64,
+}
+
+impl QuotaGuard {
+    pub fn new(max_uses: u64) -> QuotaGuard {
+        QuotaGuard {
+            max_uses,
+            used: AtomicU64::new(0),
+        }
+    }
+    pub fn used(&self) -> u64 {
+        self.used.load(Ordering::SeqCst)
+    }
+}
+
+impl Guard for QuotaGuard {
+    fn kind(&self) -> &str {
+        "quota"
+    }
+    fn check(&self, _ctx: &GuardContext<'_>) -> GuardVerdict {
+        if self.used() < self.max_uses {
+            GuardVerdict::Pass
+        } else {
+            GuardVerdict::Refuse(format!(
+                "the quota of this tool ({} uses) is spent",
+                self.max_uses
+            ))
+        }
+    }
+    fn record_use(&self, _ctx: &GuardContext<'_>) {
+        self.used.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// The guard an agent.yaml `guard:` declares.
+pub fn declared_guard(config: &GuardConfig) -> Arc<dyn Guard> {
+    match config {
+        GuardConfig::Feature { enabled, message } => Arc::new(FeatureGuard {
+            enabled: *enabled,
+            message: message.clone(),
+        }),
+        GuardConfig::Quota { max_uses } => Arc::new(QuotaGuard::new(*max_uses)),
+    }
+}
+
+/// Who asks, and the policies the agent defines.
+#[derive(Clone, Copy)]
+pub struct Access<'a> {
+    pub agent: &'a str,
+    pub identity: &'a Identity,
+    pub registry: &'a PolicyRegistry,
+}
+
+/// Why the stages before the cut stopped.
+enum Stop {
+    Refused(String),
+    CannotTell(String),
+}
+
+/// The stages before the cut: identity, policies, guards. Never sees arguments.
+fn before_cut(
+    tool_name: &str,
+    tool: &dyn Tool,
+    auth: &Auth,
+    access: &Access<'_>,
+) -> Result<(), Stop> {
+    if auth.anonymous == Anonymity::No {
+        match access.identity {
+            Identity::Present(_) => {}
+            Identity::Absent => {
+                return Err(Stop::Refused(
+                    "this tool needs an identified caller, and this run has none".into(),
+                ));
+            }
+            Identity::Unknown => {
+                return Err(Stop::CannotTell(
+                    "the caller's identity could not be established".into(),
+                ));
+            }
+        }
+    }
+    for policy in &auth.policies {
+        let result = match access.identity {
+            Identity::Present(caller) => access.registry.evaluate(policy, caller),
+            Identity::Absent => PolicyResult::Deny,
+            Identity::Unknown => PolicyResult::Unknown,
+        };
+        match result {
+            PolicyResult::Allow => {}
+            PolicyResult::Deny => {
+                // Policy names never reach the model.
+                return Err(Stop::Refused(
+                    "the caller does not satisfy this tool's access policy".into(),
+                ));
+            }
+            PolicyResult::Unknown => {
+                return Err(Stop::CannotTell(
+                    "the caller's identity could not be established".into(),
+                ));
+            }
+            PolicyResult::NoResult => {
+                let deferred = matches!(policy, PolicyRef::Named(name)
+                    if access.registry.get(name).is_some_and(|d| d.needs_resource));
+                if !deferred {
+                    return Err(Stop::Refused(
+                        "this tool's access policy is not defined on this host".into(),
+                    ));
+                }
+            }
+        }
+    }
+    let ctx = GuardContext {
+        agent: access.agent,
+        tool: tool_name,
+        caller: access.identity,
+    };
+    for guard in tool.guards() {
+        let verdict = catch_unwind(AssertUnwindSafe(|| guard.check(&ctx))).unwrap_or_else(|_| {
+            GuardVerdict::CannotTell(format!("the {} guard failed", guard.kind()))
+        });
+        match verdict {
+            GuardVerdict::Pass => {}
+            GuardVerdict::Refuse(message) => return Err(Stop::Refused(message)),
+            GuardVerdict::CannotTell(message) => return Err(Stop::CannotTell(message)),
+        }
+    }
+    Ok(())
+}
+
+/// T2: a synthetic request with no arguments, through the stages before the cut. A refusal
+/// reads `Refused`, reaching the cut `ReachedCut`, a guard that cannot tell (or panics) `Other`.
+/// The resource check and the handler are out of reach.
+pub fn probe(tool_name: &str, tool: &dyn Tool, auth: &Auth, access: &Access<'_>) -> ProbeOutcome {
+    match before_cut(tool_name, tool, auth, access) {
+        Ok(()) => ProbeOutcome::ReachedCut,
+        Err(Stop::Refused(_)) => ProbeOutcome::Refused,
+        Err(Stop::CannotTell(_)) => ProbeOutcome::Other,
+    }
+}
+
+/// The real authorization of one use, with its arguments: the stages before the cut, then the
+/// tool's resource-dependent check. A refusal is [`ToolError::Forbidden`].
+pub fn authorize(
+    tool_name: &str,
+    tool: &dyn Tool,
+    auth: &Auth,
+    access: &Access<'_>,
+    input: &Value,
+) -> Result<(), ToolError> {
+    match before_cut(tool_name, tool, auth, access) {
+        Ok(()) => {}
+        Err(Stop::Refused(message)) => return Err(ToolError::Forbidden(message)),
+        Err(Stop::CannotTell(message)) => {
+            return Err(ToolError::Forbidden(format!(
+                "the use could not be authorized: {message}"
+            )));
+        }
+    }
+    tool.check_resource(access.identity, input)
+        .map_err(ToolError::Forbidden)
+}
+
+/// Tells every guard of `tool` that a use passed and its handler runs now.
+pub fn record_use(tool_name: &str, tool: &dyn Tool, access: &Access<'_>) {
+    let ctx = GuardContext {
+        agent: access.agent,
+        tool: tool_name,
+        caller: access.identity,
+    };
+    for guard in tool.guards() {
+        guard.record_use(&ctx);
+    }
+}
