@@ -156,7 +156,8 @@ impl LinkRemote {
                     if retries_left > 0 =>
                 {
                     retries_left -= 1;
-                    warn!(peer_host = %peer, error = %e, "response lost; sending the same call again (it dedupes on the child run id)");
+                    warn!(peer_host = %peer, error = %e, "response lost; sending the same call again on a fresh connection (it dedupes on the child run id)");
+                    self.endpoint.reset_peer(&peer);
                 }
                 Err(e) => {
                     warn!(peer_host = %peer, error = %e, "call not delivered");
