@@ -600,3 +600,48 @@ fn serve_reports_fleet_yaml_errors_with_file_and_line() {
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("no host named `delta`"), "{err}");
 }
+
+#[test]
+fn a_reply_survives_the_caller_host_being_down_when_the_child_settles() {
+    let mut fleet = example_fleet();
+    // Gate the cfo's ledger behind an operator's approval, so the child settles on command.
+    let cfo_yaml = fleet.dir.path().join("agents/cfo/agent.yaml");
+    let yaml = std::fs::read_to_string(&cfo_yaml).unwrap();
+    let gated = yaml.replace("    kind: sql\n", "    kind: sql\n    approval: required\n");
+    assert_ne!(gated, yaml);
+    std::fs::write(&cfo_yaml, gated).unwrap();
+    fleet.start("alpha", None);
+    fleet.start("beta", None);
+    let id = fleet.start_run("alpha", "cmo", "2026-08");
+    let child = poll(LONG, "the blocked child", || {
+        let jobs = fleet.jobs("beta");
+        let run = jobs.first()?;
+        (run["status"] == "blocked").then(|| run["id"].as_str().unwrap().to_owned())
+    });
+    fleet.kill("alpha");
+    let approved: Value = fleet
+        .http
+        .post(format!("{}/runs/{child}/approve", fleet.url("beta")))
+        .json(&json!({"approve": true}))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(approved["id"], child.as_str(), "{approved}");
+    fleet.wait("beta", &child, LONG);
+    // beta gives up delivering; alpha asks for the reply again when it resumes the run.
+    poll(LONG, "beta to give up on the reply", || {
+        fleet
+            .stderr("beta")
+            .contains("reply not delivered; the caller's host asks for it again")
+            .then_some(())
+    });
+    fleet.start("alpha", None);
+    let run = fleet.wait("alpha", &id, LONG);
+    assert_eq!(run["status"], "succeeded", "{run}");
+    assert!(
+        run["output"].as_str().unwrap().contains("48250.00"),
+        "{run}"
+    );
+    assert_eq!(fleet.jobs("beta").len(), 1);
+}
