@@ -143,6 +143,9 @@ pub struct AgentState {
     options: AgentOptions,
     /// Tool uses whose outcome is being fetched by a spawned task.
     in_flight: HashSet<(RunId, String)>,
+    /// Replies that arrived before their call's acceptance was recorded (the child settled
+    /// faster than the ack travelled back), by (parent run, tool-use id).
+    early_replies: BTreeMap<(RunId, String), ReplyEnvelope>,
 }
 
 /// The agent actor.
@@ -187,6 +190,7 @@ impl Actor for AgentActor {
             fleet_agents: args.fleet_agents,
             options: args.options,
             in_flight: HashSet::new(),
+            early_replies: BTreeMap::new(),
         })
     }
 
@@ -256,7 +260,10 @@ impl Actor for AgentActor {
                     });
                 }
                 self.record_call_outcome(state, &run, &tool_use_id, &callee, outcome)?;
-                self.advance(&myself, state, &run).await?;
+                match state.early_replies.remove(&(run.clone(), tool_use_id)) {
+                    Some(reply) => self.receive_reply(&myself, state, reply).await?,
+                    None => self.advance(&myself, state, &run).await?,
+                }
             }
             AgentMsg::CheckDone {
                 run,
@@ -901,6 +908,12 @@ impl AgentActor {
         };
         let view = RunView::from_events(&state.store.events(&parent.id)?);
         let Some(call) = view.calls.get(&reply.child_run) else {
+            let key = (parent.id.clone(), reply.tool_use_id.clone());
+            if state.in_flight.contains(&key) {
+                // The call's ack is still on its way: keep the reply until it is recorded.
+                state.early_replies.insert(key, reply);
+                return Ok(());
+            }
             warn!(run_id = %parent.id, child = %reply.child_run, from = %reply.callee, "reply for a call this run never placed; dropped");
             return Ok(());
         };

@@ -189,6 +189,14 @@ impl LinkRemote {
                 }
                 // Not known *yet* (the caller records the call when its ack arrives) or the
                 // caller's host is starting: try again shortly.
+                // A reply that is still unknown after a few tries answers no call of the caller.
+                Ok(Frame::Refused {
+                    reason: RefusalReason::UnknownRun,
+                    text,
+                }) if attempt >= 3 => {
+                    warn!(peer_host = %peer, %text, "reply refused: the caller placed no such call");
+                    return;
+                }
                 Ok(Frame::Refused {
                     reason: RefusalReason::UnknownRun | RefusalReason::Internal,
                     text,
