@@ -4,6 +4,7 @@
 //! `consort_fleet::dev`, the others talk to a host through the client SDK (`--at URL`) or read a
 //! stopped host's data folder (`--data DIR`). Listings take `--json`.
 
+mod fleet_cli;
 mod output;
 mod visibility_cli;
 
@@ -88,6 +89,9 @@ enum Command {
     /// List every declared edge and whether both sides consented.
     Edges {
         dirs: Vec<PathBuf>,
+        /// Resolve the edges of a whole fleet (with each agent's host) instead of folders.
+        #[arg(long, conflicts_with = "dirs")]
+        fleet: Option<PathBuf>,
         #[arg(long)]
         json: bool,
     },
@@ -98,6 +102,10 @@ enum Command {
         #[command(subcommand)]
         command: visibility_cli::ToolsCommand,
     },
+    /// Write a new host key (mode 0600) and print its public key.
+    Keygen(fleet_cli::KeygenArgs),
+    /// Serve one host of a multi-host fleet (QUIC link + HTTP API).
+    Serve(fleet_cli::ServeArgs),
 }
 
 #[derive(Subcommand)]
@@ -194,6 +202,7 @@ fn main() -> ExitCode {
 fn init_tracing(cli: &Cli) {
     let default = match &cli.command {
         Command::Dev(args) if args.ask.is_none() => "info",
+        Command::Serve(_) => "info",
         _ => "warn",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -234,6 +243,13 @@ fn print_json(value: &impl serde::Serialize) -> Result<()> {
 async fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Dev(args) => dev(args).await,
+        Command::Keygen(args) => fleet_cli::keygen(args),
+        Command::Serve(args) => fleet_cli::serve(args).await,
+        Command::Edges {
+            fleet: Some(file),
+            json,
+            ..
+        } => fleet_cli::edges(&file, json),
         Command::Run {
             agent,
             input,
@@ -347,7 +363,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Visibility(args) => visibility_cli::visibility(args),
         Command::Tools { command } => visibility_cli::tools(command),
-        Command::Edges { dirs, json } => {
+        Command::Edges { dirs, json, .. } => {
             if dirs.is_empty() {
                 bail!("give agent folders (or folders of agent folders)");
             }

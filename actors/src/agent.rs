@@ -685,10 +685,13 @@ impl AgentActor {
                 let me = myself.clone();
                 let (run, tool_use_id, cap) =
                     (id.clone(), tool_use.id.clone(), state.options.reply_cap);
+                let caller = state.config.name.clone();
                 tokio::spawn(async move {
                     let asked = ractor::call_t!(
                         supervisor,
                         |reply| SupervisorMsg::RunSummary {
+                            caller: caller.clone(),
+                            parent_run: run.clone(),
                             agent: callee.clone(),
                             run: child.clone(),
                             reply,
@@ -921,7 +924,15 @@ impl AgentActor {
                     })
                     .count() as u64,
         };
-        if let Err(refusal) = guards::check_outbound(&facts) {
+        // Test-only fault switch (CONSORT_FAULT=skip_outbound_checks): a sending host with its
+        // own checks off, to prove the receiving host still enforces every rule.
+        let skip_checks = state.options.fault.as_deref() == Some("skip_outbound_checks");
+        if skip_checks {
+            warn!(callee = %callee, "fault switch: outbound checks skipped (tests only)");
+        }
+        if let Err(refusal) =
+            guards::check_outbound(&facts).or_else(|r| if skip_checks { Ok(()) } else { Err(r) })
+        {
             info!(callee = %callee, reason = refusal.code(), "call refused by the caller's side");
             self.record_call_outcome(
                 state,

@@ -43,9 +43,12 @@ pub trait RemoteCalls: Send + Sync + 'static {
     fn place_call(&self, envelope: CallEnvelope) -> BoxFuture<'_, CallOutcome>;
     /// Delivers a reply to the caller's host.
     fn send_reply(&self, reply: ReplyEnvelope) -> BoxFuture<'_, ()>;
-    /// Reads a run on another host (for `check_run`).
+    /// Reads a run on another host (for `check_run`): the child `run` of `agent`, placed by
+    /// `caller`'s run `parent_run` (the callee's host answers only for its own caller).
     fn run_summary(
         &self,
+        caller: String,
+        parent_run: RunId,
         agent: String,
         run: RunId,
     ) -> BoxFuture<'_, Result<RunRecord, ActorsError>>;
@@ -116,8 +119,10 @@ pub enum SupervisorMsg {
     DeliverReply(ReplyEnvelope),
     /// Ask a callee (local or remote) to send a settled run's reply again.
     ResendReply { callee: String, child_run: RunId },
-    /// Read a run of a given agent (for `check_run`).
+    /// Read a run of a given agent (for `check_run`), placed by `caller`'s run `parent_run`.
     RunSummary {
+        caller: String,
+        parent_run: RunId,
         agent: String,
         run: RunId,
         reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
@@ -400,7 +405,13 @@ impl Actor for HostSupervisor {
                     tokio::spawn(async move { remote.resend_reply(callee, child_run).await });
                 }
             }
-            SupervisorMsg::RunSummary { agent, run, reply } => {
+            SupervisorMsg::RunSummary {
+                caller,
+                parent_run,
+                agent,
+                run,
+                reply,
+            } => {
                 if state.slots.contains_key(&agent) {
                     let found = RunStore::open_read_only(&state.data.store_path(&agent))
                         .and_then(|store| store.run(&run))
@@ -409,7 +420,8 @@ impl Actor for HostSupervisor {
                 } else if let Some(remote) = state.spec.remote.clone().filter(|r| r.serves(&agent))
                 {
                     tokio::spawn(async move {
-                        let _ = reply.send(remote.run_summary(agent, run).await);
+                        let summary = remote.run_summary(caller, parent_run, agent, run).await;
+                        let _ = reply.send(summary);
                     });
                 } else {
                     let _ = reply.send(Err(ActorsError::UnknownAgent(agent)));

@@ -25,6 +25,36 @@ pub enum FleetError {
         code: String,
         message: String,
     },
+    /// Links, keys or envelopes (consort-net).
+    #[error(transparent)]
+    Net(#[from] consort_net::NetError),
+    /// `--host` names no host of fleet.yaml.
+    #[error("{file}: there is no host named `{host}` (hosts: {known})")]
+    UnknownHost {
+        host: String,
+        file: String,
+        known: String,
+    },
+    /// The host key does not match the key fleet.yaml pins for the host.
+    #[error(
+        "key file {key_file} holds the key {actual}, but {file} pins another key for host `{host}`"
+    )]
+    WrongKey {
+        host: String,
+        key_file: String,
+        file: String,
+        actual: String,
+    },
+    /// A pinned key in fleet.yaml is not a valid ed25519 point.
+    #[error("{file}: the public_key of host `{host}` is not a valid ed25519 key")]
+    BadPin { host: String, file: String },
+    /// A data folder could not be made.
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
     /// The host answered something that is not consort's API.
     #[error("unexpected answer from {url}: {detail}")]
     BadResponse { url: String, detail: String },

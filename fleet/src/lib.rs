@@ -2,7 +2,8 @@
 //!
 //! This crate assembles a [`consort_actors::Host`] from agent folders ([`dev`]), serves its
 //! HTTP API on loopback ([`api`]) and offers the Rust client SDK that talks to that API
-//! ([`client`]). The CLI is one user of these; an embedding app is another. The crate decides
+//! ([`client`]). A host of a multi-host fleet is assembled by [`serve`], whose links to the
+//! other hosts are [`remote`]. The CLI is one user of these; an embedding app is another. The crate decides
 //! no call rules itself (they live in consort-actors' guards) and never touches a run store
 //! except through the host handle or the read-only data folder.
 
@@ -11,6 +12,8 @@ pub mod auth;
 pub mod client;
 pub mod dev;
 pub mod error;
+pub mod remote;
+pub mod serve;
 
 pub use client::Client;
 pub use error::FleetError;

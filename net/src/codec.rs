@@ -80,6 +80,16 @@ pub enum Frame {
     },
     /// Response to `Reply`: received and stored.
     Ack,
+    /// Request: send the reply of child run `child_run` (of agent `callee`) again, as a
+    /// `Reply` request, if it has settled; answered by `Ack`. Sent by a caller's host that
+    /// resumes a waiting run after a restart (the reply may have been lost). The receiver
+    /// answers only when the child's caller is served by the requesting host.
+    ResendReply {
+        /// The agent running the child.
+        callee: String,
+        /// The child run whose reply is wanted.
+        child_run: RunId,
+    },
 }
 
 /// Why a host refused a request. Append only: the index is the wire tag.

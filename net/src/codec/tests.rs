@@ -34,6 +34,10 @@ fn sample_frames() -> Vec<Frame> {
             output: None,
         },
         Frame::Ack,
+        Frame::ResendReply {
+            callee: "cfo".into(),
+            child_run: RunId::random(),
+        },
     ]
 }
 

@@ -286,14 +286,25 @@ impl LinkEndpoint {
         frame: &Frame,
     ) -> Result<Frame, LinkError> {
         let request = encode_frame(frame).map_err(LinkError::Encode)?;
+        self.request_bytes(peer_host, addr, &request).await
+    }
+
+    /// As [`LinkEndpoint::request`], with the request's bytes given as they are (unchecked):
+    /// for tests and tools that probe a host with hand-made, truncated or garbage frames.
+    pub async fn request_bytes(
+        &self,
+        peer_host: &str,
+        addr: SocketAddr,
+        request: &[u8],
+    ) -> Result<Frame, LinkError> {
         let attempt = async {
             let (connection, reused) = self.connection(peer_host, addr).await?;
-            match self.exchange(peer_host, &connection, &request).await {
+            match self.exchange(peer_host, &connection, request).await {
                 Err(Exchange::NotSent(reason)) if reused => {
                     tracing::debug!(peer_host, %reason, "cached connection is dead; redialing");
                     self.forget(peer_host, &connection);
                     let (fresh, _) = self.connection(peer_host, addr).await?;
-                    self.exchange(peer_host, &fresh, &request)
+                    self.exchange(peer_host, &fresh, request)
                         .await
                         .map_err(|failure| self.fail(peer_host, &fresh, failure))
                 }
@@ -303,6 +314,19 @@ impl LinkEndpoint {
         tokio::time::timeout(self.inner.config.request_timeout, attempt)
             .await
             .map_err(|_| LinkError::Timeout(peer_host.to_owned()))?
+    }
+
+    /// Closes and forgets the connection to `peer_host`, so that the next request dials
+    /// afresh. For a caller whose request timed out: the peer may have restarted since, and a
+    /// connection to its previous process would only time out again.
+    pub fn reset_peer(&self, peer_host: &str) {
+        let slot = lock(&self.inner.peers).remove(peer_host);
+        if let Some(slot) = slot
+            && let Ok(slot) = slot.try_lock()
+            && let Some(connection) = &slot.connection
+        {
+            connection.close(0u32.into(), b"reset by the caller");
+        }
     }
 
     /// Closes every connection and stops serving; waits until peers were told.

@@ -1,0 +1,208 @@
+//! One host of a multi-host fleet, put together: the host behind `consort serve`.
+//!
+//! [`ServedHost::start`] reads `fleet.yaml`, loads every host's agents (so peers on other
+//! hosts count as existing and each agent lives on exactly one host), keeps this host's own,
+//! reads and checks its key against the key `fleet.yaml` pins for it, binds the QUIC link on
+//! the host's fleet address (mutual TLS pinned to every host's key, no plaintext fallback),
+//! starts the supervisor with [`LinkRemote`] as its way to other hosts, and serves the HTTP
+//! API on loopback. It writes `<data>/serve.json` with the API's URL and the link address.
+//!
+//! The host key lives, unless `--key` says otherwise, at `keys/<host>.key` next to
+//! `fleet.yaml` ([`default_key_path`]), as written by `consort keygen --out keys --name <host>`.
+//!
+//! It must not decide call rules or verify envelopes itself; it only wires parts together.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tracing::info;
+
+use consort_actors::{AgentOptions, DataFolder, Host, HostSpec};
+use consort_config::{AgentSet, FleetConfig};
+use consort_net::{HostKey, KeyRing, LinkConfig, LinkEndpoint, PublicKey};
+
+use crate::FleetError;
+use crate::api;
+use crate::remote::{FleetMap, Inbound, LinkRemote};
+
+/// Where a host's key is kept when `--key` is not given: `keys/<host>.key` beside fleet.yaml.
+pub fn default_key_path(fleet_file: &Path, host: &str) -> PathBuf {
+    fleet_file
+        .parent()
+        .unwrap_or_else(|| Path::new("."))
+        .join("keys")
+        .join(format!("{host}.key"))
+}
+
+/// How to serve one host of a fleet.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    pub fleet_file: PathBuf,
+    pub host: String,
+    pub data_dir: PathBuf,
+    /// The host key file; `None` means [`default_key_path`].
+    pub key_file: Option<PathBuf>,
+    /// Address of the HTTP API (loopback).
+    pub listen_http: SocketAddr,
+    pub agent_options: AgentOptions,
+    pub link: LinkConfig,
+}
+
+/// A fleet host serving its link and its API.
+pub struct ServedHost {
+    pub host: Host,
+    pub name: String,
+    pub http_addr: SocketAddr,
+    pub link_addr: SocketAddr,
+    pub endpoint: LinkEndpoint,
+    pub server: tokio::task::JoinHandle<()>,
+}
+
+/// The fleet's parts that concern one host, checked: its agents, the others' agents, the
+/// fleet map and its key.
+pub struct Prepared {
+    pub local: AgentSet,
+    pub remote_agents: Vec<String>,
+    pub map: FleetMap,
+    pub key: HostKey,
+    pub link_addr: SocketAddr,
+}
+
+/// Reads fleet.yaml and the key of `host`; every error names the file (and line) at fault.
+pub fn prepare(
+    fleet_file: &Path,
+    host: &str,
+    key_file: Option<&Path>,
+) -> Result<Prepared, FleetError> {
+    let fleet = FleetConfig::load(fleet_file)?;
+    let Some(me) = fleet.host(host) else {
+        return Err(FleetError::UnknownHost {
+            host: host.to_owned(),
+            file: fleet.file.display().to_string(),
+            known: fleet
+                .hosts
+                .iter()
+                .map(|h| h.name.clone())
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    };
+    let (set, placements) = fleet.agents()?;
+    let key_path = key_file
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| default_key_path(&fleet.file, host));
+    let key = HostKey::read(&key_path).map_err(consort_net::NetError::from)?;
+    if key.public().to_bytes() != me.public_key {
+        return Err(FleetError::WrongKey {
+            host: host.to_owned(),
+            key_file: key_path.display().to_string(),
+            file: fleet.file.display().to_string(),
+            actual: key.public().to_string(),
+        });
+    }
+    let mut ring = KeyRing::new();
+    let mut addresses = BTreeMap::new();
+    for h in &fleet.hosts {
+        let public = PublicKey::from_bytes(&h.public_key).ok_or_else(|| FleetError::BadPin {
+            host: h.name.clone(),
+            file: fleet.file.display().to_string(),
+        })?;
+        ring.insert(h.name.clone(), public)
+            .map_err(consort_net::NetError::from)?;
+        addresses.insert(h.name.clone(), h.address);
+    }
+    let mut local = set.clone();
+    local
+        .agents
+        .retain(|name, _| placements.get(name).map(String::as_str) == Some(host));
+    let remote_agents = placements
+        .iter()
+        .filter(|(_, h)| h.as_str() != host)
+        .map(|(a, _)| a.clone())
+        .collect();
+    Ok(Prepared {
+        local,
+        remote_agents,
+        map: FleetMap {
+            host: host.to_owned(),
+            placements,
+            addresses,
+            ring,
+        },
+        key,
+        link_addr: me.address,
+    })
+}
+
+impl ServedHost {
+    pub async fn start(options: ServeOptions) -> Result<ServedHost, FleetError> {
+        let prepared = prepare(
+            &options.fleet_file,
+            &options.host,
+            options.key_file.as_deref(),
+        )?;
+        std::fs::create_dir_all(&options.data_dir).map_err(|source| FleetError::Io {
+            path: options.data_dir.display().to_string(),
+            source,
+        })?;
+        let map = Arc::new(prepared.map);
+        let inbound = Arc::new(Inbound::new(
+            map.clone(),
+            DataFolder::new(options.data_dir.clone()),
+            options.agent_options.reply_cap,
+        ));
+        let endpoint = LinkEndpoint::bind_with_config(
+            prepared.link_addr,
+            &options.host,
+            prepared.key.clone(),
+            map.ring.clone(),
+            inbound.handler(),
+            options.link.clone(),
+        )
+        .map_err(consort_net::NetError::from)?;
+        let link_addr = endpoint.local_addr().map_err(consort_net::NetError::from)?;
+        let remote = LinkRemote::new(map.clone(), prepared.key, endpoint.clone());
+
+        let mut spec = HostSpec::new(prepared.local, options.data_dir.clone());
+        spec.remote_agents = prepared.remote_agents;
+        spec.options = options.agent_options;
+        spec.remote = Some(Arc::new(remote));
+
+        let listener = TcpListener::bind(options.listen_http)
+            .await
+            .map_err(|source| FleetError::Bind {
+                addr: options.listen_http.to_string(),
+                source,
+            })?;
+        let http_addr = listener.local_addr().map_err(|source| FleetError::Bind {
+            addr: options.listen_http.to_string(),
+            source,
+        })?;
+        let (host, _supervisor) = Host::spawn(spec).await?;
+        inbound.set_supervisor(host.supervisor().clone());
+        let app = api::router(host.clone());
+        let server = tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!("HTTP API stopped: {e}");
+            }
+        });
+        let url = format!("http://{http_addr}");
+        let note = serde_json::json!({
+            "url": url, "pid": std::process::id(), "host": options.host,
+            "link": link_addr.to_string(),
+        });
+        let _ = std::fs::write(options.data_dir.join("serve.json"), note.to_string());
+        info!(%url, host = %options.host, link = %link_addr, agents = ?host.agents(), "serving");
+        Ok(ServedHost {
+            host,
+            name: options.host,
+            http_addr,
+            link_addr,
+            endpoint,
+            server,
+        })
+    }
+}

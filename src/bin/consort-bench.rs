@@ -1,0 +1,336 @@
+//! `consort-bench`: latency and throughput of calls across hosts, inside one host, and of the
+//! bare link, measured in one run on loopback (see docs/BENCHMARKS.md).
+//!
+//!     cargo run --release --bin consort-bench
+//!
+//! Two real hosts (QUIC links with pinned mutual TLS, SQLite stores with synchronous=NORMAL,
+//! script models) run in this process on one tokio runtime: alpha serves `cmo` and `lcfo`,
+//! beta serves `cfo`. It measures a call up to the callee's accepted ack (cross-host through
+//! the link glue, in-host through the supervisor), a full call to reply (a root run that calls
+//! once and answers with the reply), and as the floor a request/response of the same size on
+//! a bare link endpoint (quinn + TLS + codec, no signatures, actors or stores). It owns no
+//! logic of its own beyond timing; it must not be run as a test.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use tokio::task::JoinSet;
+
+use consort_actors::supervisor::{RemoteCalls, SupervisorMsg};
+use consort_actors::{AgentOptions, CallOutcome, Channel};
+use consort_fleet::remote::LinkRemote;
+use consort_fleet::serve::{ServeOptions, ServedHost, prepare};
+use consort_net::{
+    CallEnvelope, Frame, HostKey, KeyRing, LinkConfig, LinkEndpoint, NextHop, RunId,
+};
+
+struct Stats {
+    name: &'static str,
+    p50_us: f64,
+    p99_us: f64,
+    per_sec: f64,
+}
+
+fn percentile(sorted: &[Duration], q: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+    sorted[i].as_secs_f64() * 1e6
+}
+
+/// Latency from `seq` one-at-a-time operations, throughput from `total` with `inflight`
+/// concurrent.
+async fn measure<F, Fut>(
+    name: &'static str,
+    seq: usize,
+    total: usize,
+    inflight: usize,
+    op: F,
+) -> Result<Stats>
+where
+    F: Fn(u64) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<()>> + Send + 'static,
+{
+    for i in 0..(seq / 10).max(5) {
+        op(u64::MAX - i as u64).await?; // warm-up
+    }
+    let mut lat = Vec::with_capacity(seq);
+    for i in 0..seq {
+        let t = Instant::now();
+        op(i as u64).await?;
+        lat.push(t.elapsed());
+    }
+    lat.sort();
+    let start = Instant::now();
+    let mut set = JoinSet::new();
+    let mut next = 0usize;
+    let mut done = 0usize;
+    while done < total {
+        while set.len() < inflight && next < total {
+            let op = op.clone();
+            let n = (1_000_000 + next) as u64;
+            set.spawn(async move { op(n).await });
+            next += 1;
+        }
+        if let Some(r) = set.join_next().await {
+            r??;
+            done += 1;
+        }
+    }
+    let per_sec = total as f64 / start.elapsed().as_secs_f64();
+    let stats = Stats {
+        name,
+        p50_us: percentile(&lat, 0.5),
+        p99_us: percentile(&lat, 0.99),
+        per_sec,
+    };
+    eprintln!(
+        "  {:<34} p50 {:>8.0} µs  p99 {:>8.0} µs  {:>8.0}/s ({inflight} in flight)",
+        stats.name, stats.p50_us, stats.p99_us, stats.per_sec
+    );
+    Ok(stats)
+}
+
+fn envelope(caller: &str, callee: &str, n: u64) -> CallEnvelope {
+    let parent = RunId::random();
+    let now = consort_actors::run::now_ms();
+    consort_net::new_call(NextHop {
+        caller,
+        callee,
+        parent_run: &parent,
+        tool_use_id: &format!("tu_bench_{n}"),
+        input: "2026-08",
+        issued_at_ms: now,
+        expires_at_ms: now + 600_000,
+    })
+}
+
+fn write_agent(root: &std::path::Path, name: &str, yaml: &str) -> Result<()> {
+    let dir = root.join("agents").join(name);
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("agent.yaml"), yaml)?;
+    Ok(())
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::UdpSocket::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<()> {
+    let root = std::env::temp_dir().join(format!("consort-bench-{}", std::process::id()));
+    let result = run(&root).await;
+    let _ = std::fs::remove_dir_all(&root);
+    result
+}
+
+async fn run(root: &std::path::Path) -> Result<()> {
+    std::fs::create_dir_all(root.join("keys"))?;
+    write_agent(
+        root,
+        "cmo",
+        "name: cmo\nagents: {can_call: [cfo]}\nmodel:\n  script:\n    - call: [{agent: cfo, input: \"{input}\"}]\n    - answer: \"{reply.cfo}\"\n",
+    )?;
+    write_agent(
+        root,
+        "lcmo",
+        "name: lcmo\nagents: {can_call: [lcfo]}\nmodel:\n  script:\n    - call: [{agent: lcfo, input: \"{input}\"}]\n    - answer: \"{reply.lcfo}\"\n",
+    )?;
+    for (name, caller) in [("cfo", "cmo"), ("lcfo", "lcmo")] {
+        write_agent(
+            root,
+            name,
+            &format!(
+                "name: {name}\nagents: {{accept_from: [{caller}]}}\nmodel:\n  script:\n    - answer: \"ok {{input}}\"\n"
+            ),
+        )?;
+    }
+    let mut yaml = String::from("hosts:\n");
+    for (host, agents) in [
+        ("alpha", "[agents/cmo, agents/lcmo, agents/lcfo]"),
+        ("beta", "[agents/cfo]"),
+    ] {
+        let key = HostKey::generate();
+        key.write_new(&root.join(format!("keys/{host}.key")))?;
+        yaml.push_str(&format!(
+            "  - name: {host}\n    address: 127.0.0.1:{}\n    public_key: \"{}\"\n    agents: {agents}\n",
+            free_port()?,
+            key.public()
+        ));
+    }
+    let fleet_file = root.join("fleet.yaml");
+    std::fs::write(&fleet_file, yaml)?;
+    let options = AgentOptions {
+        admission_limit: 100_000,
+        ..AgentOptions::default()
+    };
+    let mut hosts = Vec::new();
+    for host in ["alpha", "beta"] {
+        hosts.push(
+            ServedHost::start(ServeOptions {
+                fleet_file: fleet_file.clone(),
+                host: host.into(),
+                data_dir: root.join("data").join(host),
+                key_file: None,
+                listen_http: "127.0.0.1:0".parse()?,
+                agent_options: options.clone(),
+                link: LinkConfig::default(),
+            })
+            .await
+            .with_context(|| format!("starting {host}"))?,
+        );
+    }
+    let alpha = &hosts[0];
+    let prepared = prepare(&fleet_file, "alpha", None)?;
+    let remote = Arc::new(LinkRemote::new(
+        Arc::new(prepared.map),
+        prepared.key,
+        alpha.endpoint.clone(),
+    ));
+    let supervisor = alpha.host.supervisor().clone();
+    let sample = consort_net::encode_frame(&Frame::Call(envelope("cmo", "cfo", 0)))?.len();
+    eprintln!("consort-bench: 2 hosts on loopback, call frame {sample} B");
+
+    let mut rows = Vec::new();
+
+    // Floor: the same size request and response on a bare link endpoint.
+    let (k1, k2) = (HostKey::generate(), HostKey::generate());
+    let mut ring = KeyRing::new();
+    ring.insert("gamma", k1.public())?;
+    ring.insert("delta", k2.public())?;
+    let echo = |_peer: String, frame: Frame| async move { frame };
+    let server = LinkEndpoint::bind(
+        "127.0.0.1:0".parse()?,
+        "delta",
+        k2,
+        ring.clone(),
+        Arc::new(echo),
+    )?;
+    let noop = |_peer: String, _frame: Frame| async { Frame::Ack };
+    let client = LinkEndpoint::bind("127.0.0.1:0".parse()?, "gamma", k1, ring, Arc::new(noop))?;
+    let server_addr = server.local_addr()?;
+    let frame = Arc::new(Frame::Call(envelope("cmo", "cfo", 0)));
+    let c = client.clone();
+    rows.push(
+        measure(
+            "floor: link request/response",
+            2000,
+            10_000,
+            64,
+            move |_| {
+                let (c, frame) = (c.clone(), frame.clone());
+                async move {
+                    c.request("delta", server_addr, &frame).await?;
+                    Ok(())
+                }
+            },
+        )
+        .await?,
+    );
+
+    let r = remote.clone();
+    rows.push(
+        measure(
+            "cross-host call to accepted ack",
+            1000,
+            3000,
+            32,
+            move |n| {
+                let r = r.clone();
+                async move {
+                    match r.place_call(envelope("cmo", "cfo", n)).await {
+                        CallOutcome::Accepted { .. } => Ok(()),
+                        CallOutcome::Refused(refusal) => anyhow::bail!("refused: {refusal}"),
+                    }
+                }
+            },
+        )
+        .await?,
+    );
+    let s = supervisor.clone();
+    rows.push(
+        measure("in-host call to accepted ack", 1000, 3000, 32, move |n| {
+            let s = s.clone();
+            async move {
+                let outcome = ractor::call_t!(
+                    s,
+                    |reply| SupervisorMsg::PlaceCall {
+                        envelope: envelope("lcmo", "lcfo", n),
+                        reply
+                    },
+                    30_000
+                )?;
+                match outcome {
+                    CallOutcome::Accepted { .. } => Ok(()),
+                    CallOutcome::Refused(refusal) => anyhow::bail!("refused: {refusal}"),
+                }
+            }
+        })
+        .await?,
+    );
+    for (name, agent) in [
+        ("cross-host full call to reply", "cmo"),
+        ("in-host full call to reply", "lcmo"),
+    ] {
+        let host = alpha.host.clone();
+        rows.push(
+            measure(name, 300, 1000, 16, move |_| {
+                let host = host.clone();
+                async move {
+                    let run = host.start_run(agent, "2026-08", Channel::Api).await?;
+                    let done = host.wait(&run.id, Duration::from_secs(30)).await?;
+                    anyhow::ensure!(
+                        done.output.as_deref() == Some("ok 2026-08"),
+                        "unexpected {done:?}"
+                    );
+                    Ok(())
+                }
+            })
+            .await?,
+        );
+    }
+
+    println!("| measurement | p50 µs | p99 µs | throughput /s |");
+    println!("|---|---:|---:|---:|");
+    for r in &rows {
+        println!(
+            "| {} | {:.0} | {:.0} | {:.0} |",
+            r.name, r.p50_us, r.p99_us, r.per_sec
+        );
+    }
+    let by = |name: &str| rows.iter().find(|r| r.name == name);
+    let ratio = |a: &str, b: &str| -> Option<(f64, f64)> {
+        let (a, b) = (by(a)?, by(b)?);
+        Some((a.p50_us / b.p50_us, b.per_sec / a.per_sec))
+    };
+    println!();
+    println!("| ratio | p50 latency | throughput (inverse) |");
+    println!("|---|---:|---:|");
+    for (a, b) in [
+        (
+            "cross-host call to accepted ack",
+            "floor: link request/response",
+        ),
+        (
+            "cross-host call to accepted ack",
+            "in-host call to accepted ack",
+        ),
+        (
+            "cross-host full call to reply",
+            "in-host full call to reply",
+        ),
+        (
+            "cross-host full call to reply",
+            "floor: link request/response",
+        ),
+    ] {
+        if let Some((lat, thr)) = ratio(a, b) {
+            println!("| {a} / {b} | {lat:.1}x | {thr:.1}x |");
+        }
+    }
+    for h in &hosts {
+        h.host.stop();
+    }
+    Ok(())
+}

@@ -1,0 +1,173 @@
+//! The multi-host subcommands of the CLI: `keygen`, `serve` and `edges --fleet`.
+//!
+//! Thin users of the library: `serve` assembles one host with `consort_fleet::serve`, `keygen`
+//! writes a key with `consort_net::HostKey`, `edges --fleet` resolves the consent graph of a
+//! whole fleet with `consort_config::FleetConfig`. No call rule is decided here.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, anyhow};
+use clap::Args;
+use serde_json::json;
+
+use consort_actors::AgentOptions;
+use consort_actors::store::Durability;
+use consort_config::FleetConfig;
+use consort_fleet::serve::{ServeOptions, ServedHost, default_key_path};
+use consort_net::{HostKey, LinkConfig};
+
+use crate::output;
+
+#[derive(Args)]
+pub struct KeygenArgs {
+    /// Folder to write the key into (made if missing).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// The host the key is for: writes `<out>/<name>.key` (default `<out>/host.key`).
+    #[arg(long)]
+    pub name: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// The fleet declaration.
+    #[arg(long)]
+    pub fleet: PathBuf,
+    /// Which host of the fleet this process is.
+    #[arg(long)]
+    pub host: String,
+    /// Data folder (run stores); default `.consort/<host>`.
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// The host key; default `keys/<host>.key` next to fleet.yaml.
+    #[arg(long)]
+    pub key: Option<PathBuf>,
+    /// Address of the HTTP API (loopback); port 0 picks a free one.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen_http: SocketAddr,
+    /// Commit durability: normal (survives a process crash) or full (survives power loss).
+    #[arg(long, default_value = "normal")]
+    pub durability: String,
+}
+
+pub fn keygen(args: KeygenArgs) -> Result<ExitCode> {
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let file = args
+        .out
+        .join(format!("{}.key", args.name.as_deref().unwrap_or("host")));
+    let key = HostKey::generate();
+    key.write_new(&file)?;
+    let public = key.public().to_string();
+    if args.json {
+        println!(
+            "{}",
+            json!({"key_file": file.display().to_string(), "public_key": public})
+        );
+    } else {
+        eprintln!("consort: wrote {} (mode 0600)", file.display());
+        println!("{public}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
+    let durability = Durability::parse(&args.durability).ok_or_else(|| {
+        anyhow!(
+            "--durability must be normal or full, not `{}`",
+            args.durability
+        )
+    })?;
+    let data_dir = args
+        .data
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(".consort").join(&args.host));
+    let agent_options = AgentOptions {
+        durability,
+        fault: std::env::var("CONSORT_FAULT")
+            .ok()
+            .filter(|f| !f.is_empty()),
+        ..AgentOptions::default()
+    };
+    let link = LinkConfig {
+        dial_timeout: std::time::Duration::from_secs(3),
+        request_timeout: std::time::Duration::from_secs(10),
+        ..LinkConfig::default()
+    };
+    let key_note = args
+        .key
+        .clone()
+        .unwrap_or_else(|| default_key_path(&args.fleet, &args.host));
+    let served = ServedHost::start(ServeOptions {
+        fleet_file: args.fleet.clone(),
+        host: args.host.clone(),
+        data_dir: data_dir.clone(),
+        key_file: args.key.clone(),
+        listen_http: args.listen_http,
+        agent_options,
+        link,
+    })
+    .await
+    .with_context(|| format!("cannot serve host `{}`", args.host))?;
+    eprintln!(
+        "consort: serving host {} ({}) on http://{}, link on {} (data in {}, key {})",
+        served.name,
+        served.host.agents().join(", "),
+        served.http_addr,
+        served.link_addr,
+        data_dir.display(),
+        key_note.display(),
+    );
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = served.server => {}
+    }
+    served.host.stop();
+    served.endpoint.close().await;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn edges(fleet_file: &std::path::Path, as_json: bool) -> Result<ExitCode> {
+    let fleet = FleetConfig::load(fleet_file)?;
+    let (set, placements) = fleet.agents()?;
+    let edges = set.consent().edges();
+    let host = |agent: &str| placements.get(agent).cloned().unwrap_or_default();
+    if as_json {
+        let rows: Vec<_> = edges
+            .iter()
+            .map(|e| {
+                json!({
+                    "caller": e.caller, "caller_host": host(&e.caller),
+                    "callee": e.callee, "callee_host": host(&e.callee),
+                    "status": e.status.as_str(),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        let rows: Vec<Vec<String>> = edges
+            .iter()
+            .map(|e| {
+                vec![
+                    e.caller.clone(),
+                    host(&e.caller),
+                    e.callee.clone(),
+                    host(&e.callee),
+                    e.status.as_str().to_owned(),
+                ]
+            })
+            .collect();
+        println!(
+            "{}",
+            output::table(
+                &["CALLER", "CALLER_HOST", "CALLEE", "CALLEE_HOST", "STATUS"],
+                &rows
+            )
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
