@@ -333,7 +333,7 @@ impl Actor for AgentActor {
 
 impl AgentActor {
     fn active_runs(state: &AgentState) -> Result<usize, ActorsError> {
-        Ok(state.store.unsettled()?.len())
+        state.store.count_unsettled()
     }
 
     fn start(
@@ -508,12 +508,16 @@ impl AgentActor {
             if record.status.is_settled() || record.status == RunStatus::Blocked {
                 return Ok(());
             }
-            if record.status == RunStatus::Queued {
+            let view = RunView::from_events(&state.store.events(&id)?);
+            // A fresh run goes straight to its first model turn; its move to `running` is
+            // written in that turn's transaction rather than in one of its own.
+            let mut starting = record.status == RunStatus::Queued;
+            if starting && (!view.unresolved_tool_uses().is_empty() || !view.needs_model()) {
                 record = state
                     .store
                     .apply(&id, RunUpdate::default().status(RunStatus::Running))?;
+                starting = false;
             }
-            let view = RunView::from_events(&state.store.events(&id)?);
 
             let unresolved = view.unresolved_tool_uses();
             if !unresolved.is_empty() {
@@ -614,6 +618,7 @@ impl AgentActor {
             };
             let turn = RunUpdate {
                 cost,
+                start: starting,
                 ..Default::default()
             }
             .event(
@@ -622,8 +627,8 @@ impl AgentActor {
             );
             match reply.step {
                 ModelStep::Answer(text) => {
-                    state.store.apply(&id, turn)?;
-                    self.settle(state, &id, Ok(text))?;
+                    // The turn and the settlement are one transaction.
+                    self.settle_after(state, &id, turn, Ok(text))?;
                     return Ok(());
                 }
                 ModelStep::ToolUses(_) => {
@@ -1083,7 +1088,18 @@ impl AgentActor {
         id: &RunId,
         outcome: Result<String, String>,
     ) -> Result<(), ActorsError> {
-        let update = match &outcome {
+        self.settle_after(state, id, RunUpdate::default(), outcome)
+    }
+
+    /// Settles a run, writing `prefix` (a model turn, say) in the same transaction.
+    fn settle_after(
+        &self,
+        state: &mut AgentState,
+        id: &RunId,
+        prefix: RunUpdate,
+        outcome: Result<String, String>,
+    ) -> Result<(), ActorsError> {
+        let settlement = match &outcome {
             Ok(text) => RunUpdate {
                 output: Some(text.clone()),
                 ..Default::default()
@@ -1097,6 +1113,11 @@ impl AgentActor {
             .event(kinds::FAILED, json!({"error": error}))
             .status(RunStatus::Failed),
         };
+        let mut update = prefix;
+        update.events.extend(settlement.events);
+        update.status = settlement.status;
+        update.output = settlement.output;
+        update.error = settlement.error;
         let record = state.store.apply(id, update)?;
         info!(status = %record.status, "run settled");
         self.report_settled(state, &record);

@@ -134,6 +134,9 @@ pub struct RunUpdate {
     pub output: Option<String>,
     pub error: Option<String>,
     pub cost: CostDelta,
+    /// Move a `queued` run to `running` first, in the same transaction (a fresh run's first
+    /// turn), so its log still shows both status changes.
+    pub start: bool,
 }
 
 impl RunUpdate {
@@ -327,10 +330,19 @@ impl RunStore {
             )
             .optional()
             .map_err(e)?;
-        let Some((status_text, mut seq)) = current else {
+        let Some((mut status_text, mut seq)) = current else {
             return Err(ActorsError::UnknownRun(id.to_string()));
         };
-        let mut events = update.events;
+        let mut events = Vec::with_capacity(update.events.len() + 2);
+        let starting = update.start && status_text == RunStatus::Queued.as_str();
+        if starting {
+            events.push((
+                "status".to_owned(),
+                serde_json::json!({"from": "queued", "to": "running"}),
+            ));
+            status_text = RunStatus::Running.as_str().to_owned();
+        }
+        events.extend(update.events);
         if let Some(next) = update.status
             && status_text != next.as_str()
         {
@@ -363,7 +375,8 @@ impl RunStore {
             ],
         )
         .map_err(e)?;
-        if let Some(next) = update.status {
+        let next_status = update.status.or(starting.then_some(RunStatus::Running));
+        if let Some(next) = next_status {
             let settled = next.is_settled().then_some(now as i64);
             tx.execute(
                 "UPDATE runs SET status = ?2, output = COALESCE(?3, output), \
@@ -421,6 +434,20 @@ impl RunStore {
     /// Runs that have not settled yet (what a restarted host resumes).
     pub fn unsettled(&self) -> Result<Vec<RunRecord>, ActorsError> {
         self.select_runs("status NOT IN ('succeeded', 'failed')", params![])
+    }
+
+    /// How many runs have not settled (what admission counts); an index lookup, not a scan
+    /// of the rows.
+    pub fn count_unsettled(&self) -> Result<usize, ActorsError> {
+        let n: i64 = self
+            .conn
+            .query_row(
+                "SELECT COUNT(*) FROM runs WHERE status NOT IN ('succeeded', 'failed')",
+                [],
+                |row| row.get(0),
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(n.max(0) as usize)
     }
 
     /// How many distinct child runs this store has accepted for one parent run.
