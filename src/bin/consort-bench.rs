@@ -7,8 +7,8 @@
 //! script models) run in this process on one tokio runtime: alpha serves `cmo` and `lcfo`,
 //! beta serves `cfo`. It measures a call up to the callee's accepted ack (cross-host through
 //! the link glue, in-host through the supervisor), a full call to reply (a root run that calls
-//! once and answers with the reply), and as the floor a request/response of the same size on
-//! a bare link endpoint (quinn + TLS + codec, no signatures, actors or stores). It owns no
+//! once and answers with the reply), and as floors a request/response of the same size on raw
+//! quinn and on a bare link endpoint (quinn + TLS + codec, no signatures, actors or stores). It owns no
 //! logic of its own beyond timing; it must not be run as a test.
 
 use std::sync::Arc;
@@ -194,7 +194,34 @@ async fn run(root: &std::path::Path) -> Result<()> {
 
     let mut rows = Vec::new();
 
-    // Floor: the same size request and response on a bare link endpoint.
+    // Floor 0: raw quinn, the same size request and response on one connection, TLS 1.3
+    // (the client trusts exactly the server's self-signed certificate), no consort code.
+    let (raw_client, raw_server) = raw_quinn_pair().await?;
+    let raw_payload = Arc::new(vec![7u8; sample]);
+    let rc = raw_client.clone();
+    rows.push(
+        measure(
+            "floor: raw quinn request/response",
+            2000,
+            10_000,
+            64,
+            move |_| {
+                let (conn, payload) = (rc.clone(), raw_payload.clone());
+                async move {
+                    let (mut send, mut recv) = conn.open_bi().await?;
+                    send.write_all(&payload).await?;
+                    send.finish()?;
+                    let echoed = recv.read_to_end(1 << 20).await?;
+                    anyhow::ensure!(echoed.len() == payload.len(), "short echo");
+                    Ok(())
+                }
+            },
+        )
+        .await?,
+    );
+    drop(raw_server);
+
+    // Floor 1: the same size request and response on a bare link endpoint.
     let (k1, k2) = (HostKey::generate(), HostKey::generate());
     let mut ring = KeyRing::new();
     ring.insert("gamma", k1.public())?;
@@ -309,6 +336,14 @@ async fn run(root: &std::path::Path) -> Result<()> {
     println!("|---|---:|---:|");
     for (a, b) in [
         (
+            "floor: link request/response",
+            "floor: raw quinn request/response",
+        ),
+        (
+            "cross-host call to accepted ack",
+            "floor: raw quinn request/response",
+        ),
+        (
             "cross-host call to accepted ack",
             "floor: link request/response",
         ),
@@ -333,4 +368,40 @@ async fn run(root: &std::path::Path) -> Result<()> {
         h.host.stop();
     }
     Ok(())
+}
+
+/// A raw quinn server that echoes each bidirectional stream, and one client connection to it.
+async fn raw_quinn_pair() -> Result<(quinn::Connection, quinn::Endpoint)> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()])?;
+    let cert_der = rustls::pki_types::CertificateDer::from(cert.cert.der().to_vec());
+    let key_der = rustls::pki_types::PrivateKeyDer::Pkcs8(
+        rustls::pki_types::PrivatePkcs8KeyDer::from(cert.key_pair.serialize_der()),
+    );
+    let server_config = quinn::ServerConfig::with_single_cert(vec![cert_der.clone()], key_der)?;
+    let server = quinn::Endpoint::server(server_config, "127.0.0.1:0".parse()?)?;
+    let addr = server.local_addr()?;
+    let accepting = server.clone();
+    tokio::spawn(async move {
+        while let Some(incoming) = accepting.accept().await {
+            tokio::spawn(async move {
+                let Ok(conn) = incoming.await else { return };
+                while let Ok((mut send, mut recv)) = conn.accept_bi().await {
+                    tokio::spawn(async move {
+                        if let Ok(data) = recv.read_to_end(1 << 20).await {
+                            let _ = send.write_all(&data).await;
+                            let _ = send.finish();
+                        }
+                    });
+                }
+            });
+        }
+    });
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert_der)?;
+    let client_config = quinn::ClientConfig::with_root_certificates(Arc::new(roots))?;
+    let mut client = quinn::Endpoint::client("127.0.0.1:0".parse()?)?;
+    client.set_default_client_config(client_config);
+    let conn = client.connect(addr, "localhost")?.await?;
+    Ok((conn, server))
 }
