@@ -106,6 +106,12 @@ pub enum AgentMsg {
         tool_use_id: String,
         result: Result<String, String>,
     },
+    /// A model's answer for a turn asked for on a separate task.
+    ModelDone {
+        run: RunId,
+        turn: Box<PendingTurn>,
+        result: Result<crate::model::ModelReply, crate::model::ModelError>,
+    },
     /// A peer's reply to a call one of this agent's runs placed.
     Reply(ReplyEnvelope),
     /// Send the reply of a settled child run again (a caller recovering after a restart).
@@ -152,6 +158,8 @@ pub struct AgentState {
     options: AgentOptions,
     /// Tool uses whose outcome is being fetched by a spawned task.
     in_flight: HashSet<(RunId, String)>,
+    /// Runs whose model turn is being answered on a separate task.
+    thinking: HashSet<RunId>,
     /// Replies that arrived before the acceptance of their call was recorded, by child run.
     early_replies: std::collections::HashMap<RunId, ReplyEnvelope>,
 }
@@ -200,6 +208,7 @@ impl Actor for AgentActor {
             fleet_agents: args.fleet_agents,
             options: args.options,
             in_flight: HashSet::new(),
+            thinking: HashSet::new(),
             early_replies: std::collections::HashMap::new(),
         })
     }
@@ -293,6 +302,15 @@ impl Actor for AgentActor {
                 let update = tool_result(&tool_use_id, "check_run", &content, is_error);
                 state.store.apply(&run, update.with_cost(tool_call()))?;
                 self.advance(&myself, state, &run).await?;
+            }
+            AgentMsg::ModelDone { run, turn, result } => {
+                state.thinking.remove(&run);
+                let settled = state.store.run(&run)?.is_none_or(|r| r.status.is_settled());
+                if !settled {
+                    self.record_turn(state, &run, *turn, result)?;
+                    // Resolves the turn's tool uses, or asks again if a reply came meanwhile.
+                    self.advance(&myself, state, &run).await?;
+                }
             }
             AgentMsg::Reply(reply) => self.receive_reply(&myself, state, reply).await?,
             AgentMsg::ResendReply(child) => {
@@ -577,83 +595,135 @@ impl AgentActor {
                 return Ok(());
             }
 
+            if state.thinking.contains(&id) {
+                // A turn is already being asked for; its answer will advance the run.
+                return Ok(());
+            }
             let identity = run_identity(&record, &state.catalog);
             let mut specs: Vec<ToolSpec> = state
                 .catalog
                 .visible_specs(&identity, &mut state.probe_cache);
             specs.extend(builtin_specs(&state.config));
             specs.extend(meta_specs());
+            let turn = PendingTurn {
+                starting,
+                pending,
+                seen_seq: view.last_seq,
+                seen_tool_uses: view.seen_tool_uses.clone(),
+            };
+            if !state.model.is_immediate() {
+                // A model that takes its time (a real model behind a network) answers on its own
+                // task, so one slow turn never holds up this agent's other runs and calls.
+                state.thinking.insert(id.clone());
+                let (model, me, run) = (state.model.clone(), myself.clone(), id.clone());
+                let agent = state.config.name.clone();
+                let conversation = view.conversation.clone();
+                let span = tracing::Span::current();
+                tokio::spawn(
+                    async move {
+                        let request = ModelRequest {
+                            agent: &agent,
+                            conversation: &conversation,
+                            pending_calls: turn.pending,
+                            tools: &specs,
+                        };
+                        let result = model.respond(request).await;
+                        let _ = me.cast(AgentMsg::ModelDone {
+                            run,
+                            turn: Box::new(turn),
+                            result,
+                        });
+                    }
+                    .instrument(span),
+                );
+                return Ok(());
+            }
             let request = ModelRequest {
                 agent: &state.config.name,
                 conversation: &view.conversation,
                 pending_calls: pending,
                 tools: &specs,
             };
-            let reply = match state.model.respond(request).await {
-                Ok(reply) => reply,
-                Err(e) => {
-                    self.settle(state, &id, Err(e.to_string()))?;
-                    return Ok(());
-                }
-            };
-            if let ModelStep::ToolUses(uses) = &reply.step {
-                let mut fresh = HashSet::new();
-                let reused = uses
-                    .iter()
-                    .any(|u| view.seen_tool_uses.contains(&u.id) || !fresh.insert(u.id.clone()));
-                if uses.is_empty() || reused {
-                    self.settle(
-                        state,
-                        &id,
-                        Err("the model emitted no tool uses or reused a tool-use id".into()),
-                    )?;
-                    return Ok(());
-                }
-            }
-            let cost = CostDelta {
-                model_turns: 1,
-                input_tokens: reply.input_tokens,
-                output_tokens: reply.output_tokens,
-                ..Default::default()
-            };
-            let turn = RunUpdate {
-                cost,
-                start: starting,
-                ..Default::default()
-            }
-            .event(
-                kinds::MODEL_TURN,
-                json!({"step": reply.step, "pending_calls": pending}),
-            );
-            match reply.step {
-                ModelStep::Answer(text) => {
-                    // The turn and the settlement are one transaction.
-                    self.settle_after(state, &id, turn, Ok(text))?;
-                    return Ok(());
-                }
-                ModelStep::ToolUses(_) => {
-                    record = state.store.apply(&id, turn)?;
-                }
-                ModelStep::Wait => {
-                    let turn = if pending > 0 {
-                        turn.status(RunStatus::Waiting)
-                    } else {
-                        turn
-                    };
-                    state.store.apply(&id, turn)?;
-                    if pending == 0 {
-                        self.settle(
-                            state,
-                            &id,
-                            Err("the model waited with no calls outstanding".into()),
-                        )?;
-                    }
-                    return Ok(());
-                }
+            let result = state.model.respond(request).await;
+            match self.record_turn(state, &id, turn, result)? {
+                Some(next) => record = next,
+                None => return Ok(()),
             }
         }
         warn!("run did not settle within its step bound; leaving it for the next wake-up");
         Ok(())
+    }
+
+    /// Writes what the model decided for one turn. Returns the run when the engine should go on
+    /// (tool uses to resolve), `None` when the run settled or now waits.
+    fn record_turn(
+        &self,
+        state: &mut AgentState,
+        id: &RunId,
+        turn: PendingTurn,
+        result: Result<crate::model::ModelReply, crate::model::ModelError>,
+    ) -> Result<Option<RunRecord>, ActorsError> {
+        let reply = match result {
+            Ok(reply) => reply,
+            Err(e) => {
+                self.settle(state, id, Err(e.to_string()))?;
+                return Ok(None);
+            }
+        };
+        if let ModelStep::ToolUses(uses) = &reply.step {
+            let mut fresh = HashSet::new();
+            let reused = uses
+                .iter()
+                .any(|u| turn.seen_tool_uses.contains(&u.id) || !fresh.insert(u.id.clone()));
+            if uses.is_empty() || reused {
+                self.settle(
+                    state,
+                    id,
+                    Err("the model emitted no tool uses or reused a tool-use id".into()),
+                )?;
+                return Ok(None);
+            }
+        }
+        let cost = CostDelta {
+            model_turns: 1,
+            input_tokens: reply.input_tokens,
+            output_tokens: reply.output_tokens,
+            ..Default::default()
+        };
+        let pending = turn.pending;
+        let update = RunUpdate {
+            cost,
+            start: turn.starting,
+            ..Default::default()
+        }
+        .event(
+            kinds::MODEL_TURN,
+            json!({"step": reply.step, "pending_calls": pending, "seen_seq": turn.seen_seq}),
+        );
+        match reply.step {
+            ModelStep::Answer(text) => {
+                // The turn and the settlement are one transaction.
+                self.settle_after(state, id, update, Ok(text))?;
+                Ok(None)
+            }
+            ModelStep::ToolUses(_) => Ok(Some(state.store.apply(id, update)?)),
+            ModelStep::Wait => {
+                let update = if pending > 0 {
+                    update.status(RunStatus::Waiting)
+                } else {
+                    update
+                };
+                state.store.apply(id, update)?;
+                if pending == 0 {
+                    self.settle(
+                        state,
+                        id,
+                        Err("the model waited with no calls outstanding".into()),
+                    )?;
+                }
+                Ok(None)
+            }
+        }
     }
 
     async fn resolve_tool_use(
@@ -1171,6 +1241,18 @@ fn is_call(view: &RunView, id: &str) -> bool {
             .any(|u| u.id == id && u.name == "call_agent"),
         _ => false,
     })
+}
+
+/// What the engine knew when it asked the model for a turn; recorded with the answer.
+pub struct PendingTurn {
+    /// The run is still `queued`: its move to `running` goes into the turn's transaction.
+    starting: bool,
+    /// Calls out when the model was asked.
+    pending: usize,
+    /// The last event the model's conversation included: anything newer (a reply that arrived
+    /// while it thought) is news for the next turn.
+    seen_seq: u64,
+    seen_tool_uses: std::collections::BTreeSet<String>,
 }
 
 enum Resolution {

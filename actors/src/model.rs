@@ -140,4 +140,11 @@ pub type ModelFuture<'a> =
 /// safe: consort records each step before acting, and replays the recorded step, never a new one.
 pub trait Model: Send + Sync + 'static {
     fn respond<'a>(&'a self, request: ModelRequest<'a>) -> ModelFuture<'a>;
+
+    /// True when [`Model::respond`] answers at once without waiting on anything (the script
+    /// model): the engine then runs the turn inline. Any other model is asked on a separate
+    /// task, so a slow turn never blocks the agent's mailbox.
+    fn is_immediate(&self) -> bool {
+        false
+    }
 }

@@ -124,6 +124,10 @@ impl Model for ScriptModel {
         let step = self.decide(&request);
         Box::pin(async move { Ok(ModelReply::new(step)) })
     }
+
+    fn is_immediate(&self) -> bool {
+        true
+    }
 }
 
 fn first_required(schema: &Value) -> Option<String> {

@@ -49,6 +49,10 @@ pub struct RunView {
     pub model_turns: u64,
     /// Sequence number of the last model turn, and what it decided.
     pub last_turn: Option<(u64, ModelStep)>,
+    /// The last event the last model turn had seen when it was asked.
+    pub last_turn_seen: u64,
+    /// Sequence number of the last event in the log.
+    pub last_seq: u64,
     /// Sequence number of the last reply received.
     pub last_reply_seq: u64,
     /// Tool uses that have a result.
@@ -65,6 +69,7 @@ impl RunView {
     pub fn from_events(events: &[EventRecord]) -> RunView {
         let mut view = RunView::default();
         for event in events {
+            view.last_seq = view.last_seq.max(event.seq);
             let d = &event.data;
             match event.kind.as_str() {
                 kinds::CREATED => {
@@ -86,6 +91,11 @@ impl RunView {
                             });
                         }
                         view.last_turn = Some((event.seq, step));
+                        // Logs written before `seen_seq` existed: the turn saw all before it.
+                        view.last_turn_seen = d
+                            .get("seen_seq")
+                            .and_then(Value::as_u64)
+                            .unwrap_or(event.seq.saturating_sub(1));
                     }
                 }
                 kinds::TOOL_RESULT => {
@@ -163,10 +173,10 @@ impl RunView {
     /// Whether the model has something new to read: no turn yet, a reply since its last turn,
     /// or a result of its last turn other than "call accepted" (tool output, a refusal).
     pub fn needs_model(&self) -> bool {
-        let Some((seq, step)) = &self.last_turn else {
+        let Some((_, step)) = &self.last_turn else {
             return true;
         };
-        if self.last_reply_seq > *seq {
+        if self.last_reply_seq > self.last_turn_seen {
             return true;
         }
         match step {
@@ -269,6 +279,39 @@ mod tests {
         let view = RunView::from_events(&events);
         assert!(view.needs_model());
         assert_eq!(view.pending_calls(), 0);
+    }
+
+    #[test]
+    fn a_reply_that_came_while_the_model_thought_is_news() {
+        let child = RunId::random();
+        let uses = json!({"tool_uses": [{"id": "tu_0_0", "name": "call_agent", "input": {}}]});
+        let events = vec![
+            ev(1, kinds::CREATED, json!({"input": "x"})),
+            ev(2, kinds::MODEL_TURN, json!({"step": uses, "seen_seq": 1})),
+            ev(
+                3,
+                kinds::CALL_PLACED,
+                json!({"tool_use_id": "tu_0_0", "agent": "cfo", "child_run": child.as_str()}),
+            ),
+            ev(
+                4,
+                kinds::TOOL_RESULT,
+                json!({"tool_use_id": "tu_0_0", "name": "call_agent", "content": "{}"}),
+            ),
+            // The model was asked after event 4; the reply landed before its answer was written.
+            ev(
+                5,
+                kinds::REPLY_RECEIVED,
+                json!({"child_run": child.as_str(), "agent": "cfo", "output": "42"}),
+            ),
+            ev(6, kinds::MODEL_TURN, json!({"step": "wait", "seen_seq": 4})),
+        ];
+        let view = RunView::from_events(&events);
+        assert_eq!(view.last_seq, 6);
+        assert!(view.needs_model(), "the model has not seen the reply yet");
+        let mut seen = events.clone();
+        seen[5].data = json!({"step": "wait", "seen_seq": 5});
+        assert!(!RunView::from_events(&seen).needs_model());
     }
 
     #[test]

@@ -185,3 +185,86 @@ async fn past_its_restart_budget_an_agent_is_down_and_its_run_is_kept() {
     assert!(refused.to_string().contains("down"), "{refused}");
     host.stop();
 }
+
+/// A model that takes its time, like one behind a network: it calls the `fast` peer, then
+/// answers with the reply. Every run's first turn waits until the first turns of all four runs
+/// are in progress together, which can only happen if the agent does not wait on one turn
+/// before asking for the next.
+struct Slow {
+    together: std::sync::Arc<tokio::sync::Barrier>,
+}
+
+impl consort_actors::model::Model for Slow {
+    fn respond<'a>(
+        &'a self,
+        request: consort_actors::model::ModelRequest<'a>,
+    ) -> consort_actors::model::ModelFuture<'a> {
+        use consort_actors::model::{Message, ModelReply, ModelStep, ToolUse};
+        let reply = request.conversation.iter().find_map(|m| match m {
+            Message::Reply { text, .. } => Some(text.clone()),
+            _ => None,
+        });
+        let called = request
+            .conversation
+            .iter()
+            .any(|m| matches!(m, Message::Assistant { .. }));
+        let step = match (reply, called) {
+            (Some(text), _) => ModelStep::Answer(format!("slow got: {text}")),
+            (None, true) => ModelStep::Wait,
+            (None, false) => ModelStep::ToolUses(vec![ToolUse {
+                id: "t1".into(),
+                name: "call_agent".into(),
+                input: serde_json::json!({"agent": "fast", "input": "ping"}),
+            }]),
+        };
+        let together = self.together.clone();
+        Box::pin(async move {
+            if !called {
+                together.wait().await;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Ok(ModelReply::new(step))
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_model_does_not_block_its_agent() {
+    let tmp = tempfile::tempdir().unwrap();
+    let agents = tmp.path().join("agents");
+    write(
+        &agents,
+        "slow",
+        "name: slow\nagents: {can_call: [fast], accept_from: [fast]}\nmodel: {script: []}\n",
+    );
+    write(
+        &agents,
+        "fast",
+        "name: fast\nagents: {accept_from: [slow], can_call: [slow]}\nmodel:\n  script:\n    - answer: \"pong to {input}\"\n",
+    );
+    let set = AgentSet::load(std::slice::from_ref(&agents)).unwrap();
+    let mut spec = HostSpec::new(set, tmp.path().join("data"));
+    let together = std::sync::Arc::new(tokio::sync::Barrier::new(4));
+    spec.models
+        .insert("slow".into(), std::sync::Arc::new(Slow { together }));
+    let (host, _join) = Host::spawn(spec).await.unwrap();
+    // Several runs of the slow agent at once: their turns overlap instead of queueing.
+    let mut runs = Vec::new();
+    for i in 0..4 {
+        runs.push(
+            host.start_run("slow", &format!("r{i}"), Channel::Api)
+                .await
+                .unwrap(),
+        );
+    }
+    for run in &runs {
+        let done = host.wait(&run.id, Duration::from_secs(10)).await.unwrap();
+        assert_eq!(done.status, RunStatus::Succeeded, "{done:?}");
+        assert_eq!(done.output.as_deref(), Some("slow got: pong to ping"));
+        assert_eq!(
+            done.cost.model_turns, 2,
+            "the call, then the answer: {done:?}"
+        );
+    }
+    host.stop();
+}
