@@ -106,6 +106,15 @@ pub enum AgentMsg {
         tool_use_id: String,
         result: Result<String, String>,
     },
+    /// The outcome of a tool use run on a separate task.
+    ToolDone {
+        run: RunId,
+        tool_use_id: String,
+        /// The name its result is recorded under (`invoke_tool` for a use through it).
+        result_name: String,
+        via_meta: bool,
+        outcome: Result<String, ToolError>,
+    },
     /// A model's answer for a turn asked for on a separate task.
     ModelDone {
         run: RunId,
@@ -301,6 +310,29 @@ impl Actor for AgentActor {
                 };
                 let update = tool_result(&tool_use_id, "check_run", &content, is_error);
                 state.store.apply(&run, update.with_cost(tool_call()))?;
+                self.advance(&myself, state, &run).await?;
+            }
+            AgentMsg::ToolDone {
+                run,
+                tool_use_id,
+                result_name,
+                via_meta,
+                outcome,
+            } => {
+                state.in_flight.remove(&(run.clone(), tool_use_id.clone()));
+                let (content, is_error) = match outcome {
+                    Ok(text) => (text, false),
+                    Err(e) if via_meta => (MetaAnswer::from_tool_error(&e).content, true),
+                    Err(e) => (e.to_string(), true),
+                };
+                let view = RunView::from_events(&state.store.events(&run)?);
+                if !view.resolved.contains(&tool_use_id) {
+                    state.store.apply(
+                        &run,
+                        tool_result(&tool_use_id, &result_name, &content, is_error)
+                            .with_cost(tool_call()),
+                    )?;
+                }
                 self.advance(&myself, state, &run).await?;
             }
             AgentMsg::ModelDone { run, turn, result } => {
@@ -839,8 +871,17 @@ impl AgentActor {
                 );
                 match parsed {
                     Ok((name, args)) => {
-                        self.use_tool(state, record, view, tool_use, INVOKE_TOOL, &name, &args)
-                            .await
+                        self.use_tool(
+                            myself,
+                            state,
+                            record,
+                            view,
+                            tool_use,
+                            INVOKE_TOOL,
+                            &name,
+                            &args,
+                        )
+                        .await
                     }
                     Err(answer) => {
                         state.store.apply(
@@ -861,8 +902,17 @@ impl AgentActor {
                         .apply(id, tool_result(&tool_use.id, name, &text, true))?;
                     return Ok(Resolution::Done);
                 }
-                self.use_tool(state, record, view, tool_use, name, name, &tool_use.input)
-                    .await
+                self.use_tool(
+                    myself,
+                    state,
+                    record,
+                    view,
+                    tool_use,
+                    name,
+                    name,
+                    &tool_use.input,
+                )
+                .await
             }
         }
     }
@@ -871,8 +921,10 @@ impl AgentActor {
     /// is recorded under): the real authorization (shared by both paths), the approval gate,
     /// then the handler.
     #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments)]
     async fn use_tool(
         &self,
+        myself: &ActorRef<AgentMsg>,
         state: &mut AgentState,
         record: &RunRecord,
         view: &RunView,
@@ -924,25 +976,54 @@ impl AgentActor {
             }
         }
         state.catalog.record_use(name, &identity);
-        let ctx = ToolContext {
-            agent: &state.config.name,
-            run_id: id,
-            input: &record.input,
-            env: &state.config.env,
-        };
-        let outcome = tool.invoke(ctx, input).await;
-        let (content, is_error) = match outcome {
-            Ok(text) => (text, false),
-            Err(e) if via_meta => (MetaAnswer::from_tool_error(&e).content, true),
-            Err(
-                e @ (ToolError::InvalidInput(_) | ToolError::Forbidden(_) | ToolError::Failed(_)),
-            ) => (e.to_string(), true),
-        };
-        state.store.apply(
-            id,
-            tool_result(&tool_use.id, result_name, &content, is_error).with_cost(tool_call()),
-        )?;
-        Ok(Resolution::Done)
+        // The tool runs on its own task: a slow query or a remote API never blocks the agent's
+        // mailbox, and a tool that panics fails its own use, not the agent.
+        let (me, run, tool_use_id) = (myself.clone(), id.clone(), tool_use.id.clone());
+        let mut me_run = Some(id.clone());
+        let (agent, run_input) = (state.config.name.clone(), record.input.clone());
+        let (env, input, result_name) = (
+            state.config.env.clone(),
+            input.clone(),
+            result_name.to_owned(),
+        );
+        let span = tracing::Span::current();
+        tokio::spawn(
+            async move {
+                let invocation = tokio::spawn(async move {
+                    let ctx = ToolContext {
+                        agent: &agent,
+                        run_id: &run,
+                        input: &run_input,
+                        env: &env,
+                    };
+                    let outcome = tool.invoke(ctx, &input).await;
+                    (run, outcome)
+                });
+                let (run, outcome) = match invocation.await {
+                    Ok(done) => done,
+                    Err(e) => {
+                        warn!("tool task ended abnormally: {e}");
+                        let Some(run) = me_run.take() else { return };
+                        (
+                            run,
+                            Err(ToolError::Failed(
+                                "the tool failed unexpectedly (it panicked); nothing was returned"
+                                    .into(),
+                            )),
+                        )
+                    }
+                };
+                let _ = me.cast(AgentMsg::ToolDone {
+                    run,
+                    tool_use_id,
+                    result_name,
+                    via_meta,
+                    outcome,
+                });
+            }
+            .instrument(span),
+        );
+        Ok(Resolution::InFlight)
     }
 
     /// The caller's side of a call: outbound guards, then the envelope, then the supervisor.

@@ -113,11 +113,39 @@ impl consort_actors::tools::Tool for Flaky {
     }
 }
 
+/// An immediate model (run inside the agent's handler) that panics on its first `panics`
+/// turns, then plays the agent's script.
+struct Panicky {
+    script: consort_actors::script::ScriptModel,
+    turns: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    panics: usize,
+}
+
+impl consort_actors::model::Model for Panicky {
+    fn respond<'a>(
+        &'a self,
+        request: consort_actors::model::ModelRequest<'a>,
+    ) -> consort_actors::model::ModelFuture<'a> {
+        let n = self.turns.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if n < self.panics {
+            panic!("model panics on turn {n}");
+        }
+        self.script.respond(request)
+    }
+
+    fn is_immediate(&self) -> bool {
+        true
+    }
+}
+
+type Counter = std::sync::Arc<std::sync::atomic::AtomicUsize>;
+
 fn flaky_host(
     tmp: &Path,
-    panics: usize,
+    model_panics: usize,
+    tool_panics: usize,
     max_restarts: usize,
-) -> (HostSpec, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+) -> (HostSpec, Counter, Counter) {
     let agents = tmp.join("agents");
     write(
         &agents,
@@ -125,29 +153,46 @@ fn flaky_host(
         "name: worker\nmodel:\n  script:\n    - tool: {name: flaky, input: go}\n    - answer: \"{tool.flaky}\"\n",
     );
     let set = AgentSet::load(std::slice::from_ref(&agents)).unwrap();
-    let uses = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let steps = match &set.get("worker").unwrap().model {
+        consort_config::ModelConfig::Script { steps } => steps.clone(),
+    };
+    let uses = Counter::default();
+    let turns = Counter::default();
     let mut spec = HostSpec::new(set, tmp.join("data"));
     spec.tools.insert(
         "worker".into(),
         vec![std::sync::Arc::new(Flaky {
             uses: uses.clone(),
-            panics,
+            panics: tool_panics,
         })],
     );
+    spec.models.insert(
+        "worker".into(),
+        std::sync::Arc::new(Panicky {
+            script: consort_actors::script::ScriptModel::new(steps),
+            turns: turns.clone(),
+            panics: model_panics,
+        }),
+    );
     spec.restart.max_restarts = max_restarts;
-    (spec, uses)
+    (spec, turns, uses)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_agent_is_restarted_and_its_run_resumes() {
     let tmp = tempfile::tempdir().unwrap();
-    let (spec, uses) = flaky_host(tmp.path(), 1, 5);
+    let (spec, turns, uses) = flaky_host(tmp.path(), 1, 0, 5);
     let (host, _join) = Host::spawn(spec).await.unwrap();
     let run = host.start_run("worker", "x", Channel::Api).await.unwrap();
     let done = host.wait(&run.id, Duration::from_secs(10)).await.unwrap();
     assert_eq!(done.status, RunStatus::Succeeded, "{done:?}");
-    assert_eq!(done.output.as_deref(), Some("worked on use 1"));
-    assert_eq!(uses.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert_eq!(done.output.as_deref(), Some("worked on use 0"));
+    assert_eq!(
+        turns.load(std::sync::atomic::Ordering::SeqCst),
+        3,
+        "panic, tool, answer"
+    );
+    assert_eq!(uses.load(std::sync::atomic::Ordering::SeqCst), 1);
     let status = host.agent_status().await.unwrap();
     assert_eq!(status[0].restarts, 1);
     assert!(status[0].up);
@@ -155,9 +200,28 @@ async fn a_panicking_agent_is_restarted_and_its_run_resumes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_tool_fails_its_use_not_the_agent() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (spec, _turns, uses) = flaky_host(tmp.path(), 0, 1, 5);
+    let (host, _join) = Host::spawn(spec).await.unwrap();
+    let run = host.start_run("worker", "x", Channel::Api).await.unwrap();
+    let done = host.wait(&run.id, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(done.status, RunStatus::Succeeded, "{done:?}");
+    let output = done.output.unwrap_or_default();
+    assert!(
+        output.contains("the tool failed unexpectedly (it panicked)"),
+        "{output}"
+    );
+    assert_eq!(uses.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let status = host.agent_status().await.unwrap();
+    assert_eq!(status[0].restarts, 0, "the agent itself never failed");
+    host.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_its_restart_budget_an_agent_is_down_and_its_run_is_kept() {
     let tmp = tempfile::tempdir().unwrap();
-    let (spec, _uses) = flaky_host(tmp.path(), usize::MAX, 2);
+    let (spec, _turns, _uses) = flaky_host(tmp.path(), usize::MAX, 0, 2);
     let (host, _join) = Host::spawn(spec).await.unwrap();
     let run = host.start_run("worker", "x", Channel::Api).await.unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
