@@ -36,8 +36,15 @@ struct Cli {
     #[command(subcommand)]
     command: Command,
     /// Log format on stderr: text or json.
-    #[arg(long, global = true, default_value = "text")]
-    log_format: String,
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+/// How logs are written on stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -212,7 +219,7 @@ fn init_tracing(cli: &Cli) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal());
-    if cli.log_format == "json" {
+    if cli.log_format == LogFormat::Json {
         builder.json().init();
     } else {
         builder.init();
