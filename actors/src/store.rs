@@ -258,31 +258,31 @@ impl RunStore {
                 path: path.clone(),
                 source,
             })?;
-        let inserted = tx
-            .execute(
-                "INSERT INTO runs (id, agent, status, channel, parent_run, parent_agent, \
+        let inserted = exec(
+            &tx,
+            "INSERT INTO runs (id, agent, status, channel, parent_run, parent_agent, \
                  tool_use_id, hop_depth, input, chain, created_at_ms, principal, principal_roles) \
                  VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) \
                  ON CONFLICT(id) DO NOTHING",
-                params![
-                    new.id.as_str(),
-                    new.agent,
-                    new.channel.to_string(),
-                    new.parent_run.as_ref().map(RunId::as_str),
-                    new.parent_agent,
-                    new.tool_use_id,
-                    depth,
-                    new.input,
-                    chain,
-                    now as i64,
-                    principal,
-                    roles,
-                ],
-            )
-            .map_err(|source| ActorsError::Store {
-                path: path.clone(),
-                source,
-            })?;
+            params![
+                new.id.as_str(),
+                new.agent,
+                new.channel.to_string(),
+                new.parent_run.as_ref().map(RunId::as_str),
+                new.parent_agent,
+                new.tool_use_id,
+                depth,
+                new.input,
+                chain,
+                now as i64,
+                principal,
+                roles,
+            ],
+        )
+        .map_err(|source| ActorsError::Store {
+            path: path.clone(),
+            source,
+        })?;
         if inserted == 1 {
             let data = serde_json::json!({
                 "channel": new.channel.to_string(),
@@ -291,7 +291,8 @@ impl RunStore {
                 "hop_depth": depth,
                 "principal": principal,
             });
-            tx.execute(
+            exec(
+                &tx,
                 "INSERT INTO events (run_id, seq, at_ms, kind, data) VALUES (?1, 1, ?2, 'created', ?3)",
                 params![new.id.as_str(), now as i64, data.to_string()],
             )
@@ -321,15 +322,15 @@ impl RunStore {
         };
         let now = now_ms();
         let tx = self.conn.transaction().map_err(e)?;
-        let current: Option<(String, i64)> = tx
-            .query_row(
-                "SELECT status, (SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?1) \
+        let current: Option<(String, i64)> = query_one(
+            &tx,
+            "SELECT status, (SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?1) \
                  FROM runs WHERE id = ?1",
-                params![id.as_str()],
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            )
-            .optional()
-            .map_err(e)?;
+            params![id.as_str()],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .optional()
+        .map_err(e)?;
         let Some((mut status_text, mut seq)) = current else {
             return Err(ActorsError::UnknownRun(id.to_string()));
         };
@@ -354,14 +355,16 @@ impl RunStore {
         }
         for (kind, data) in &events {
             seq += 1;
-            tx.execute(
+            exec(
+                &tx,
                 "INSERT INTO events (run_id, seq, at_ms, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)",
                 params![id.as_str(), seq, now as i64, kind, data.to_string()],
             )
             .map_err(e)?;
         }
         let c = update.cost;
-        tx.execute(
+        exec(
+            &tx,
             "UPDATE runs SET model_turns = model_turns + ?2, tool_calls = tool_calls + ?3, \
              calls_placed = calls_placed + ?4, input_tokens = input_tokens + ?5, \
              output_tokens = output_tokens + ?6 WHERE id = ?1",
@@ -378,7 +381,8 @@ impl RunStore {
         let next_status = update.status.or(starting.then_some(RunStatus::Running));
         if let Some(next) = next_status {
             let settled = next.is_settled().then_some(now as i64);
-            tx.execute(
+            exec(
+                &tx,
                 "UPDATE runs SET status = ?2, output = COALESCE(?3, output), \
                  error = COALESCE(?4, error), settled_at_ms = COALESCE(?5, settled_at_ms) \
                  WHERE id = ?1",
@@ -402,7 +406,8 @@ impl RunStore {
         let sql = format!("SELECT {} FROM runs WHERE id = ?1", self.columns());
         let row = self
             .conn
-            .query_row(&sql, params![id.as_str()], raw_run)
+            .prepare_cached(&sql)
+            .and_then(|mut stmt| stmt.query_row(params![id.as_str()], raw_run))
             .optional()
             .map_err(|e| self.err(e))?;
         row.map(|raw| self.decode(raw)).transpose()
@@ -410,15 +415,14 @@ impl RunStore {
 
     /// The chain of hops that led to a run (empty for a root run).
     pub fn chain(&self, id: &RunId) -> Result<Vec<Hop>, ActorsError> {
-        let text: Option<String> = self
-            .conn
-            .query_row(
-                "SELECT chain FROM runs WHERE id = ?1",
-                params![id.as_str()],
-                |row| row.get(0),
-            )
-            .optional()
-            .map_err(|e| self.err(e))?;
+        let text: Option<String> = query_one(
+            &self.conn,
+            "SELECT chain FROM runs WHERE id = ?1",
+            params![id.as_str()],
+            |row| row.get(0),
+        )
+        .optional()
+        .map_err(|e| self.err(e))?;
         let text = text.ok_or_else(|| ActorsError::UnknownRun(id.to_string()))?;
         serde_json::from_str(&text).map_err(|e| ActorsError::CorruptStore {
             path: self.path.clone(),
@@ -433,33 +437,34 @@ impl RunStore {
 
     /// Runs that have not settled yet (what a restarted host resumes).
     pub fn unsettled(&self) -> Result<Vec<RunRecord>, ActorsError> {
-        self.select_runs("status NOT IN ('succeeded', 'failed')", params![])
+        self.select_runs(
+            "status IN ('queued', 'running', 'waiting', 'blocked')",
+            params![],
+        )
     }
 
     /// How many runs have not settled (what admission counts); an index lookup, not a scan
     /// of the rows.
     pub fn count_unsettled(&self) -> Result<usize, ActorsError> {
-        let n: i64 = self
-            .conn
-            .query_row(
-                "SELECT COUNT(*) FROM runs WHERE status NOT IN ('succeeded', 'failed')",
-                [],
-                |row| row.get(0),
-            )
-            .map_err(|e| self.err(e))?;
+        let n: i64 = query_one(
+            &self.conn,
+            "SELECT COUNT(*) FROM runs WHERE status IN ('queued', 'running', 'waiting', 'blocked')",
+            [],
+            |row| row.get(0),
+        )
+        .map_err(|e| self.err(e))?;
         Ok(n.max(0) as usize)
     }
 
     /// How many distinct child runs this store has accepted for one parent run.
     pub fn count_children(&self, parent: &RunId) -> Result<u64, ActorsError> {
-        let n: i64 = self
-            .conn
-            .query_row(
-                "SELECT COUNT(*) FROM runs WHERE parent_run = ?1",
-                params![parent.as_str()],
-                |row| row.get(0),
-            )
-            .map_err(|e| self.err(e))?;
+        let n: i64 = query_one(
+            &self.conn,
+            "SELECT COUNT(*) FROM runs WHERE parent_run = ?1",
+            params![parent.as_str()],
+            |row| row.get(0),
+        )
+        .map_err(|e| self.err(e))?;
         Ok(n.max(0) as u64)
     }
 
@@ -472,7 +477,7 @@ impl RunStore {
             "SELECT {} FROM runs WHERE {filter} ORDER BY created_at_ms DESC, id",
             self.columns()
         );
-        let mut stmt = self.conn.prepare(&sql).map_err(|e| self.err(e))?;
+        let mut stmt = self.conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
         let raws = stmt
             .query_map(params, raw_run)
             .map_err(|e| self.err(e))?
@@ -485,7 +490,9 @@ impl RunStore {
     pub fn events(&self, id: &RunId) -> Result<Vec<EventRecord>, ActorsError> {
         let mut stmt = self
             .conn
-            .prepare("SELECT seq, at_ms, kind, data FROM events WHERE run_id = ?1 ORDER BY seq")
+            .prepare_cached(
+                "SELECT seq, at_ms, kind, data FROM events WHERE run_id = ?1 ORDER BY seq",
+            )
             .map_err(|e| self.err(e))?;
         let rows = stmt
             .query_map(params![id.as_str()], |row| {
@@ -627,6 +634,22 @@ fn raw_run(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRun> {
         principal: row.get(18)?,
         principal_roles: row.get(19)?,
     })
+}
+
+/// Runs one statement through the connection's statement cache: the hot statements of the
+/// engine are parsed once per connection, not once per call.
+fn exec(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> rusqlite::Result<usize> {
+    conn.prepare_cached(sql)?.execute(params)
+}
+
+/// One row through the statement cache.
+fn query_one<T>(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+    f: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    conn.prepare_cached(sql)?.query_row(params, f)
 }
 
 #[cfg(test)]
