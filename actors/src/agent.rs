@@ -123,6 +123,11 @@ pub enum AgentMsg {
     },
     /// A peer's reply to a call one of this agent's runs placed.
     Reply(ReplyEnvelope),
+    /// A reply from another host; `taken` says whether it answers a call a run placed.
+    OfferReply {
+        reply: ReplyEnvelope,
+        taken: RpcReplyPort<bool>,
+    },
     /// Send the reply of a settled child run again (a caller recovering after a restart).
     ResendReply(RunId),
     /// An operator's decision on a blocked run.
@@ -286,7 +291,8 @@ impl Actor for AgentActor {
                 self.record_call_outcome(state, &run, &tool_use_id, &callee, outcome)?;
                 if let Some((child, existing)) = accepted {
                     if let Some(early) = state.early_replies.remove(&child) {
-                        return Ok(self.receive_reply(&myself, state, early).await?);
+                        self.receive_reply(&myself, state, early).await?;
+                        return Ok(());
                     }
                     if existing {
                         // A replayed call: its reply may have been sent (and dropped) before.
@@ -344,7 +350,14 @@ impl Actor for AgentActor {
                     self.advance(&myself, state, &run).await?;
                 }
             }
-            AgentMsg::Reply(reply) => self.receive_reply(&myself, state, reply).await?,
+            AgentMsg::Reply(reply) => {
+                self.receive_reply(&myself, state, reply).await?;
+            }
+            AgentMsg::OfferReply { reply, taken } => {
+                let outcome = self.receive_reply(&myself, state, reply).await;
+                let _ = taken.send(*outcome.as_ref().unwrap_or(&false));
+                outcome?;
+            }
             AgentMsg::ResendReply(child) => {
                 if let Some(record) = state.store.run(&child)?
                     && record.status.is_settled()
@@ -1181,15 +1194,17 @@ impl AgentActor {
         Ok(())
     }
 
+    /// Takes a peer's reply; returns whether it answers a call this agent's run placed (a
+    /// duplicate of a reply already recorded counts as taken).
     async fn receive_reply(
         &self,
         myself: &ActorRef<AgentMsg>,
         state: &mut AgentState,
         reply: ReplyEnvelope,
-    ) -> Result<(), ActorsError> {
+    ) -> Result<bool, ActorsError> {
         let Some(parent) = state.store.run(&reply.parent_run)? else {
             warn!(run_id = %reply.parent_run, from = %reply.callee, "reply for a run this agent does not have; dropped");
-            return Ok(());
+            return Ok(false);
         };
         let view = RunView::from_events(&state.store.events(&parent.id)?);
         let Some(call) = view.calls.get(&reply.child_run) else {
@@ -1197,6 +1212,8 @@ impl AgentActor {
                 crate::model::Message::Assistant { tool_uses } => tool_uses.iter().any(|u| {
                     u.name == "call_agent"
                         && RunId::child_of(&parent.id, &u.id) == reply.child_run
+                        && u.input.get("agent").and_then(Value::as_str)
+                            == Some(reply.callee.as_str())
                         && state.in_flight.contains(&(parent.id.clone(), u.id.clone()))
                 }),
                 _ => false,
@@ -1205,13 +1222,17 @@ impl AgentActor {
                 // The child answered before its acceptance reached us: hold the reply until the
                 // call is recorded, so the log reads "placed, then replied".
                 state.early_replies.insert(reply.child_run.clone(), reply);
-            } else {
-                warn!(run_id = %parent.id, child = %reply.child_run, from = %reply.callee, "reply for a call this run never placed; dropped");
+                return Ok(true);
             }
-            return Ok(());
+            warn!(run_id = %parent.id, child = %reply.child_run, from = %reply.callee, "reply for a call this run never placed; dropped");
+            return Ok(false);
         };
-        if call.agent != reply.callee || call.replied || parent.status.is_settled() {
-            return Ok(());
+        if call.agent != reply.callee {
+            warn!(run_id = %parent.id, child = %reply.child_run, from = %reply.callee, "reply from an agent the call was not placed to; dropped");
+            return Ok(false);
+        }
+        if call.replied || parent.status.is_settled() {
+            return Ok(true);
         }
         let status = match reply.status {
             ReplyStatus::Succeeded => "succeeded",
@@ -1230,7 +1251,8 @@ impl AgentActor {
             update
         };
         state.store.apply(&parent.id, update)?;
-        self.advance(myself, state, &parent.id).await
+        self.advance(myself, state, &parent.id).await?;
+        Ok(true)
     }
 
     fn settle(

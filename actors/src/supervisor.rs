@@ -117,6 +117,12 @@ pub enum SupervisorMsg {
     },
     /// A reply that arrived from another host for a local caller.
     DeliverReply(ReplyEnvelope),
+    /// A reply that arrived from another host; `taken` says whether the caller's agent took
+    /// it (it answers a call one of its runs placed).
+    OfferReply {
+        reply: ReplyEnvelope,
+        taken: RpcReplyPort<bool>,
+    },
     /// Ask a callee (local or remote) to send a settled run's reply again.
     ResendReply { callee: String, child_run: RunId },
     /// Read a run of a given agent (for `check_run`), placed by `caller`'s run `parent_run`.
@@ -397,6 +403,16 @@ impl Actor for HostSupervisor {
                 }
             }
             SupervisorMsg::DeliverReply(reply) => route_reply(state, reply),
+            SupervisorMsg::OfferReply { reply, taken } => {
+                match state.slots.get(&reply.caller).and_then(|s| s.actor.clone()) {
+                    Some(actor) => {
+                        let _ = actor.cast(AgentMsg::OfferReply { reply, taken });
+                    }
+                    None => {
+                        let _ = taken.send(false);
+                    }
+                }
+            }
             SupervisorMsg::ResendReply { callee, child_run } => {
                 if let Some(actor) = Self::actor(state, &callee) {
                     let _ = actor.cast(AgentMsg::ResendReply(child_run));

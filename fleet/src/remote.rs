@@ -26,7 +26,6 @@ use consort_actors::guards::{HOP_LIMIT, Refusal};
 use consort_actors::run::now_ms;
 use consort_actors::store::RunStore;
 use consort_actors::supervisor::{BoxFuture, RemoteCalls, SupervisorMsg};
-use consort_actors::view::RunView;
 use consort_actors::{ActorsError, CallOutcome, Channel, Cost, DataFolder, RunRecord, RunStatus};
 use consort_net::{
     CallEnvelope, ChainError, Frame, FrameHandler, HostKey, KeyRing, LinkEndpoint, LinkError,
@@ -38,6 +37,8 @@ pub const ALLOWED_SKEW_MS: u64 = 30_000;
 
 /// How long the inbound side waits for the supervisor to answer a call.
 const ACCEPT_TIMEOUT_MS: u64 = 30_000;
+/// How long the caller's agent may take to say whether it takes a reply.
+const REPLY_CHECK_TIMEOUT_MS: u64 = 10_000;
 
 /// What every host of a fleet knows about the fleet: who it is, where each agent lives, where
 /// each host listens and which key each host holds.
@@ -576,52 +577,37 @@ impl Inbound {
                 format!("{} is not served here", reply.caller),
             );
         }
-        // Only a reply to a call this host's run placed is delivered.
-        let placed = RunStore::open_read_only(&self.data.store_path(&reply.caller))
-            .and_then(|store| {
-                if store.run(&reply.parent_run)?.is_none() {
-                    return Ok(false);
-                }
-                let view = RunView::from_events(&store.events(&reply.parent_run)?);
-                let recorded = view
-                    .calls
-                    .get(&reply.child_run)
-                    .is_some_and(|call| call.agent == reply.callee);
-                // The child may settle before the caller has recorded the call's ack: a reply
-                // to a call_agent the run's model did issue is taken, and the caller's agent
-                // holds it until the ack is recorded.
-                let issued = RunId::child_of(&reply.parent_run, &reply.tool_use_id)
-                    == reply.child_run
-                    && view.conversation.iter().any(|m| match m {
-                        consort_actors::model::Message::Assistant { tool_uses } => {
-                            tool_uses.iter().any(|u| {
-                                u.id == reply.tool_use_id
-                                    && u.name == "call_agent"
-                                    && u.input.get("agent").and_then(|a| a.as_str())
-                                        == Some(reply.callee.as_str())
-                            })
-                        }
-                        _ => false,
-                    });
-                Ok(recorded || issued)
-            })
-            .unwrap_or(false);
-        if !placed {
-            warn!(peer_host = %peer, "reply refused: no such call was placed (or not recorded yet)");
-            return refused(
-                RefusalReason::UnknownRun,
-                format!(
-                    "run {} placed no call {} to {}",
-                    reply.parent_run, reply.child_run, reply.callee
-                ),
-            );
-        }
-        match self.supervisor() {
-            Ok(supervisor) => {
-                let _ = supervisor.cast(SupervisorMsg::DeliverReply(reply));
-                Frame::Ack
+        // Only a reply to a call this host's run placed is delivered: the caller's agent
+        // actor, which owns the run, decides (and holds a reply that overtook its call's ack).
+        let supervisor = match self.supervisor() {
+            Ok(supervisor) => supervisor.clone(),
+            Err(frame) => return *frame,
+        };
+        let offered = reply.clone();
+        let taken = ractor::call_t!(
+            supervisor,
+            |taken| SupervisorMsg::OfferReply {
+                reply: offered.clone(),
+                taken
+            },
+            REPLY_CHECK_TIMEOUT_MS
+        );
+        match taken {
+            Ok(true) => Frame::Ack,
+            Ok(false) => {
+                warn!(peer_host = %peer, "reply refused: no such call was placed");
+                refused(
+                    RefusalReason::UnknownRun,
+                    format!(
+                        "run {} placed no call {} to {}",
+                        reply.parent_run, reply.child_run, reply.callee
+                    ),
+                )
             }
-            Err(frame) => *frame,
+            Err(e) => refused(
+                RefusalReason::Internal,
+                format!("the caller's agent did not answer: {e}"),
+            ),
         }
     }
 
