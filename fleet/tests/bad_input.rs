@@ -20,6 +20,9 @@ struct Setup {
     beta: ServedHost,
     alpha_key: HostKey,
     beta_key: HostKey,
+    /// A third host of the fleet, serving an agent of its own: a trusted peer that must still
+    /// not relay calls of agents it does not serve.
+    gamma_key: HostKey,
     ring: KeyRing,
 }
 
@@ -51,16 +54,24 @@ async fn setup() -> Setup {
         "cfo",
         "name: cfo\nagents: {accept_from: [cmo], can_call: [cmo]}\nmodel:\n  script:\n    - answer: \"ok {input}\"\n",
     );
+    agent(
+        root,
+        "aux",
+        "name: aux\nagents: {can_call: [cfo]}\nmodel:\n  script: []\n",
+    );
     let alpha_key = HostKey::generate();
     let beta_key = HostKey::generate();
+    let gamma_key = HostKey::generate();
     std::fs::create_dir_all(root.join("keys")).unwrap();
     beta_key.write_new(&root.join("keys/beta.key")).unwrap();
     let yaml = format!(
-        "hosts:\n  - name: alpha\n    address: 127.0.0.1:{}\n    public_key: \"{}\"\n    agents: [agents/cmo]\n  - name: beta\n    address: 127.0.0.1:{}\n    public_key: \"{}\"\n    agents: [agents/cfo]\n",
+        "hosts:\n  - name: alpha\n    address: 127.0.0.1:{}\n    public_key: \"{}\"\n    agents: [agents/cmo]\n  - name: beta\n    address: 127.0.0.1:{}\n    public_key: \"{}\"\n    agents: [agents/cfo]\n  - name: gamma\n    address: 127.0.0.1:{}\n    public_key: \"{}\"\n    agents: [agents/aux]\n",
         free_port(),
         alpha_key.public(),
         free_port(),
-        beta_key.public()
+        beta_key.public(),
+        free_port(),
+        gamma_key.public()
     );
     std::fs::write(root.join("fleet.yaml"), yaml).unwrap();
     let beta = ServedHost::start(ServeOptions {
@@ -77,11 +88,13 @@ async fn setup() -> Setup {
     let mut ring = KeyRing::new();
     ring.insert("alpha", alpha_key.public()).unwrap();
     ring.insert("beta", beta_key.public()).unwrap();
+    ring.insert("gamma", gamma_key.public()).unwrap();
     Setup {
         _dir: dir,
         beta,
         alpha_key,
         beta_key,
+        gamma_key,
         ring,
     }
 }
@@ -287,6 +300,20 @@ async fn bad_input_is_refused_typed_and_changes_nothing() {
     // A response frame sent as a request.
     let answer = alpha.request("beta", addr, &Frame::Ack).await.unwrap();
     assert_eq!(reason(&answer), RefusalReason::Malformed);
+
+    // A correctly signed call of alpha's cmo, relayed by gamma (a trusted host of the fleet
+    // that does not serve cmo): the host that sends a hop must serve its caller.
+    let gamma = client("gamma", &s.gamma_key, s.ring.clone());
+    let relayed = signed(&s, call("2026-08", "tu_relayed", now, now + 60_000));
+    let answer = gamma
+        .request("beta", addr, &Frame::Call(relayed))
+        .await
+        .unwrap();
+    assert_eq!(reason(&answer), RefusalReason::BadChain);
+    match &answer {
+        Frame::Refused { text, .. } => assert!(text.contains("not served by host gamma"), "{text}"),
+        other => panic!("{other:?}"),
+    }
 
     assert_eq!(runs(&s), 0, "no bad input created a run");
 
