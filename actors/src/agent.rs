@@ -1089,7 +1089,9 @@ impl AgentActor {
                     .in_flight
                     .iter()
                     .filter(|(run, tu)| {
-                        run == id && view.call_by_tool_use(tu).is_none() && is_call(view, tu)
+                        run == id
+                            && view.call_by_tool_use(tu).is_none()
+                            && view.call_uses.contains_key(tu)
                     })
                     .count() as u64,
         };
@@ -1208,16 +1210,11 @@ impl AgentActor {
         };
         let view = RunView::from_events(&state.store.events(&parent.id)?);
         let Some(call) = view.calls.get(&reply.child_run) else {
-            let in_flight = view.conversation.iter().any(|m| match m {
-                crate::model::Message::Assistant { tool_uses } => tool_uses.iter().any(|u| {
-                    u.name == "call_agent"
-                        && RunId::child_of(&parent.id, &u.id) == reply.child_run
-                        && u.input.get("agent").and_then(Value::as_str)
-                            == Some(reply.callee.as_str())
-                        && state.in_flight.contains(&(parent.id.clone(), u.id.clone()))
-                }),
-                _ => false,
-            });
+            let in_flight = view.call_uses.get(&reply.tool_use_id) == Some(&reply.callee)
+                && RunId::child_of(&parent.id, &reply.tool_use_id) == reply.child_run
+                && state
+                    .in_flight
+                    .contains(&(parent.id.clone(), reply.tool_use_id.clone()));
             if in_flight {
                 // The child answered before its acceptance reached us: hold the reply until the
                 // call is recorded, so the log reads "placed, then replied".
@@ -1334,16 +1331,6 @@ impl AgentActor {
             reply,
         });
     }
-}
-
-/// Whether the tool use `id` of this run is a `call_agent`.
-fn is_call(view: &RunView, id: &str) -> bool {
-    view.conversation.iter().any(|m| match m {
-        crate::model::Message::Assistant { tool_uses } => tool_uses
-            .iter()
-            .any(|u| u.id == id && u.name == "call_agent"),
-        _ => false,
-    })
 }
 
 /// What the engine knew when it asked the model for a turn; recorded with the answer.

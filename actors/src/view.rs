@@ -59,6 +59,8 @@ pub struct RunView {
     pub resolved: BTreeSet<String>,
     /// Every tool-use id the model has emitted.
     pub seen_tool_uses: BTreeSet<String>,
+    /// The model's `call_agent` uses: tool-use id → the agent it asked to call.
+    pub call_uses: BTreeMap<String, String>,
     /// Calls placed, by child run id.
     pub calls: BTreeMap<RunId, PlacedCall>,
     /// Approvals asked, by tool-use id.
@@ -85,6 +87,11 @@ impl RunView {
                         if let ModelStep::ToolUses(uses) = &step {
                             for u in uses {
                                 view.seen_tool_uses.insert(u.id.clone());
+                                if u.name == "call_agent" {
+                                    let agent = u.input.get("agent").and_then(Value::as_str);
+                                    view.call_uses
+                                        .insert(u.id.clone(), agent.unwrap_or_default().to_owned());
+                                }
                             }
                             view.conversation.push(Message::Assistant {
                                 tool_uses: uses.clone(),
