@@ -134,7 +134,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
 pub fn edges(fleet_file: &std::path::Path, as_json: bool) -> Result<ExitCode> {
     let fleet = FleetConfig::load(fleet_file)?;
     let (set, placements) = fleet.agents()?;
-    let edges = set.consent().edges();
+    let edges = consort_core::ConsentGraph::of(&set).edges();
     let host = |agent: &str| placements.get(agent).cloned().unwrap_or_default();
     if as_json {
         let rows: Vec<_> = edges

@@ -377,7 +377,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 bail!("give agent folders (or folders of agent folders)");
             }
             let set = AgentSet::load(&dirs)?;
-            let edges = set.consent().edges();
+            let edges = consort_core::ConsentGraph::of(&set).edges();
             if json {
                 print_json(&edges)?;
             } else {

@@ -23,7 +23,6 @@ use consort_config::{AgentConfig, Approval};
 use consort_net::{CallEnvelope, ENVELOPE_VERSION, Hop, ReplyEnvelope, ReplyStatus, RunId};
 
 use crate::ActorsError;
-use crate::guards::{self, InboundFacts, OutboundFacts, Refusal};
 use crate::meta_tools::{
     self, AgentCatalog, INVOKE_TOOL, LOAD_TOOL, MetaAnswer, SEARCH_TOOLS, meta_specs,
 };
@@ -35,6 +34,8 @@ use crate::supervisor::SupervisorMsg;
 use crate::tools::{Tool, ToolContext, ToolError};
 use crate::view::{RunView, kinds};
 use crate::visibility::{Identity, ProbeCache};
+use consort_core::Refusal;
+use consort_core::guards::{self, InboundFacts, OutboundFacts};
 
 /// Tuning of one agent actor.
 #[derive(Clone, Debug)]
@@ -476,6 +477,7 @@ impl AgentActor {
                 children_accepted: state.store.count_children(&hop.parent_run)?,
                 active_runs: Self::active_runs(state)?,
                 admission_limit: state.options.admission_limit,
+                limits: state.config.limits,
             };
             if let Err(refusal) = guards::check_inbound(&facts) {
                 warn!(reason = refusal.code(), "call refused: {refusal}");
@@ -1094,6 +1096,7 @@ impl AgentActor {
                             && view.call_uses.contains_key(tu)
                     })
                     .count() as u64,
+            limits: state.config.limits,
         };
         // Test-only fault switch (CONSORT_FAULT=skip_outbound_checks): a sending host with its
         // own checks off, to prove the receiving host still enforces every rule.

@@ -1,8 +1,8 @@
 //! consort-actors: one host's agents, as supervised actors, and the runs they execute.
 //!
 //! The crate owns the host supervisor ([`supervisor`]), one actor per agent ([`agent`]), the
-//! run engine inside it, the model and tool seams ([`model`], [`tools`], [`script`]), the pure
-//! call guards ([`guards`]), the pure fold of an event log into a run's progress ([`view`]),
+//! run engine inside it, the model and tool seams ([`model`], [`tools`], [`script`]), the call
+//! guards (from consort-core), the pure fold of an event log into a run's progress ([`view`]),
 //! the restart budget ([`restart`]) and each agent's own SQLite run store ([`store`]). Tool
 //! visibility: the pure decisions ([`visibility`]), tool guards and the one authorization
 //! pipeline with its T2 probe ([`tool_guard`]), and the meta-tools over an agent's catalog
@@ -16,7 +16,6 @@
 pub mod agent;
 pub mod data;
 pub mod error;
-pub mod guards;
 pub mod host;
 pub mod meta_tools;
 pub mod model;

@@ -490,6 +490,7 @@ mod tests {
             dir: "cfo".into(),
             file: "cfo/agent.yaml".into(),
             visibility,
+            limits: Default::default(),
         }
     }
 

@@ -13,70 +13,10 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 
-use consort_net::RunId;
-
-/// One tool use emitted by a model.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ToolUse {
-    /// Unique within the run, and stable: the child run id of a call derives from it.
-    pub id: String,
-    pub name: String,
-    pub input: Value,
-}
-
-/// One message of a run's conversation, rebuilt from its event log.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Message {
-    /// The run's input.
-    User(String),
-    /// A model turn that used tools.
-    Assistant { tool_uses: Vec<ToolUse> },
-    /// The result of one tool use (`is_error` for refusals and tool failures).
-    ToolResult {
-        tool_use_id: String,
-        name: String,
-        content: String,
-        is_error: bool,
-    },
-    /// A peer's answer to a call this run placed.
-    Reply {
-        from: String,
-        run_id: RunId,
-        text: String,
-        failed: bool,
-    },
-}
-
-impl Message {
-    /// The text a model reads for this message.
-    pub fn render(&self) -> String {
-        match self {
-            Message::User(text) => text.clone(),
-            Message::Assistant { tool_uses } => tool_uses
-                .iter()
-                .map(|t| format!("[tool use {} {}] {}", t.id, t.name, t.input))
-                .collect::<Vec<_>>()
-                .join("\n"),
-            Message::ToolResult {
-                tool_use_id,
-                content,
-                ..
-            } => format!("[tool result {tool_use_id}] {content}"),
-            Message::Reply {
-                from, text, failed, ..
-            } => {
-                if *failed {
-                    format!("[reply from {from}] (the run failed) {text}")
-                } else {
-                    format!("[reply from {from}] {text}")
-                }
-            }
-        }
-    }
-}
+pub use consort_core::{Message, ModelStep, ToolUse};
 
 /// A tool as a model is told about it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -95,18 +35,6 @@ pub struct ModelRequest<'a> {
     /// Calls this run placed that have not replied yet.
     pub pending_calls: usize,
     pub tools: &'a [ToolSpec],
-}
-
-/// What a model decided for one turn.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ModelStep {
-    /// The run's final answer.
-    Answer(String),
-    /// Tools to use; the engine runs them and (unless calls are now out) asks again.
-    ToolUses(Vec<ToolUse>),
-    /// Nothing to do until a pending call replies.
-    Wait,
 }
 
 /// A model's answer for one turn, with token usage when the model reports it.

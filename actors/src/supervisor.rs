@@ -25,12 +25,12 @@ use consort_net::{CallEnvelope, ReplyEnvelope, RunId};
 use crate::ActorsError;
 use crate::agent::{AgentActor, AgentArgs, AgentMsg, AgentOptions, CallOutcome};
 use crate::data::DataFolder;
-use crate::guards::Refusal;
 use crate::model::Model;
 use crate::restart::RestartBudget;
 use crate::run::{Channel, RunRecord};
 use crate::store::RunStore;
 use crate::tools::Tool;
+use consort_core::Refusal;
 
 /// A boxed future, for the object-safe [`RemoteCalls`].
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

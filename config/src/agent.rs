@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
-use crate::consent::ConsentGraph;
 use crate::error::{ConfigError, known_list};
 use crate::visibility::{
     GuardConfig, RawAgentVisibility, RawGuard, RawPolicy, RawToolAuth, ToolAuthConfig,
@@ -39,6 +38,40 @@ pub struct AgentConfig {
     pub file: PathBuf,
     /// Named policies, fallback policy, grants to peers and the probe budget.
     pub visibility: VisibilityConfig,
+    /// The loop guards of this agent's calls (`limits:`).
+    pub limits: Limits,
+}
+
+/// The loop guards of one agent (`limits: {max_depth, max_calls_per_run}` in agent.yaml).
+///
+/// The caller's limits bound the calls its runs place; the callee's bound the calls it
+/// accepts, so each side enforces its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// The longest call chain, in hops: `a -> b -> c -> d -> e` is four.
+    pub max_depth: u32,
+    /// The most calls one run may place.
+    pub max_calls_per_run: u32,
+}
+
+impl Limits {
+    /// The depth limit when agent.yaml sets none.
+    pub const DEFAULT_MAX_DEPTH: u32 = 4;
+    /// The call cap when agent.yaml sets none.
+    pub const DEFAULT_MAX_CALLS_PER_RUN: u32 = 25;
+    /// The deepest chain any agent may allow.
+    pub const MAX_DEPTH_BOUND: u32 = 16;
+    /// The largest call cap any agent may allow.
+    pub const MAX_CALLS_BOUND: u32 = 1_000;
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_depth: Self::DEFAULT_MAX_DEPTH,
+            max_calls_per_run: Self::DEFAULT_MAX_CALLS_PER_RUN,
+        }
+    }
 }
 
 /// Which model drives the agent.
@@ -175,6 +208,14 @@ struct RawAgent {
     fallback_policy: Option<Spanned<String>>,
     grants: Option<BTreeMap<String, Spanned<Vec<Spanned<String>>>>>,
     probe_budget: Option<Spanned<u64>>,
+    limits: Option<RawLimits>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    max_depth: Option<Spanned<u64>>,
+    max_calls_per_run: Option<Spanned<u64>>,
 }
 
 #[derive(Deserialize)]
@@ -425,8 +466,10 @@ fn convert(
         env.insert(k.value, v.value);
     }
 
+    let limits = convert_limits(ctx, &root, raw.limits)?;
     let agent = AgentConfig {
         name,
+        limits,
         description: raw.description.unwrap_or_default(),
         can_call,
         accept_from,
@@ -438,6 +481,37 @@ fn convert(
         visibility,
     };
     Ok((agent, spans))
+}
+
+fn convert_limits(
+    ctx: Ctx<'_>,
+    root: &KeyPath,
+    raw: Option<RawLimits>,
+) -> Result<Limits, ConfigError> {
+    let mut limits = Limits::default();
+    let Some(raw) = raw else {
+        return Ok(limits);
+    };
+    let bounded = |value: Option<Spanned<u64>>, key: &str, max: u32| match value {
+        None => Ok(None),
+        Some(v) if v.value >= 1 && v.value <= u64::from(max) => Ok(Some(v.value as u32)),
+        Some(v) => Err(ctx.invalid(
+            Pos::of(&v),
+            &root.key("limits").key(key),
+            format!("must be between 1 and {max} (got {})", v.value),
+        )),
+    };
+    if let Some(depth) = bounded(raw.max_depth, "max_depth", Limits::MAX_DEPTH_BOUND)? {
+        limits.max_depth = depth;
+    }
+    if let Some(calls) = bounded(
+        raw.max_calls_per_run,
+        "max_calls_per_run",
+        Limits::MAX_CALLS_BOUND,
+    )? {
+        limits.max_calls_per_run = calls;
+    }
+    Ok(limits)
 }
 
 fn is_valid_tool_name(name: &str) -> bool {
@@ -728,15 +802,6 @@ impl AgentSet {
 
     pub fn is_empty(&self) -> bool {
         self.agents.is_empty()
-    }
-
-    /// The consent graph of the set's declarations.
-    pub fn consent(&self) -> ConsentGraph {
-        ConsentGraph::from_declarations(
-            self.agents
-                .values()
-                .map(|a| (a.name.clone(), a.can_call.clone(), a.accept_from.clone())),
-        )
     }
 
     /// Re-reads the `agent.yaml` of agent `name` (after an edit) and checks it against the
@@ -1260,9 +1325,10 @@ env:
             Some(vec!["cfo".to_string()])
         );
         assert!(set.get("nope").is_none());
-        let g = set.consent();
-        assert!(g.allows("cmo", "cfo") && g.allows("solo", "cfo"));
-        assert!(!g.allows("cfo", "cmo"));
+        assert_eq!(
+            set.get("cfo").map(|a| a.accept_from.clone()),
+            Some(vec!["cmo".to_string(), "solo".to_string()])
+        );
     }
 
     #[test]
@@ -1454,6 +1520,39 @@ tools:
         let plain = load_text(simple("x", &[], &[]).as_bytes()).unwrap();
         assert_eq!(plain.visibility, VisibilityConfig::default());
         assert_eq!(plain.visibility.probe_budget, 25);
+    }
+
+    #[test]
+    fn limits_default_and_bounded() {
+        let plain = load_text(simple("x", &[], &[]).as_bytes()).unwrap();
+        assert_eq!(plain.limits, Limits::default());
+        assert_eq!(
+            (plain.limits.max_depth, plain.limits.max_calls_per_run),
+            (4, 25)
+        );
+        let set = load_text(
+            b"name: x\nlimits:\n  max_depth: 2\n  max_calls_per_run: 1000\nmodel:\n  script: []\n",
+        )
+        .unwrap();
+        assert_eq!(
+            set.limits,
+            Limits {
+                max_depth: 2,
+                max_calls_per_run: 1000
+            }
+        );
+        let (kind, line, _, key, message) =
+            err("name: x\nlimits:\n  max_depth: 17\nmodel:\n  script: []\n");
+        assert_eq!(
+            (kind, line, key.as_str()),
+            ("invalid", 3, "limits.max_depth")
+        );
+        assert_eq!(message, "must be between 1 and 16 (got 17)");
+        let (_, line, _, key, _) =
+            err("name: x\nlimits:\n  max_calls_per_run: 0\nmodel:\n  script: []\n");
+        assert_eq!((line, key.as_str()), (3, "limits.max_calls_per_run"));
+        let (_, _, _, _, message) = err("name: x\nlimits:\n  depth: 3\nmodel:\n  script: []\n");
+        assert!(message.contains("unknown key `depth`"), "{message}");
     }
 
     #[test]

@@ -294,7 +294,10 @@ mod tests {
         assert_eq!(set.names(), vec!["cfo", "cmo"]);
         assert_eq!(placement.get("cmo").map(String::as_str), Some("alpha"));
         assert_eq!(placement.get("cfo").map(String::as_str), Some("beta"));
-        assert!(set.consent().allows("cmo", "cfo"));
+        assert_eq!(
+            set.get("cmo").map(|a| a.can_call.clone()),
+            Some(vec!["cfo".to_string()])
+        );
     }
 
     #[test]

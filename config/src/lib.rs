@@ -1,14 +1,14 @@
 //! consort-config: the declarations an operator writes, read and checked.
 //!
 //! This crate owns `agent.yaml` (one agent: its peers, model, tools and env), `fleet.yaml`
-//! (hosts, their keys and the agents each serves) and the [`ConsentGraph`] that resolves the
-//! `can_call` / `accept_from` declarations into edges, plus the tool-visibility declarations
-//! of agent.yaml ([`visibility`]) and the host auth file of HTTP bearer tokens
-//! ([`host_auth`]). It parses and validates; every error names the file, line, column and key. It must never start anything, open a network
-//! connection or touch a run store: it is plain data in, plain data (or a typed error) out.
+//! (hosts, their keys and the agents each serves), the tool-visibility declarations of
+//! agent.yaml ([`visibility`]) and the host auth file of HTTP bearer tokens ([`host_auth`]).
+//! It parses and validates; every error names the file, line, column and key. It decides
+//! nothing: what the declarations mean for a call (consent, guards) is consort-core's. It must
+//! never start anything, open a network connection or touch a run store: it is plain data in,
+//! plain data (or a typed error) out.
 
 pub mod agent;
-pub mod consent;
 pub mod error;
 pub mod fleet;
 pub mod host_auth;
@@ -16,10 +16,9 @@ pub mod visibility;
 mod yaml;
 
 pub use agent::{
-    AgentConfig, AgentSet, Approval, CallStep, ModelConfig, ScriptStep, ToolConfig, ToolKind,
-    ToolStep,
+    AgentConfig, AgentSet, Approval, CallStep, Limits, ModelConfig, ScriptStep, ToolConfig,
+    ToolKind, ToolStep,
 };
-pub use consent::{ConsentGraph, Edge, EdgeStatus};
 pub use error::ConfigError;
 pub use fleet::{FleetConfig, HostConfig};
 pub use host_auth::{HostAuthConfig, IdentityHookConfig, TokenConfig, TokenSecret};

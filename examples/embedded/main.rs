@@ -97,6 +97,7 @@ fn agent(
         dir: PathBuf::from(name),
         file: PathBuf::from(name).join("agent.yaml"),
         visibility: Default::default(),
+        limits: Default::default(),
     }
 }
 

@@ -22,11 +22,11 @@ use ractor::ActorRef;
 use tracing::{Instrument, debug, info_span, warn};
 
 use consort_actors::agent::cap_output;
-use consort_actors::guards::{HOP_LIMIT, Refusal};
 use consort_actors::run::now_ms;
 use consort_actors::store::RunStore;
 use consort_actors::supervisor::{BoxFuture, RemoteCalls, SupervisorMsg};
 use consort_actors::{ActorsError, CallOutcome, Channel, Cost, DataFolder, RunRecord, RunStatus};
+use consort_core::{Limits, Refusal};
 use consort_net::{
     CallEnvelope, ChainError, Frame, FrameHandler, HostKey, KeyRing, LinkEndpoint, LinkError,
     RefusalReason, RemoteRunState, ReplyEnvelope, RunId,
@@ -349,7 +349,10 @@ pub fn wire_reason(refusal: &Refusal) -> RefusalReason {
         Refusal::Saturated { .. } => RefusalReason::Saturated,
         Refusal::UnknownAgent { .. } => RefusalReason::UnknownAgent,
         Refusal::BadEnvelope { .. } => RefusalReason::BadChain,
-        Refusal::AgentDown { .. } | Refusal::Unreachable { .. } => RefusalReason::Internal,
+        Refusal::MalformedCall | Refusal::EmptyInput | Refusal::NotAwaitingApproval { .. } => {
+            RefusalReason::Malformed
+        }
+        _ => RefusalReason::Internal,
     }
 }
 
@@ -358,7 +361,7 @@ pub fn wire_reason(refusal: &Refusal) -> RefusalReason {
 pub fn refusal_frame(refusal: &Refusal) -> Frame {
     Frame::Refused {
         reason: wire_reason(refusal),
-        text: serde_json::to_string(refusal).unwrap_or_else(|_| refusal.to_string()),
+        text: refusal.to_wire(),
     }
 }
 
@@ -372,9 +375,11 @@ pub fn refusal_from_wire(reason: RefusalReason, text: &str, callee: &str) -> Ref
     }
     let detail: String = text.chars().take(500).collect();
     match reason {
-        RefusalReason::DepthLimit => Refusal::DepthLimit { limit: HOP_LIMIT },
+        RefusalReason::DepthLimit => Refusal::DepthLimit {
+            limit: Limits::DEFAULT_MAX_DEPTH as usize,
+        },
         RefusalReason::CallLimit => Refusal::CallCap {
-            limit: consort_actors::guards::CALL_CAP,
+            limit: u64::from(Limits::DEFAULT_MAX_CALLS_PER_RUN),
         },
         RefusalReason::Internal => Refusal::AgentDown {
             callee: callee.to_owned(),

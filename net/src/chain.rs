@@ -26,8 +26,8 @@ use crate::envelope::{
     CallEnvelope, ENVELOPE_VERSION, Hop, HopSignature, ReplyEnvelope, ReplyStatus,
 };
 use crate::error::ChainError;
-use crate::ids::RunId;
 use crate::keys::{HostKey, KeyRing};
+use consort_core::RunId;
 
 /// Domain tag of a hop's canonical bytes.
 const HOP_DOMAIN: &[u8] = b"consort/hop/v1";

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::envelope::{CallEnvelope, ENVELOPE_VERSION, ReplyEnvelope};
 use crate::error::CodecError;
-use crate::ids::RunId;
+use consort_core::RunId;
 
 /// The largest encoded frame or envelope, in bytes (1 MiB). Run outputs are capped well below
 /// this by the callee's host; anything larger is refused unread.

@@ -11,9 +11,9 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum NetError {
-    /// A run id did not have the `run_` prefix followed by 32 lowercase hex digits.
-    #[error("malformed run id `{0}`: expected `run_` followed by 32 hex digits")]
-    MalformedRunId(String),
+    /// A value the core refused (a malformed run id, say).
+    #[error(transparent)]
+    Core(#[from] consort_core::CoreError),
     /// Bytes could not be encoded or decoded.
     #[error(transparent)]
     Codec(#[from] CodecError),

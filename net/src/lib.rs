@@ -25,7 +25,6 @@ pub mod chain;
 pub mod codec;
 pub mod envelope;
 pub mod error;
-pub mod ids;
 pub mod keys;
 pub mod link;
 #[cfg(test)]
@@ -39,8 +38,8 @@ pub use codec::{
     Frame, MAX_FRAME, RefusalReason, RemoteRunState, decode_call, decode_frame, decode_reply,
     encode_call, encode_frame, encode_reply,
 };
+pub use consort_core::RunId;
 pub use envelope::{CallEnvelope, ENVELOPE_VERSION, Hop, HopSignature, ReplyEnvelope, ReplyStatus};
 pub use error::{ChainError, CodecError, KeyError, LinkError, NetError};
-pub use ids::RunId;
 pub use keys::{HostKey, KeyRing, PublicKey};
 pub use link::{FrameHandler, InboundRequest, LinkConfig, LinkEndpoint, channel_handler};

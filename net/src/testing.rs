@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 
 use crate::chain::{NextHop, extend, new_call, sign_pending_hops};
 use crate::envelope::CallEnvelope;
-use crate::ids::RunId;
 use crate::keys::{HostKey, KeyRing};
+use consort_core::RunId;
 
 /// A fixed clock for chain tests, Unix milliseconds.
 pub(crate) const NOW_MS: u64 = 1_700_000_000_000;

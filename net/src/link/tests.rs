@@ -1,7 +1,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::*;
-use crate::ids::RunId;
+use consort_core::RunId;
 
 fn loopback() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()

@@ -1,13 +1,29 @@
-//! The consent graph: who may call whom.
+//! Consent: who may call whom.
 //!
-//! Owns the resolution of `can_call` (the caller's side) and `accept_from` (the callee's side)
-//! into edges. A call connects only where both sides declared it; everything else is denied.
-//! Pure data: no I/O, no knowledge of files, runs or hosts. The host supervisor asks
-//! [`ConsentGraph::allows`] on every call, the CLI prints [`ConsentGraph::edges`].
+//! Owns the one rule of consent, in two halves: the caller's side ([`caller_consents`]: the
+//! caller lists the callee in `can_call`) and the callee's side ([`callee_consents`]: the
+//! callee lists the caller in `accept_from`). A call connects only where both halves hold;
+//! everything else is denied. The guards ([`crate::guards`]) ask each half with that side's
+//! *current* config on every call, and [`ConsentGraph`] (what `consort edges` prints) is built
+//! from the same two functions, so the edges shown are exactly the edges enforced.
+//!
+//! Pure data: no I/O, no knowledge of files, runs or hosts.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+
+use consort_config::AgentSet;
+
+/// The caller's half of consent: `can_call` (the caller's current list) names `callee`.
+pub fn caller_consents(can_call: &[String], callee: &str) -> bool {
+    can_call.iter().any(|name| name == callee)
+}
+
+/// The callee's half of consent: `accept_from` (the callee's current list) names `caller`.
+pub fn callee_consents(accept_from: &[String], caller: &str) -> bool {
+    accept_from.iter().any(|name| name == caller)
+}
 
 /// How one declared edge resolves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -41,8 +57,11 @@ impl std::fmt::Display for EdgeStatus {
 /// One declared (caller → callee) edge.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Edge {
+    /// The agent that would call.
     pub caller: String,
+    /// The agent that would be called.
     pub callee: String,
+    /// How the two sides' declarations meet.
     pub status: EdgeStatus,
 }
 
@@ -50,12 +69,20 @@ pub struct Edge {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ConsentGraph {
     /// caller → callees it lists in `can_call`.
-    can_call: BTreeMap<String, BTreeSet<String>>,
+    can_call: BTreeMap<String, Vec<String>>,
     /// callee → callers it lists in `accept_from`.
-    accept_from: BTreeMap<String, BTreeSet<String>>,
+    accept_from: BTreeMap<String, Vec<String>>,
 }
 
 impl ConsentGraph {
+    /// The graph of a set of agents' current declarations.
+    pub fn of(set: &AgentSet) -> Self {
+        Self::from_declarations(set.names().into_iter().filter_map(|name| {
+            let agent = set.get(&name)?;
+            Some((name, agent.can_call.clone(), agent.accept_from.clone()))
+        }))
+    }
+
     /// Builds the graph from `(agent, can_call, accept_from)` declarations. An agent declared
     /// twice has its lists merged (the loader refuses duplicates before this point).
     pub fn from_declarations(
@@ -65,6 +92,10 @@ impl ConsentGraph {
         for (name, can_call, accept_from) in decls {
             g.can_call.entry(name.clone()).or_default().extend(can_call);
             g.accept_from.entry(name).or_default().extend(accept_from);
+        }
+        for list in g.can_call.values_mut().chain(g.accept_from.values_mut()) {
+            list.sort();
+            list.dedup();
         }
         g
     }
@@ -116,13 +147,13 @@ impl ConsentGraph {
     fn lists(&self, caller: &str, callee: &str) -> bool {
         self.can_call
             .get(caller)
-            .is_some_and(|s| s.contains(callee))
+            .is_some_and(|s| caller_consents(s, callee))
     }
 
     fn accepts(&self, callee: &str, caller: &str) -> bool {
         self.accept_from
             .get(callee)
-            .is_some_and(|s| s.contains(caller))
+            .is_some_and(|s| callee_consents(s, caller))
     }
 }
 

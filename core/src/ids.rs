@@ -10,7 +10,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::NetError;
+use crate::CoreError;
 
 /// Domain tag for child run id derivation; bump the version if the derivation ever changes.
 const CHILD_RUN_DOMAIN: &[u8] = b"consort/child-run-id/v1";
@@ -42,7 +42,7 @@ impl RunId {
     }
 
     /// Parses an id given by a user, a peer or a file.
-    pub fn parse(text: &str) -> Result<Self, NetError> {
+    pub fn parse(text: &str) -> Result<Self, CoreError> {
         let ok = text.len() == 36
             && text.starts_with("run_")
             && text[4..]
@@ -51,7 +51,7 @@ impl RunId {
         if ok {
             Ok(RunId(text.to_owned()))
         } else {
-            Err(NetError::MalformedRunId(text.chars().take(80).collect()))
+            Err(CoreError::MalformedRunId(text.chars().take(80).collect()))
         }
     }
 
@@ -62,7 +62,7 @@ impl RunId {
 }
 
 impl TryFrom<String> for RunId {
-    type Error = NetError;
+    type Error = CoreError;
     fn try_from(value: String) -> Result<Self, Self::Error> {
         RunId::parse(&value)
     }
@@ -81,7 +81,7 @@ impl fmt::Display for RunId {
 }
 
 impl std::str::FromStr for RunId {
-    type Err = NetError;
+    type Err = CoreError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         RunId::parse(s)
     }

@@ -1,0 +1,300 @@
+//! What a run records: one typed event per thing that happened to it.
+//!
+//! A run's event log is the truth about the run; [`crate::RunView`] folds it. Each event is a
+//! [`RunEvent`] variant, stored as a *kind* (a stable snake_case name, [`RunEvent::kind`]) and
+//! JSON *data* (the variant's fields, [`RunEvent::data`]). [`RunEvent::decode`] reads both back
+//! and is the only way an event is read: nothing reads event JSON with ad-hoc defaults.
+//!
+//! The encoding is versioned by [`EVENT_FORMAT`]. Format 1 is what every store written so far
+//! holds; fields added later are optional with a documented meaning when absent (a model turn
+//! without `seen_seq` saw everything before it), and a kind this version does not know is an
+//! error ([`crate::CoreError::UnknownEventKind`]), never silently skipped.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{Channel, CoreError, ModelStep, Refusal, RunId, RunStatus};
+
+/// The version of the event encoding this crate writes and reads.
+pub const EVENT_FORMAT: u32 = 1;
+
+/// One thing that happened to a run.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum RunEvent {
+    /// The run was stored (always its first event).
+    Created(Created),
+    /// The run moved from one status to another.
+    Status(StatusChanged),
+    /// The model answered one turn.
+    ModelTurn(ModelTurn),
+    /// A tool use got its result (a tool's output, a refusal, a call's acceptance).
+    ToolResult(ToolResult),
+    /// A call this run placed was accepted by its callee.
+    CallPlaced(CallPlaced),
+    /// A call this run asked for was refused.
+    CallRefused(CallRefused),
+    /// A callee's reply to a call this run placed.
+    ReplyReceived(ReplyReceived),
+    /// A gated tool use waits for an operator.
+    ApprovalRequested(ApprovalRequested),
+    /// An operator decided on a gated tool use.
+    ApprovalDecided(ApprovalDecided),
+    /// The run succeeded with this answer.
+    Answer(Answer),
+    /// The run failed.
+    Failed(Failed),
+}
+
+/// [`RunEvent::Created`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Created {
+    /// Who started the run.
+    pub channel: Channel,
+    /// What it was asked.
+    pub input: String,
+    /// The run that placed it, for a delegated run.
+    #[serde(default)]
+    pub parent_run: Option<RunId>,
+    /// Hops from the root run.
+    #[serde(default)]
+    pub hop_depth: u32,
+    /// Who the run acts for.
+    #[serde(default = "anonymous")]
+    pub principal: String,
+}
+
+fn anonymous() -> String {
+    "anonymous".to_owned()
+}
+
+/// [`RunEvent::Status`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StatusChanged {
+    /// The status before.
+    pub from: RunStatus,
+    /// The status after.
+    pub to: RunStatus,
+    /// Why a run failed, on the move to `failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// [`RunEvent::ModelTurn`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelTurn {
+    /// What the model decided.
+    pub step: ModelStep,
+    /// Calls out when the model was asked.
+    #[serde(default)]
+    pub pending_calls: usize,
+    /// The last event the model's conversation included; absent in logs written before it
+    /// was recorded, meaning "everything before this turn".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seen_seq: Option<u64>,
+}
+
+/// [`RunEvent::ToolResult`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolResult {
+    /// The tool use it answers.
+    pub tool_use_id: String,
+    /// The tool's name as the model used it.
+    pub name: String,
+    /// What the model reads.
+    pub content: String,
+    /// True for refusals and failures.
+    #[serde(default)]
+    pub is_error: bool,
+}
+
+/// [`RunEvent::CallPlaced`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CallPlaced {
+    /// The `call_agent` tool use that placed it.
+    pub tool_use_id: String,
+    /// The callee.
+    pub agent: String,
+    /// The child run the callee stored.
+    pub child_run: RunId,
+    /// The callee already had the run (a replay after a crash).
+    #[serde(default)]
+    pub existing: bool,
+}
+
+/// [`RunEvent::CallRefused`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CallRefused {
+    /// The `call_agent` tool use that asked.
+    pub tool_use_id: String,
+    /// The callee asked for.
+    pub agent: String,
+    /// The refusal's stable code.
+    pub code: String,
+    /// The sentence the model read.
+    pub reason: String,
+    /// The refusal itself (absent when a newer host sent a kind this version does not know).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<Refusal>,
+}
+
+/// How a callee's run ended, as its reply says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplyOutcome {
+    /// The callee's run succeeded; the text is its answer.
+    Succeeded,
+    /// The callee's run failed; the text is its error.
+    Failed,
+}
+
+/// [`RunEvent::ReplyReceived`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReplyReceived {
+    /// The child run that answered.
+    pub child_run: RunId,
+    /// The callee.
+    pub agent: String,
+    /// How the child run ended.
+    #[serde(default = "succeeded")]
+    pub status: ReplyOutcome,
+    /// Its (capped) answer or error.
+    pub output: String,
+}
+
+fn succeeded() -> ReplyOutcome {
+    ReplyOutcome::Succeeded
+}
+
+/// [`RunEvent::ApprovalRequested`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalRequested {
+    /// The gated tool use.
+    pub tool_use_id: String,
+    /// The tool.
+    pub tool: String,
+    /// The input the model gave it.
+    #[serde(default)]
+    pub input: Value,
+}
+
+/// [`RunEvent::ApprovalDecided`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalDecided {
+    /// The gated tool use.
+    pub tool_use_id: String,
+    /// The decision.
+    pub approved: bool,
+    /// Who decided.
+    #[serde(default)]
+    pub by: String,
+}
+
+/// [`RunEvent::Answer`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Answer {
+    /// The run's answer.
+    pub text: String,
+}
+
+/// [`RunEvent::Failed`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Failed {
+    /// Why the run failed.
+    pub error: String,
+}
+
+impl RunEvent {
+    /// Every kind this version reads and writes.
+    pub const KINDS: [&'static str; 11] = [
+        "created",
+        "status",
+        "model_turn",
+        "tool_result",
+        "call_placed",
+        "call_refused",
+        "reply_received",
+        "approval_requested",
+        "approval_decided",
+        "answer",
+        "failed",
+    ];
+
+    /// The event's stable kind (the store's `kind` column).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RunEvent::Created(_) => "created",
+            RunEvent::Status(_) => "status",
+            RunEvent::ModelTurn(_) => "model_turn",
+            RunEvent::ToolResult(_) => "tool_result",
+            RunEvent::CallPlaced(_) => "call_placed",
+            RunEvent::CallRefused(_) => "call_refused",
+            RunEvent::ReplyReceived(_) => "reply_received",
+            RunEvent::ApprovalRequested(_) => "approval_requested",
+            RunEvent::ApprovalDecided(_) => "approval_decided",
+            RunEvent::Answer(_) => "answer",
+            RunEvent::Failed(_) => "failed",
+        }
+    }
+
+    /// The event's data (the store's `data` column), as JSON.
+    pub fn data(&self) -> Value {
+        let encoded = match self {
+            RunEvent::Created(e) => serde_json::to_value(e),
+            RunEvent::Status(e) => serde_json::to_value(e),
+            RunEvent::ModelTurn(e) => serde_json::to_value(e),
+            RunEvent::ToolResult(e) => serde_json::to_value(e),
+            RunEvent::CallPlaced(e) => serde_json::to_value(e),
+            RunEvent::CallRefused(e) => serde_json::to_value(e),
+            RunEvent::ReplyReceived(e) => serde_json::to_value(e),
+            RunEvent::ApprovalRequested(e) => serde_json::to_value(e),
+            RunEvent::ApprovalDecided(e) => serde_json::to_value(e),
+            RunEvent::Answer(e) => serde_json::to_value(e),
+            RunEvent::Failed(e) => serde_json::to_value(e),
+        };
+        // Plain structs of strings, numbers and JSON values always encode.
+        encoded.unwrap_or(Value::Null)
+    }
+
+    /// Reads an event back from its kind and data.
+    pub fn decode(kind: &str, data: Value) -> Result<RunEvent, CoreError> {
+        fn read<T: DeserializeOwned>(kind: &str, data: Value) -> Result<T, CoreError> {
+            serde_json::from_value(data).map_err(|e| CoreError::MalformedEvent {
+                kind: kind.to_owned(),
+                detail: e.to_string(),
+            })
+        }
+        Ok(match kind {
+            "created" => RunEvent::Created(read(kind, data)?),
+            "status" => RunEvent::Status(read(kind, data)?),
+            "model_turn" => RunEvent::ModelTurn(read(kind, data)?),
+            "tool_result" => RunEvent::ToolResult(read(kind, data)?),
+            "call_placed" => RunEvent::CallPlaced(read(kind, data)?),
+            "call_refused" => RunEvent::CallRefused(read(kind, data)?),
+            "reply_received" => RunEvent::ReplyReceived(read(kind, data)?),
+            "approval_requested" => RunEvent::ApprovalRequested(read(kind, data)?),
+            "approval_decided" => RunEvent::ApprovalDecided(read(kind, data)?),
+            "answer" => RunEvent::Answer(read(kind, data)?),
+            "failed" => RunEvent::Failed(read(kind, data)?),
+            other => {
+                return Err(CoreError::UnknownEventKind(
+                    other.chars().take(64).collect(),
+                ));
+            }
+        })
+    }
+
+    /// A tool result, as the engine records one.
+    pub fn tool_result(tool_use_id: &str, name: &str, content: &str, is_error: bool) -> RunEvent {
+        RunEvent::ToolResult(ToolResult {
+            tool_use_id: tool_use_id.to_owned(),
+            name: name.to_owned(),
+            content: content.to_owned(),
+            is_error,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

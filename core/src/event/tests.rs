@@ -1,0 +1,123 @@
+use proptest::prelude::*;
+use serde_json::json;
+
+use super::*;
+
+/// Event data exactly as the stores written before typed events hold it.
+fn stored_format_1() -> Vec<(&'static str, Value)> {
+    let child = "run_00112233445566778899aabbccddeeff";
+    vec![
+        (
+            "created",
+            json!({"channel": "agent:cmo", "input": "August", "parent_run": "run_0123456789abcdef0123456789abcdef", "hop_depth": 1, "principal": "agent:cmo"}),
+        ),
+        ("status", json!({"from": "queued", "to": "running"})),
+        (
+            "model_turn",
+            json!({"step": {"tool_uses": [{"id": "tu_0_0", "name": "call_agent", "input": {"agent": "cfo", "input": "x"}}]}, "pending_calls": 0, "seen_seq": 2}),
+        ),
+        (
+            "call_placed",
+            json!({"tool_use_id": "tu_0_0", "agent": "cfo", "child_run": child, "existing": false}),
+        ),
+        (
+            "tool_result",
+            json!({"tool_use_id": "tu_0_0", "name": "call_agent", "content": "{}", "is_error": false}),
+        ),
+        (
+            "call_refused",
+            json!({"tool_use_id": "tu_1_0", "agent": "cfo", "code": "depth_limit", "reason": "call chain depth limit (4) reached: answer with what you have", "refusal": {"reason": "depth_limit", "limit": 4}}),
+        ),
+        (
+            "reply_received",
+            json!({"child_run": child, "agent": "cfo", "status": "succeeded", "output": "42"}),
+        ),
+        (
+            "model_turn",
+            json!({"step": "wait", "pending_calls": 1, "seen_seq": 7}),
+        ),
+        (
+            "approval_requested",
+            json!({"tool_use_id": "tu_2_0", "tool": "ledger", "input": {"q": 1}}),
+        ),
+        (
+            "approval_decided",
+            json!({"tool_use_id": "tu_2_0", "approved": true, "by": "operator"}),
+        ),
+        (
+            "model_turn",
+            json!({"step": {"answer": "done"}, "pending_calls": 0, "seen_seq": 10}),
+        ),
+        ("answer", json!({"text": "done"})),
+        (
+            "status",
+            json!({"from": "running", "to": "failed", "error": "boom"}),
+        ),
+        ("failed", json!({"error": "boom"})),
+    ]
+}
+
+#[test]
+fn every_stored_kind_of_format_1_decodes_and_encodes_back_the_same() {
+    let mut kinds = std::collections::BTreeSet::new();
+    for (kind, data) in stored_format_1() {
+        let event = RunEvent::decode(kind, data.clone()).unwrap();
+        assert_eq!(event.kind(), kind);
+        assert_eq!(event.data(), data, "{kind}");
+        kinds.insert(kind);
+    }
+    assert_eq!(
+        kinds.len(),
+        RunEvent::KINDS.len(),
+        "a kind lacks a format-1 sample"
+    );
+}
+
+#[test]
+fn fields_older_logs_lack_read_with_their_documented_meaning() {
+    let turn = RunEvent::decode("model_turn", json!({"step": "wait"})).unwrap();
+    assert_eq!(
+        turn,
+        RunEvent::ModelTurn(ModelTurn {
+            step: ModelStep::Wait,
+            pending_calls: 0,
+            seen_seq: None
+        })
+    );
+    let result = RunEvent::decode(
+        "tool_result",
+        json!({"tool_use_id": "t", "name": "n", "content": "c"}),
+    )
+    .unwrap();
+    assert!(matches!(
+        result,
+        RunEvent::ToolResult(ToolResult {
+            is_error: false,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn unknown_kinds_and_malformed_data_are_typed_errors() {
+    assert_eq!(
+        RunEvent::decode("teleported", json!({})),
+        Err(CoreError::UnknownEventKind("teleported".into()))
+    );
+    let bad = RunEvent::decode(
+        "call_placed",
+        json!({"tool_use_id": "t", "agent": "cfo", "child_run": "nope"}),
+    );
+    assert!(matches!(bad, Err(CoreError::MalformedEvent { kind, .. }) if kind == "call_placed"));
+    let bad = RunEvent::decode("status", json!({"from": "queued", "to": "sleeping"}));
+    assert!(matches!(bad, Err(CoreError::MalformedEvent { .. })));
+}
+
+proptest! {
+    #[test]
+    fn any_event_round_trips_through_its_stored_form(event in crate::strategy::event()) {
+        let text = event.data().to_string();
+        let data: Value = serde_json::from_str(&text).unwrap();
+        prop_assert_eq!(RunEvent::decode(event.kind(), data), Ok(event));
+    }
+}

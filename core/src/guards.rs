@@ -1,0 +1,134 @@
+//! The loop guards and consent checks applied to every call, as pure functions.
+//!
+//! A call is checked twice: by the caller's side before anything is written or sent
+//! ([`check_outbound`]) and by the callee's side before a run is created ([`check_inbound`]).
+//! Each side uses its *own current* config (its consent list and its [`Limits`]), so editing
+//! one agent.yaml can narrow access at once and can never widen what the other side did not
+//! grant. A refusal is a [`Refusal`] whose text is written for the model that placed the call.
+//!
+//! This module performs no I/O and holds no state: callers gather the facts, these functions
+//! decide. Replays of an accepted call never reach these functions (the guards bound decisions,
+//! never recovery).
+
+use consort_config::Limits;
+
+use crate::Refusal;
+use crate::consent::{callee_consents, caller_consents};
+
+/// What the caller's side knows when its model asks to call a peer.
+#[derive(Clone, Debug)]
+pub struct OutboundFacts<'a> {
+    /// The calling agent.
+    pub caller: &'a str,
+    /// The agent its model asked for.
+    pub callee: &'a str,
+    /// The caller's current `can_call`.
+    pub can_call: &'a [String],
+    /// Every agent of the fleet (local and remote), the caller included.
+    pub fleet_agents: &'a [String],
+    /// Hop depth of the calling run (0 for a root run).
+    pub caller_depth: usize,
+    /// Calls this run has already placed, or is placing.
+    pub calls_placed: u64,
+    /// The caller's current limits.
+    pub limits: Limits,
+}
+
+/// The caller's check: consent from its own side, then depth, then the per-run cap.
+pub fn check_outbound(f: &OutboundFacts<'_>) -> Result<(), Refusal> {
+    if f.fleet_agents.iter().all(|a| a == f.caller) {
+        return Err(Refusal::NoPeers {
+            agent: f.caller.to_owned(),
+        });
+    }
+    if !f.fleet_agents.iter().any(|a| a == f.callee) {
+        return Err(Refusal::UnknownAgent {
+            callee: f.callee.to_owned(),
+            allowed: list_or_none(f.can_call),
+        });
+    }
+    if !caller_consents(f.can_call, f.callee) {
+        return Err(Refusal::NotInCanCall {
+            caller: f.caller.to_owned(),
+            callee: f.callee.to_owned(),
+            allowed: list_or_none(f.can_call),
+        });
+    }
+    let max_depth = f.limits.max_depth as usize;
+    if f.caller_depth + 1 > max_depth {
+        return Err(Refusal::DepthLimit { limit: max_depth });
+    }
+    let cap = u64::from(f.limits.max_calls_per_run);
+    if f.calls_placed >= cap {
+        return Err(Refusal::CallCap { limit: cap });
+    }
+    Ok(())
+}
+
+/// What the callee's side knows when a call arrives (a *new* call: replays skip this).
+#[derive(Clone, Debug)]
+pub struct InboundFacts<'a> {
+    /// The calling agent, as the verified chain names it.
+    pub caller: &'a str,
+    /// This agent.
+    pub callee: &'a str,
+    /// The callee's current `accept_from`.
+    pub accept_from: &'a [String],
+    /// The depth of the arriving chain (its length, counted by the receiver).
+    pub chain_depth: usize,
+    /// Child runs of the same parent run this side has already accepted.
+    pub children_accepted: u64,
+    /// Runs of the callee in progress.
+    pub active_runs: usize,
+    /// The most unsettled runs the callee holds.
+    pub admission_limit: usize,
+    /// The callee's current limits.
+    pub limits: Limits,
+}
+
+/// The callee's check: consent from its own side, depth, the per-parent cap, admission.
+pub fn check_inbound(f: &InboundFacts<'_>) -> Result<(), Refusal> {
+    if !callee_consents(f.accept_from, f.caller) {
+        return Err(Refusal::NotAccepted {
+            caller: f.caller.to_owned(),
+            callee: f.callee.to_owned(),
+        });
+    }
+    let max_depth = f.limits.max_depth as usize;
+    if f.chain_depth > max_depth || f.chain_depth == 0 {
+        return Err(Refusal::DepthLimit { limit: max_depth });
+    }
+    let cap = u64::from(f.limits.max_calls_per_run);
+    if f.children_accepted >= cap {
+        return Err(Refusal::CallCap { limit: cap });
+    }
+    if f.active_runs >= f.admission_limit {
+        return Err(Refusal::Saturated {
+            callee: f.callee.to_owned(),
+            active: f.active_runs,
+        });
+    }
+    Ok(())
+}
+
+/// Whether a chain of `hops` hops can be accepted by any agent whose limits are at most
+/// `max_depth`: a link uses it to refuse an over-long chain before checking one signature.
+pub fn chain_within(hops: usize, max_depth: u32) -> Result<(), Refusal> {
+    if hops == 0 || hops > max_depth as usize {
+        return Err(Refusal::DepthLimit {
+            limit: max_depth as usize,
+        });
+    }
+    Ok(())
+}
+
+fn list_or_none(names: &[String]) -> String {
+    if names.is_empty() {
+        "none: agents.can_call is empty".to_owned()
+    } else {
+        names.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,45 @@
+//! consort-core: the rules of consort, as plain data and pure functions.
+//!
+//! Everything consort *decides* about a call lives here, once: who may call whom
+//! ([`consent`]), how deep a chain may grow and how many calls a run may place ([`guards`]),
+//! what a refusal is called and what the calling model reads ([`Refusal`]), what a run records
+//! ([`RunEvent`]) and what its log means ([`RunView`]). The actors, the links and the HTTP API
+//! gather facts, call these functions, and execute what they return.
+//!
+//! Like quinn-proto, this crate performs no I/O and reads no clock: it depends on no runtime
+//! crate (no tokio, ractor, rusqlite, quinn, rustls, axum or reqwest; CI checks it with
+//! `cargo tree -p consort-core -e normal`). Time comes in as an argument, storage is someone
+//! else's, and the same functions drive a real host and the seeded fleet simulation.
+//!
+//! - [`RunId`]: run ids, and the derivation that makes delegation effectively-once.
+//! - [`consent`]: the two halves of consent and the [`ConsentGraph`] `consort edges` prints.
+//! - [`guards`]: the caller's and the callee's checks of a call, over [`Limits`].
+//! - [`Refusal`]: every refusal, with a stable code, the sentence the model reads and its wire
+//!   form.
+//! - [`RunEvent`] and [`RunView`]: a run's typed, versioned event log and its incremental fold.
+//! - [`conversation`]: what a model is shown and what it may answer.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod consent;
+pub mod conversation;
+mod error;
+pub mod event;
+pub mod guards;
+mod ids;
+mod refusal;
+mod run;
+#[cfg(test)]
+mod strategy;
+pub mod view;
+
+pub use consent::{ConsentGraph, Edge, EdgeStatus};
+pub use consort_config::Limits;
+pub use conversation::{Message, ModelStep, ToolUse};
+pub use error::CoreError;
+pub use event::{EVENT_FORMAT, RunEvent};
+pub use ids::RunId;
+pub use refusal::Refusal;
+pub use run::{Channel, RunStatus};
+pub use view::RunView;

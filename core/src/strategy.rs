@@ -1,0 +1,164 @@
+//! proptest strategies for the core's plain data (tests only).
+//!
+//! Values are drawn from small alphabets (a few tool-use ids, a few child runs) so that random
+//! sequences hit the interesting collisions: replays of the same call, replies for calls
+//! never placed, decisions without a request.
+
+use proptest::prelude::*;
+use serde_json::json;
+
+use crate::event::{
+    Answer, ApprovalDecided, ApprovalRequested, CallPlaced, CallRefused, Created, Failed,
+    ModelTurn, ReplyOutcome, ReplyReceived, StatusChanged, ToolResult,
+};
+use crate::{Channel, ModelStep, Refusal, RunEvent, RunId, RunStatus, ToolUse};
+
+pub(crate) fn run_id() -> impl Strategy<Value = RunId> {
+    (0..4u8).prop_map(|n| RunId::child_of(&root(), &format!("tu_{n}")))
+}
+
+fn root() -> RunId {
+    RunId::parse("run_0123456789abcdef0123456789abcdef").unwrap()
+}
+
+pub(crate) fn tool_use_id() -> impl Strategy<Value = String> {
+    (0..4u8).prop_map(|n| format!("tu_{n}"))
+}
+
+fn status() -> impl Strategy<Value = RunStatus> {
+    prop_oneof![
+        Just(RunStatus::Queued),
+        Just(RunStatus::Running),
+        Just(RunStatus::Waiting),
+        Just(RunStatus::Blocked),
+        Just(RunStatus::Succeeded),
+        Just(RunStatus::Failed),
+    ]
+}
+
+fn tool_use() -> impl Strategy<Value = ToolUse> {
+    (
+        tool_use_id(),
+        prop_oneof![Just("call_agent"), Just("ledger"), Just("check_run")],
+    )
+        .prop_map(|(id, name)| ToolUse {
+            id,
+            name: name.to_owned(),
+            input: json!({"agent": "cfo", "input": "x"}),
+        })
+}
+
+fn step() -> impl Strategy<Value = ModelStep> {
+    prop_oneof![
+        Just(ModelStep::Wait),
+        "[a-z ]{0,8}".prop_map(ModelStep::Answer),
+        proptest::collection::vec(tool_use(), 1..3).prop_map(ModelStep::ToolUses),
+    ]
+}
+
+fn refusal() -> impl Strategy<Value = Refusal> {
+    prop_oneof![
+        (1..16usize).prop_map(|limit| Refusal::DepthLimit { limit }),
+        (1..100u64).prop_map(|limit| Refusal::CallCap { limit }),
+        Just(Refusal::NotAccepted {
+            caller: "cmo".into(),
+            callee: "cfo".into()
+        }),
+    ]
+}
+
+/// Any event a run may record, with plausible but unconstrained fields.
+pub(crate) fn event() -> impl Strategy<Value = RunEvent> {
+    prop_oneof![
+        ("[a-z]{1,6}", proptest::option::of(run_id()), 0..5u32).prop_map(|(input, parent, d)| {
+            RunEvent::Created(Created {
+                channel: if parent.is_some() {
+                    Channel::Agent("cmo".into())
+                } else {
+                    Channel::Api
+                },
+                input,
+                parent_run: parent,
+                hop_depth: d,
+                principal: "anonymous".into(),
+            })
+        }),
+        (status(), status(), proptest::option::of("[a-z]{1,4}"))
+            .prop_map(|(from, to, error)| RunEvent::Status(StatusChanged { from, to, error })),
+        (step(), 0..4usize, proptest::option::of(0..20u64)).prop_map(|(step, p, seen)| {
+            RunEvent::ModelTurn(ModelTurn {
+                step,
+                pending_calls: p,
+                seen_seq: seen,
+            })
+        }),
+        (tool_use_id(), "[a-z]{0,6}", any::<bool>()).prop_map(|(id, content, is_error)| {
+            RunEvent::ToolResult(ToolResult {
+                tool_use_id: id,
+                name: "call_agent".into(),
+                content,
+                is_error,
+            })
+        }),
+        (tool_use_id(), run_id(), any::<bool>()).prop_map(|(id, child, existing)| {
+            RunEvent::CallPlaced(CallPlaced {
+                tool_use_id: id,
+                agent: "cfo".into(),
+                child_run: child,
+                existing,
+            })
+        }),
+        (tool_use_id(), refusal()).prop_map(|(id, r)| {
+            RunEvent::CallRefused(CallRefused {
+                tool_use_id: id,
+                agent: "cfo".into(),
+                code: r.code().into(),
+                reason: r.to_string(),
+                refusal: Some(r),
+            })
+        }),
+        (run_id(), any::<bool>(), "[a-z]{0,6}").prop_map(|(child, ok, output)| {
+            RunEvent::ReplyReceived(ReplyReceived {
+                child_run: child,
+                agent: "cfo".into(),
+                status: if ok {
+                    ReplyOutcome::Succeeded
+                } else {
+                    ReplyOutcome::Failed
+                },
+                output,
+            })
+        }),
+        tool_use_id().prop_map(|id| RunEvent::ApprovalRequested(ApprovalRequested {
+            tool_use_id: id,
+            tool: "ledger".into(),
+            input: json!({"q": 1}),
+        })),
+        (tool_use_id(), any::<bool>()).prop_map(|(id, approved)| {
+            RunEvent::ApprovalDecided(ApprovalDecided {
+                tool_use_id: id,
+                approved,
+                by: "operator".into(),
+            })
+        }),
+        "[a-z]{0,6}".prop_map(|text| RunEvent::Answer(Answer { text })),
+        "[a-z]{0,6}".prop_map(|error| RunEvent::Failed(Failed { error })),
+    ]
+}
+
+/// A log: one `created` event, then anything.
+pub(crate) fn log() -> impl Strategy<Value = Vec<RunEvent>> {
+    proptest::collection::vec(event(), 0..40).prop_map(|mut rest| {
+        rest.insert(
+            0,
+            RunEvent::Created(Created {
+                channel: Channel::Cli,
+                input: "question".into(),
+                parent_run: None,
+                hop_depth: 0,
+                principal: "anonymous".into(),
+            }),
+        );
+        rest
+    })
+}

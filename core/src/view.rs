@@ -1,0 +1,200 @@
+//! A run's progress, folded from its event log as plain data.
+//!
+//! The event log is the only truth about a run: the engine never keeps progress only in
+//! memory. [`RunView::apply`] folds one [`RunEvent`] into what the engine needs to decide the
+//! next move (the conversation for the model, which tool uses still lack a result, which calls
+//! are still out, which approvals were asked and decided, the run's status). A live run's view
+//! is kept and updated with each event as it is appended; [`RunView::from_events`] rebuilds it
+//! from a log after a restart, and the two always agree (a property test checks it).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+use crate::event::{ReplyOutcome, RunEvent};
+use crate::{Message, ModelStep, RunId, RunStatus, ToolUse};
+
+/// A call this run placed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlacedCall {
+    /// The callee.
+    pub agent: String,
+    /// The `call_agent` tool use that placed it.
+    pub tool_use_id: String,
+    /// Whether its reply was recorded.
+    pub replied: bool,
+}
+
+/// An operator decision on a gated tool use: `None` while it is still asked.
+pub type ApprovalState = Option<bool>;
+
+/// What the log says about a run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RunView {
+    /// The run's status (`queued` until an event says otherwise).
+    pub status: Option<RunStatus>,
+    /// What the model reads.
+    pub conversation: Vec<Message>,
+    /// Model turns taken (waits included).
+    pub model_turns: u64,
+    /// Sequence number of the last model turn, and what it decided.
+    pub last_turn: Option<(u64, ModelStep)>,
+    /// The last event the last model turn had seen when it was asked.
+    pub last_turn_seen: u64,
+    /// Sequence number of the last event in the log (events are numbered from 1).
+    pub last_seq: u64,
+    /// Sequence number of the last reply received.
+    pub last_reply_seq: u64,
+    /// Tool uses that have a result.
+    pub resolved: BTreeSet<String>,
+    /// Every tool-use id the model has emitted.
+    pub seen_tool_uses: BTreeSet<String>,
+    /// The model's `call_agent` uses: tool-use id → the agent it asked to call.
+    pub call_uses: BTreeMap<String, String>,
+    /// Calls placed, by child run id.
+    pub calls: BTreeMap<RunId, PlacedCall>,
+    /// Calls placed, by the tool use that placed them.
+    pub calls_by_tool_use: BTreeMap<String, RunId>,
+    /// Approvals asked, by tool-use id.
+    pub approvals: BTreeMap<String, ApprovalState>,
+}
+
+impl RunView {
+    /// Folds a whole log (a restart, an inspection).
+    pub fn from_events<'a>(events: impl IntoIterator<Item = &'a RunEvent>) -> RunView {
+        let mut view = RunView::default();
+        for event in events {
+            view.apply(event);
+        }
+        view
+    }
+
+    /// Folds one more event, the next in the log.
+    pub fn apply(&mut self, event: &RunEvent) {
+        self.last_seq += 1;
+        let seq = self.last_seq;
+        match event {
+            RunEvent::Created(created) => {
+                self.status.get_or_insert(RunStatus::Queued);
+                self.conversation.push(Message::User(created.input.clone()));
+            }
+            RunEvent::Status(change) => self.status = Some(change.to),
+            RunEvent::ModelTurn(turn) => {
+                self.model_turns += 1;
+                if let ModelStep::ToolUses(uses) = &turn.step {
+                    for u in uses {
+                        self.seen_tool_uses.insert(u.id.clone());
+                        if u.name == "call_agent" {
+                            let agent = u.input.get("agent").and_then(Value::as_str);
+                            self.call_uses
+                                .insert(u.id.clone(), agent.unwrap_or_default().to_owned());
+                        }
+                    }
+                    self.conversation.push(Message::Assistant {
+                        tool_uses: uses.clone(),
+                    });
+                }
+                self.last_turn = Some((seq, turn.step.clone()));
+                // Logs written before `seen_seq` existed: the turn saw all before it.
+                self.last_turn_seen = turn.seen_seq.unwrap_or(seq.saturating_sub(1));
+            }
+            RunEvent::ToolResult(result) => {
+                self.resolved.insert(result.tool_use_id.clone());
+                self.conversation.push(Message::ToolResult {
+                    tool_use_id: result.tool_use_id.clone(),
+                    name: result.name.clone(),
+                    content: result.content.clone(),
+                    is_error: result.is_error,
+                });
+            }
+            RunEvent::CallPlaced(placed) => {
+                self.calls.insert(
+                    placed.child_run.clone(),
+                    PlacedCall {
+                        agent: placed.agent.clone(),
+                        tool_use_id: placed.tool_use_id.clone(),
+                        replied: false,
+                    },
+                );
+                self.calls_by_tool_use
+                    .insert(placed.tool_use_id.clone(), placed.child_run.clone());
+            }
+            RunEvent::CallRefused(_) => {}
+            RunEvent::ReplyReceived(reply) => {
+                self.last_reply_seq = seq;
+                if let Some(call) = self.calls.get_mut(&reply.child_run) {
+                    call.replied = true;
+                }
+                self.conversation.push(Message::Reply {
+                    from: reply.agent.clone(),
+                    run_id: reply.child_run.clone(),
+                    text: reply.output.clone(),
+                    failed: reply.status == ReplyOutcome::Failed,
+                });
+            }
+            RunEvent::ApprovalRequested(asked) => {
+                self.approvals
+                    .entry(asked.tool_use_id.clone())
+                    .or_insert(None);
+            }
+            RunEvent::ApprovalDecided(decided) => {
+                self.approvals
+                    .insert(decided.tool_use_id.clone(), Some(decided.approved));
+            }
+            RunEvent::Answer(_) | RunEvent::Failed(_) => {}
+        }
+    }
+
+    /// Calls placed whose reply has not arrived.
+    pub fn pending_calls(&self) -> usize {
+        self.calls.values().filter(|c| !c.replied).count()
+    }
+
+    /// Calls placed whose reply has not arrived, with their child run ids.
+    pub fn unreplied(&self) -> impl Iterator<Item = (&RunId, &PlacedCall)> {
+        self.calls.iter().filter(|(_, c)| !c.replied)
+    }
+
+    /// Calls placed so far (what the per-run cap counts).
+    pub fn calls_placed(&self) -> u64 {
+        self.calls.len() as u64
+    }
+
+    /// The last turn's tool uses that have no result yet.
+    pub fn unresolved_tool_uses(&self) -> Vec<ToolUse> {
+        match &self.last_turn {
+            Some((_, ModelStep::ToolUses(uses))) => uses
+                .iter()
+                .filter(|u| !self.resolved.contains(&u.id))
+                .cloned()
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Whether the model has something new to read: no turn yet, a reply since its last turn,
+    /// or a result of its last turn other than "call accepted" (tool output, a refusal).
+    pub fn needs_model(&self) -> bool {
+        let Some((_, step)) = &self.last_turn else {
+            return true;
+        };
+        if self.last_reply_seq > self.last_turn_seen {
+            return true;
+        }
+        match step {
+            ModelStep::ToolUses(uses) => uses
+                .iter()
+                .any(|u| !self.calls_by_tool_use.contains_key(&u.id)),
+            ModelStep::Wait | ModelStep::Answer(_) => false,
+        }
+    }
+
+    /// The call placed through `tool_use_id`, if any.
+    pub fn call_by_tool_use(&self, tool_use_id: &str) -> Option<(&RunId, &PlacedCall)> {
+        let child = self.calls_by_tool_use.get(tool_use_id)?;
+        self.calls.get_key_value(child)
+    }
+}
+
+#[cfg(test)]
+mod tests;
