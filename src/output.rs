@@ -101,7 +101,7 @@ pub fn run_detail(run: &RunRecord, events: &[EventRecord]) -> String {
     );
     out.push_str("\nevents:\n");
     for e in events {
-        out.push_str(&format!("  {:>3}  {:<18} {}\n", e.seq, e.kind, e.data));
+        out.push_str(&format!("  {:>3}  {:<18} {}\n", e.seq, e.kind(), e.data()));
     }
     out
 }

@@ -32,10 +32,13 @@ use crate::script::ScriptModel;
 use crate::store::{CostDelta, Durability, Inserted, NewRun, RunStore, RunUpdate};
 use crate::supervisor::SupervisorMsg;
 use crate::tools::{Tool, ToolContext, ToolError};
-use crate::view::{RunView, kinds};
 use crate::visibility::{Identity, ProbeCache};
-use consort_core::Refusal;
+use consort_core::event::{
+    Answer, ApprovalDecided, ApprovalRequested, CallPlaced, CallRefused, Failed, ModelTurn,
+    ReplyOutcome, ReplyReceived,
+};
 use consort_core::guards::{self, InboundFacts, OutboundFacts};
+use consort_core::{Refusal, RunEvent, RunView};
 
 /// Tuning of one agent actor.
 #[derive(Clone, Debug)]
@@ -177,6 +180,42 @@ pub struct AgentState {
     thinking: HashSet<RunId>,
     /// Replies that arrived before the acceptance of their call was recorded, by child run.
     early_replies: std::collections::HashMap<RunId, ReplyEnvelope>,
+    /// Views of the unsettled runs touched since start, each updated with the events this
+    /// actor appends: a step reads its run's view, never the whole log again.
+    views: std::collections::HashMap<RunId, RunView>,
+}
+
+impl AgentState {
+    /// The view of run `id`: kept, or folded once from the store.
+    fn view(&mut self, id: &RunId) -> Result<&RunView, ActorsError> {
+        if !self.views.contains_key(id) {
+            let events = self.store.events(id)?;
+            let view = RunView::from_events(events.iter().map(|e| &e.event));
+            self.views.insert(id.clone(), view);
+        }
+        self.views
+            .get(id)
+            .ok_or_else(|| ActorsError::UnknownRun(id.to_string()))
+    }
+
+    /// Appends `update` to run `id` in one transaction, and folds what was written into the
+    /// run's kept view. A settled run's view is dropped: nothing steps it again.
+    fn write(&mut self, id: &RunId, update: RunUpdate) -> Result<RunRecord, ActorsError> {
+        let applied = self.store.append(id, update)?;
+        if applied.record.status.is_settled() {
+            self.views.remove(id);
+        } else if let Some(view) = self.views.get_mut(id) {
+            for event in &applied.events {
+                view.apply(event);
+            }
+            if view.last_seq != applied.last_seq {
+                // Something wrote to the log past this view: fold it again from the store.
+                warn!(run_id = %id, view_seq = view.last_seq, log_seq = applied.last_seq, "run view out of step with its log; rebuilding it");
+                self.views.remove(id);
+            }
+        }
+        Ok(applied.record)
+    }
 }
 
 /// The agent actor.
@@ -225,6 +264,7 @@ impl Actor for AgentActor {
             in_flight: HashSet::new(),
             thinking: HashSet::new(),
             early_replies: std::collections::HashMap::new(),
+            views: std::collections::HashMap::new(),
         })
     }
 
@@ -241,7 +281,7 @@ impl Actor for AgentActor {
         for run in unsettled {
             if run.status == RunStatus::Waiting {
                 // A reply may have been lost in a crash: ask each callee to send it again.
-                let view = RunView::from_events(&state.store.events(&run.id)?);
+                let view = state.view(&run.id)?.clone();
                 for (child, call) in view.calls.iter().filter(|(_, c)| !c.replied) {
                     let _ = state.supervisor.cast(SupervisorMsg::ResendReply {
                         callee: call.agent.clone(),
@@ -316,7 +356,7 @@ impl Actor for AgentActor {
                     Err(text) => (text, true),
                 };
                 let update = tool_result(&tool_use_id, "check_run", &content, is_error);
-                state.store.apply(&run, update.with_cost(tool_call()))?;
+                state.write(&run, update.with_cost(tool_call()))?;
                 self.advance(&myself, state, &run).await?;
             }
             AgentMsg::ToolDone {
@@ -332,9 +372,9 @@ impl Actor for AgentActor {
                     Err(e) if via_meta => (MetaAnswer::from_tool_error(&e).content, true),
                     Err(e) => (e.to_string(), true),
                 };
-                let view = RunView::from_events(&state.store.events(&run)?);
+                let view = state.view(&run)?.clone();
                 if !view.resolved.contains(&tool_use_id) {
-                    state.store.apply(
+                    state.write(
                         &run,
                         tool_result(&tool_use_id, &result_name, &content, is_error)
                             .with_cost(tool_call()),
@@ -523,7 +563,7 @@ impl AgentActor {
             .store
             .run(run)?
             .ok_or_else(|| ActorsError::UnknownRun(run.to_string()))?;
-        let view = RunView::from_events(&state.store.events(run)?);
+        let view = state.view(run)?.clone();
         let asked = view
             .approvals
             .iter()
@@ -536,12 +576,13 @@ impl AgentActor {
             )));
         };
         let update = RunUpdate::default()
-            .event(
-                kinds::APPROVAL_DECIDED,
-                json!({"tool_use_id": tool_use_id, "approved": approve, "by": "operator"}),
-            )
+            .event(RunEvent::ApprovalDecided(ApprovalDecided {
+                tool_use_id,
+                approved: approve,
+                by: "operator".into(),
+            }))
             .status(RunStatus::Running);
-        state.store.apply(run, update)
+        state.write(run, update)
     }
 
     /// Moves one run as far as it can go without waiting on anything outside this actor.
@@ -573,14 +614,12 @@ impl AgentActor {
             if record.status.is_settled() || record.status == RunStatus::Blocked {
                 return Ok(());
             }
-            let view = RunView::from_events(&state.store.events(&id)?);
+            let view = state.view(&id)?.clone();
             // A fresh run goes straight to its first model turn; its move to `running` is
             // written in that turn's transaction rather than in one of its own.
             let mut starting = record.status == RunStatus::Queued;
             if starting && (!view.unresolved_tool_uses().is_empty() || !view.needs_model()) {
-                record = state
-                    .store
-                    .apply(&id, RunUpdate::default().status(RunStatus::Running))?;
+                record = state.write(&id, RunUpdate::default().status(RunStatus::Running))?;
                 starting = false;
             }
 
@@ -619,9 +658,7 @@ impl AgentActor {
             if !view.needs_model() {
                 if pending > 0 {
                     if record.status != RunStatus::Waiting {
-                        state
-                            .store
-                            .apply(&id, RunUpdate::default().status(RunStatus::Waiting))?;
+                        state.write(&id, RunUpdate::default().status(RunStatus::Waiting))?;
                     }
                 } else {
                     self.settle(
@@ -743,24 +780,25 @@ impl AgentActor {
             start: turn.starting,
             ..Default::default()
         }
-        .event(
-            kinds::MODEL_TURN,
-            json!({"step": reply.step, "pending_calls": pending, "seen_seq": turn.seen_seq}),
-        );
+        .event(RunEvent::ModelTurn(ModelTurn {
+            step: reply.step.clone(),
+            pending_calls: pending,
+            seen_seq: Some(turn.seen_seq),
+        }));
         match reply.step {
             ModelStep::Answer(text) => {
                 // The turn and the settlement are one transaction.
                 self.settle_after(state, id, update, Ok(text))?;
                 Ok(None)
             }
-            ModelStep::ToolUses(_) => Ok(Some(state.store.apply(id, update)?)),
+            ModelStep::ToolUses(_) => Ok(Some(state.write(id, update)?)),
             ModelStep::Wait => {
                 let update = if pending > 0 {
                     update.status(RunStatus::Waiting)
                 } else {
                     update
                 };
-                state.store.apply(id, update)?;
+                state.write(id, update)?;
                 if pending == 0 {
                     self.settle(
                         state,
@@ -798,9 +836,7 @@ impl AgentActor {
                         "unknown run `{}`: check_run only knows runs this run placed",
                         asked.chars().take(80).collect::<String>()
                     );
-                    state
-                        .store
-                        .apply(id, tool_result(&tool_use.id, "check_run", &text, true))?;
+                    state.write(id, tool_result(&tool_use.id, "check_run", &text, true))?;
                     return Ok(Resolution::Done);
                 };
                 let supervisor = state.supervisor.clone();
@@ -855,7 +891,7 @@ impl AgentActor {
                     generation = state.catalog.generation(), is_error = answer.is_error,
                     "meta-tool call"
                 );
-                state.store.apply(
+                state.write(
                     id,
                     tool_result(
                         &tool_use.id,
@@ -899,7 +935,7 @@ impl AgentActor {
                         .await
                     }
                     Err(answer) => {
-                        state.store.apply(
+                        state.write(
                             id,
                             tool_result(&tool_use.id, INVOKE_TOOL, &answer.content, true),
                         )?;
@@ -912,9 +948,7 @@ impl AgentActor {
                     let text = format!(
                         "no tool named `{name}`; use search_tools to find the tools you can use"
                     );
-                    state
-                        .store
-                        .apply(id, tool_result(&tool_use.id, name, &text, true))?;
+                    state.write(id, tool_result(&tool_use.id, name, &text, true))?;
                     return Ok(Resolution::Done);
                 }
                 self.use_tool(
@@ -961,9 +995,7 @@ impl AgentActor {
             } else {
                 refusal.to_string()
             };
-            state
-                .store
-                .apply(id, tool_result(&tool_use.id, result_name, &content, true))?;
+            state.write(id, tool_result(&tool_use.id, result_name, &content, true))?;
             return Ok(Resolution::Done);
         }
         if tool.approval() == Approval::Required {
@@ -971,20 +1003,19 @@ impl AgentActor {
                 None | Some(None) => {
                     let mut update = RunUpdate::default().status(RunStatus::Blocked);
                     if !view.approvals.contains_key(&tool_use.id) {
-                        update = update.event(
-                            kinds::APPROVAL_REQUESTED,
-                            json!({"tool_use_id": tool_use.id, "tool": name, "input": input}),
-                        );
+                        update = update.event(RunEvent::ApprovalRequested(ApprovalRequested {
+                            tool_use_id: tool_use.id.clone(),
+                            tool: name.to_owned(),
+                            input: input.clone(),
+                        }));
                     }
-                    state.store.apply(id, update)?;
+                    state.write(id, update)?;
                     info!(tool = name, "run blocked until an operator approves");
                     return Ok(Resolution::Blocked);
                 }
                 Some(Some(false)) => {
                     let text = format!("the operator denied the use of `{name}`");
-                    state
-                        .store
-                        .apply(id, tool_result(&tool_use.id, result_name, &text, true))?;
+                    state.write(id, tool_result(&tool_use.id, result_name, &text, true))?;
                     return Ok(Resolution::Done);
                 }
                 Some(Some(true)) => {}
@@ -1066,17 +1097,13 @@ impl AgentActor {
         if callee.is_empty() || input.trim().is_empty() {
             let text =
                 "call_agent expects {\"agent\": \"<name>\", \"input\": \"<non-empty text>\"}";
-            state
-                .store
-                .apply(id, tool_result(&tool_use.id, "call_agent", text, true))?;
+            state.write(id, tool_result(&tool_use.id, "call_agent", text, true))?;
             return Ok(Resolution::Done);
         }
         if let Some((child, _)) = view.call_by_tool_use(&tool_use.id) {
             // Placed and recorded already; only the tool result is missing.
             let content = accepted_text(child, &callee);
-            state
-                .store
-                .apply(id, tool_result(&tool_use.id, "call_agent", &content, false))?;
+            state.write(id, tool_result(&tool_use.id, "call_agent", &content, false))?;
             return Ok(Resolution::Done);
         }
         let facts = OutboundFacts {
@@ -1158,7 +1185,7 @@ impl AgentActor {
         callee: &str,
         outcome: CallOutcome,
     ) -> Result<(), ActorsError> {
-        let view = RunView::from_events(&state.store.events(run)?);
+        let view = state.view(run)?.clone();
         if view.resolved.contains(tool_use_id) {
             return Ok(());
         }
@@ -1175,10 +1202,12 @@ impl AgentActor {
                     });
                 update.events.insert(
                     0,
-                    (
-                        kinds::CALL_PLACED.to_owned(),
-                        json!({"tool_use_id": tool_use_id, "agent": callee, "child_run": child_run, "existing": existing}),
-                    ),
+                    RunEvent::CallPlaced(CallPlaced {
+                        tool_use_id: tool_use_id.to_owned(),
+                        agent: callee.to_owned(),
+                        child_run,
+                        existing,
+                    }),
                 );
                 update
             }
@@ -1187,15 +1216,18 @@ impl AgentActor {
                 let mut update = tool_result(tool_use_id, "call_agent", &text, true);
                 update.events.insert(
                     0,
-                    (
-                        kinds::CALL_REFUSED.to_owned(),
-                        json!({"tool_use_id": tool_use_id, "agent": callee, "code": refusal.code(), "reason": text, "refusal": refusal}),
-                    ),
+                    RunEvent::CallRefused(CallRefused {
+                        tool_use_id: tool_use_id.to_owned(),
+                        agent: callee.to_owned(),
+                        code: refusal.code().to_owned(),
+                        reason: text,
+                        refusal: Some(refusal),
+                    }),
                 );
                 update
             }
         };
-        state.store.apply(run, update)?;
+        state.write(run, update)?;
         Ok(())
     }
 
@@ -1211,7 +1243,7 @@ impl AgentActor {
             warn!(run_id = %reply.parent_run, from = %reply.callee, "reply for a run this agent does not have; dropped");
             return Ok(false);
         };
-        let view = RunView::from_events(&state.store.events(&parent.id)?);
+        let view = state.view(&parent.id)?.clone();
         let Some(call) = view.calls.get(&reply.child_run) else {
             let in_flight = view.call_uses.get(&reply.tool_use_id) == Some(&reply.callee)
                 && RunId::child_of(&parent.id, &reply.tool_use_id) == reply.child_run
@@ -1235,22 +1267,21 @@ impl AgentActor {
             return Ok(true);
         }
         let status = match reply.status {
-            ReplyStatus::Succeeded => "succeeded",
-            ReplyStatus::Failed => "failed",
+            ReplyStatus::Succeeded => ReplyOutcome::Succeeded,
+            ReplyStatus::Failed => ReplyOutcome::Failed,
         };
-        let update = RunUpdate::default().event(
-            kinds::REPLY_RECEIVED,
-            json!({
-                "child_run": reply.child_run, "agent": reply.callee, "status": status,
-                "output": cap_output(&reply.output, state.options.reply_cap),
-            }),
-        );
+        let update = RunUpdate::default().event(RunEvent::ReplyReceived(ReplyReceived {
+            child_run: reply.child_run.clone(),
+            agent: reply.callee.clone(),
+            status,
+            output: cap_output(&reply.output, state.options.reply_cap),
+        }));
         let update = if parent.status == RunStatus::Waiting {
             update.status(RunStatus::Running)
         } else {
             update
         };
-        state.store.apply(&parent.id, update)?;
+        state.write(&parent.id, update)?;
         self.advance(myself, state, &parent.id).await?;
         Ok(true)
     }
@@ -1277,13 +1308,15 @@ impl AgentActor {
                 output: Some(text.clone()),
                 ..Default::default()
             }
-            .event(kinds::ANSWER, json!({"text": text}))
+            .event(RunEvent::Answer(Answer { text: text.clone() }))
             .status(RunStatus::Succeeded),
             Err(error) => RunUpdate {
                 error: Some(error.clone()),
                 ..Default::default()
             }
-            .event(kinds::FAILED, json!({"error": error}))
+            .event(RunEvent::Failed(Failed {
+                error: error.clone(),
+            }))
             .status(RunStatus::Failed),
         };
         let mut update = prefix;
@@ -1291,7 +1324,7 @@ impl AgentActor {
         update.status = settlement.status;
         update.output = settlement.output;
         update.error = settlement.error;
-        let record = state.store.apply(id, update)?;
+        let record = state.write(id, update)?;
         info!(status = %record.status, "run settled");
         self.report_settled(state, &record);
         Ok(())
@@ -1373,10 +1406,7 @@ impl WithCost for RunUpdate {
 }
 
 fn tool_result(tool_use_id: &str, name: &str, content: &str, is_error: bool) -> RunUpdate {
-    RunUpdate::default().event(
-        kinds::TOOL_RESULT,
-        json!({"tool_use_id": tool_use_id, "name": name, "content": content, "is_error": is_error}),
-    )
+    RunUpdate::default().event(RunEvent::tool_result(tool_use_id, name, content, is_error))
 }
 
 fn accepted_text(child: &RunId, callee: &str) -> String {

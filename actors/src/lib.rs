@@ -2,7 +2,7 @@
 //!
 //! The crate owns the host supervisor ([`supervisor`]), one actor per agent ([`agent`]), the
 //! run engine inside it, the model and tool seams ([`model`], [`tools`], [`script`]), the call
-//! guards (from consort-core), the pure fold of an event log into a run's progress ([`view`]),
+//! guards (from consort-core),
 //! the restart budget ([`restart`]) and each agent's own SQLite run store ([`store`]). Tool
 //! visibility: the pure decisions ([`visibility`]), tool guards and the one authorization
 //! pipeline with its T2 probe ([`tool_guard`]), and the meta-tools over an agent's catalog
@@ -26,7 +26,6 @@ pub mod store;
 pub mod supervisor;
 pub mod tool_guard;
 pub mod tools;
-pub mod view;
 pub mod visibility;
 
 pub use agent::{AgentOptions, CallOutcome};

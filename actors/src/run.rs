@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-pub use consort_core::{Channel, RunStatus};
+pub use consort_core::{Channel, RunEvent, RunStatus};
 use consort_net::RunId;
 
 use crate::visibility::{Caller, Identity, Principal};
@@ -88,15 +88,64 @@ impl RunRecord {
     }
 }
 
-/// One entry of a run's append-only event log.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// One entry of a run's append-only event log: a typed [`RunEvent`] with its place and time.
+///
+/// Serialized (API, CLI `--json`) as `{run_id, seq, at_ms, kind, data}`, the stored form.
+#[derive(Clone, Debug, PartialEq)]
 pub struct EventRecord {
     pub run_id: RunId,
     /// 1-based position in the run's log.
     pub seq: u64,
     pub at_ms: u64,
-    pub kind: String,
-    pub data: serde_json::Value,
+    pub event: RunEvent,
+}
+
+impl EventRecord {
+    /// The event's stable kind.
+    pub fn kind(&self) -> &'static str {
+        self.event.kind()
+    }
+
+    /// The event's data, as stored.
+    pub fn data(&self) -> serde_json::Value {
+        self.event.data()
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct StoredEvent {
+    run_id: RunId,
+    seq: u64,
+    at_ms: u64,
+    kind: String,
+    data: serde_json::Value,
+}
+
+impl Serialize for EventRecord {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        StoredEvent {
+            run_id: self.run_id.clone(),
+            seq: self.seq,
+            at_ms: self.at_ms,
+            kind: self.kind().to_owned(),
+            data: self.data(),
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for EventRecord {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let stored = StoredEvent::deserialize(d)?;
+        let event =
+            RunEvent::decode(&stored.kind, stored.data).map_err(serde::de::Error::custom)?;
+        Ok(EventRecord {
+            run_id: stored.run_id,
+            seq: stored.seq,
+            at_ms: stored.at_ms,
+            event,
+        })
+    }
 }
 
 /// Milliseconds since the Unix epoch, from the wall clock.

@@ -17,6 +17,9 @@ use serde_json::Value;
 use consort_net::{Hop, RunId};
 
 use crate::ActorsError;
+use consort_core::RunEvent;
+use consort_core::event::{Created, StatusChanged};
+
 use crate::run::{Channel, Cost, EventRecord, RunRecord, RunStatus, now_ms};
 use crate::visibility::Identity;
 
@@ -129,7 +132,7 @@ pub struct CostDelta {
 /// One atomic change to a run: events to append, and optionally a new status.
 #[derive(Clone, Debug, Default)]
 pub struct RunUpdate {
-    pub events: Vec<(String, Value)>,
+    pub events: Vec<RunEvent>,
     pub status: Option<RunStatus>,
     pub output: Option<String>,
     pub error: Option<String>,
@@ -140,14 +143,25 @@ pub struct RunUpdate {
 }
 
 impl RunUpdate {
-    pub fn event(mut self, kind: &str, data: Value) -> Self {
-        self.events.push((kind.to_owned(), data));
+    pub fn event(mut self, event: RunEvent) -> Self {
+        self.events.push(event);
         self
     }
     pub fn status(mut self, status: RunStatus) -> Self {
         self.status = Some(status);
         self
     }
+}
+
+/// What [`RunStore::append`] wrote.
+#[derive(Clone, Debug)]
+pub struct Applied {
+    /// The run as it now stands.
+    pub record: RunRecord,
+    /// The events appended, in order.
+    pub events: Vec<RunEvent>,
+    /// The sequence number of the last event now in the run's log.
+    pub last_seq: u64,
 }
 
 /// One agent's run store.
@@ -284,17 +298,22 @@ impl RunStore {
             source,
         })?;
         if inserted == 1 {
-            let data = serde_json::json!({
-                "channel": new.channel.to_string(),
-                "input": new.input,
-                "parent_run": new.parent_run.as_ref().map(RunId::as_str),
-                "hop_depth": depth,
-                "principal": principal,
+            let created = RunEvent::Created(Created {
+                channel: new.channel.clone(),
+                input: new.input.clone(),
+                parent_run: new.parent_run.clone(),
+                hop_depth: new.chain.len() as u32,
+                principal: principal.clone(),
             });
             exec(
                 &tx,
-                "INSERT INTO events (run_id, seq, at_ms, kind, data) VALUES (?1, 1, ?2, 'created', ?3)",
-                params![new.id.as_str(), now as i64, data.to_string()],
+                "INSERT INTO events (run_id, seq, at_ms, kind, data) VALUES (?1, 1, ?2, ?3, ?4)",
+                params![
+                    new.id.as_str(),
+                    now as i64,
+                    created.kind(),
+                    created.data().to_string()
+                ],
             )
             .map_err(|source| ActorsError::Store {
                 path: path.clone(),
@@ -315,6 +334,12 @@ impl RunStore {
 
     /// Applies one change to a run atomically and returns the run as it now stands.
     pub fn apply(&mut self, id: &RunId, update: RunUpdate) -> Result<RunRecord, ActorsError> {
+        self.append(id, update).map(|applied| applied.record)
+    }
+
+    /// As [`RunStore::apply`], and also returns every event appended (the update's, with the
+    /// status changes the store derived), so a live view can fold exactly what was written.
+    pub fn append(&mut self, id: &RunId, update: RunUpdate) -> Result<Applied, ActorsError> {
         let path = self.path.clone();
         let e = |source| ActorsError::Store {
             path: path.clone(),
@@ -331,34 +356,46 @@ impl RunStore {
         )
         .optional()
         .map_err(e)?;
-        let Some((mut status_text, mut seq)) = current else {
+        let Some((status_text, mut seq)) = current else {
             return Err(ActorsError::UnknownRun(id.to_string()));
         };
+        let mut status =
+            RunStatus::parse(&status_text).ok_or_else(|| ActorsError::CorruptStore {
+                path: path.clone(),
+                detail: format!("run {id}: unknown status `{status_text}`"),
+            })?;
         let mut events = Vec::with_capacity(update.events.len() + 2);
-        let starting = update.start && status_text == RunStatus::Queued.as_str();
+        let starting = update.start && status == RunStatus::Queued;
         if starting {
-            events.push((
-                "status".to_owned(),
-                serde_json::json!({"from": "queued", "to": "running"}),
-            ));
-            status_text = RunStatus::Running.as_str().to_owned();
+            events.push(RunEvent::Status(StatusChanged {
+                from: RunStatus::Queued,
+                to: RunStatus::Running,
+                error: None,
+            }));
+            status = RunStatus::Running;
         }
         events.extend(update.events);
         if let Some(next) = update.status
-            && status_text != next.as_str()
+            && status != next
         {
-            let mut data = serde_json::json!({"from": status_text, "to": next.as_str()});
-            if let Some(error) = &update.error {
-                data["error"] = Value::String(error.clone());
-            }
-            events.push(("status".to_owned(), data));
+            events.push(RunEvent::Status(StatusChanged {
+                from: status,
+                to: next,
+                error: update.error.clone(),
+            }));
         }
-        for (kind, data) in &events {
+        for event in &events {
             seq += 1;
             exec(
                 &tx,
                 "INSERT INTO events (run_id, seq, at_ms, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![id.as_str(), seq, now as i64, kind, data.to_string()],
+                params![
+                    id.as_str(),
+                    seq,
+                    now as i64,
+                    event.kind(),
+                    event.data().to_string()
+                ],
             )
             .map_err(e)?;
         }
@@ -397,8 +434,14 @@ impl RunStore {
             .map_err(e)?;
         }
         tx.commit().map_err(e)?;
-        self.run(id)?
-            .ok_or_else(|| ActorsError::UnknownRun(id.to_string()))
+        let record = self
+            .run(id)?
+            .ok_or_else(|| ActorsError::UnknownRun(id.to_string()))?;
+        Ok(Applied {
+            record,
+            events,
+            last_seq: seq.max(0) as u64,
+        })
     }
 
     /// One run, if it exists here.
@@ -508,16 +551,18 @@ impl RunStore {
             .map_err(|e| self.err(e))?;
         rows.into_iter()
             .map(|(seq, at, kind, data)| {
-                let data = serde_json::from_str(&data).map_err(|e| ActorsError::CorruptStore {
+                let corrupt = |detail: String| ActorsError::CorruptStore {
                     path: self.path.clone(),
-                    detail: format!("event {seq} of {id}: {e}"),
-                })?;
+                    detail: format!("event {seq} of {id}: {detail}"),
+                };
+                let data: Value =
+                    serde_json::from_str(&data).map_err(|e| corrupt(e.to_string()))?;
+                let event = RunEvent::decode(&kind, data).map_err(|e| corrupt(e.to_string()))?;
                 Ok(EventRecord {
                     run_id: id.clone(),
                     seq: seq.max(0) as u64,
                     at_ms: at.max(0) as u64,
-                    kind,
-                    data,
+                    event,
                 })
             })
             .collect()
@@ -702,7 +747,9 @@ mod tests {
             },
             ..Default::default()
         }
-        .event("answer", serde_json::json!({"text": "42"}))
+        .event(RunEvent::Answer(consort_core::event::Answer {
+            text: "42".into(),
+        }))
         .status(RunStatus::Succeeded);
         let run = store.apply(&id, update).unwrap();
         assert_eq!(run.status, RunStatus::Succeeded);
@@ -713,7 +760,7 @@ mod tests {
             .events(&id)
             .unwrap()
             .into_iter()
-            .map(|e| e.kind)
+            .map(|e| e.kind())
             .collect();
         assert_eq!(kinds, ["created", "answer", "status"]);
         let reader = RunStore::open_read_only(&path).unwrap();

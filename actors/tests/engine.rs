@@ -76,7 +76,7 @@ tools:
         .events(&run.id)
         .unwrap()
         .into_iter()
-        .map(|e| e.kind)
+        .map(|e| e.kind().to_owned())
         .collect();
     assert!(kinds.contains(&"reply_received".to_string()), "{kinds:?}");
     host.stop();
