@@ -238,15 +238,17 @@ impl Actor for AgentActor {
             info!(agent = %state.config.name, runs = unsettled.len(), "resuming unsettled runs");
         }
         for run in unsettled {
-            if run.status == RunStatus::Waiting {
-                // A reply may have been lost in a crash: ask each callee to send it again.
-                let view = RunView::from_events(&state.store.events(&run.id)?);
-                for (child, call) in view.calls.iter().filter(|(_, c)| !c.replied) {
-                    let _ = state.supervisor.cast(SupervisorMsg::ResendReply {
-                        callee: call.agent.clone(),
-                        child_run: child.clone(),
-                    });
-                }
+            // A reply may have been lost in a crash (in a mailbox, or held until its call was
+            // recorded): ask each callee to send it again. Every unsettled run asks, whatever
+            // its status: a run still `running` at the crash (some calls recorded, others in
+            // flight) waits on the replies of its recorded calls just as a `waiting` one does,
+            // and nothing else would ever send them.
+            let view = RunView::from_events(&state.store.events(&run.id)?);
+            for (child, call) in view.calls.iter().filter(|(_, c)| !c.replied) {
+                let _ = state.supervisor.cast(SupervisorMsg::ResendReply {
+                    callee: call.agent.clone(),
+                    child_run: child.clone(),
+                });
             }
             let _ = myself.cast(AgentMsg::Advance(run.id));
         }
@@ -286,7 +288,14 @@ impl Actor for AgentActor {
                         child_run,
                         existing,
                     } => Some((child_run.clone(), *existing)),
-                    CallOutcome::Refused(_) => None,
+                    CallOutcome::Refused(_) => {
+                        // A reply held for a call that ends refused (the placement timed out,
+                        // say) answers nothing this run waits on; do not keep it forever.
+                        state
+                            .early_replies
+                            .remove(&RunId::child_of(&run, &tool_use_id));
+                        None
+                    }
                 };
                 self.record_call_outcome(state, &run, &tool_use_id, &callee, outcome)?;
                 if let Some((child, existing)) = accepted {
