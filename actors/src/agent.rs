@@ -162,6 +162,8 @@ pub struct AgentState {
     config: AgentConfig,
     store: RunStore,
     model: Arc<dyn Model>,
+    /// The model was set by an embedding app in code: a reload of agent.yaml keeps it.
+    model_from_app: bool,
     /// The agent's tools with their auth, policies, grants and catalog generation.
     catalog: AgentCatalog,
     /// T2 probe outcomes per principal, for the catalog's generation.
@@ -209,6 +211,7 @@ impl Actor for AgentActor {
         args: AgentArgs,
     ) -> Result<AgentState, ActorProcessingErr> {
         let store = RunStore::open(&args.store_path, args.options.durability)?;
+        let model_from_app = args.model.is_some();
         let model = args.model.unwrap_or_else(|| model_for(&args.config));
         let catalog = AgentCatalog::build(&args.config, &args.extra_tools, 1);
         Ok(AgentState {
@@ -217,6 +220,7 @@ impl Actor for AgentActor {
             config: args.config,
             store,
             model,
+            model_from_app,
             extra_tools: args.extra_tools,
             supervisor: args.supervisor,
             fleet_agents: args.fleet_agents,
@@ -390,6 +394,11 @@ impl Actor for AgentActor {
                 let generation = state.catalog.generation() + 1;
                 info!(agent = %config.name, generation, "config reloaded; tool catalog generation changed");
                 state.catalog = AgentCatalog::build(&config, &state.extra_tools, generation);
+                if !state.model_from_app && config.model != state.config.model {
+                    // The declared model is part of the config: new turns play the new one.
+                    info!(agent = %config.name, "declared model changed; new turns use it");
+                    state.model = model_for(&config);
+                }
                 state.config = *config;
             }
             AgentMsg::FleetAgents(names) => state.fleet_agents = names,
