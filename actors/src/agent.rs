@@ -23,6 +23,7 @@ use consort_config::{AgentConfig, Approval};
 use consort_net::{CallEnvelope, ENVELOPE_VERSION, Hop, ReplyEnvelope, ReplyStatus, RunId};
 
 use crate::ActorsError;
+use crate::fault::{self, Point};
 use crate::guards::{self, InboundFacts, OutboundFacts, Refusal};
 use crate::meta_tools::{
     self, AgentCatalog, INVOKE_TOOL, LOAD_TOOL, MetaAnswer, SEARCH_TOOLS, meta_specs,
@@ -48,8 +49,6 @@ pub struct AgentOptions {
     pub durability: Durability,
     /// How long an envelope stays valid after it is issued.
     pub call_ttl: Duration,
-    /// A named fault point to stop at (tests only; from `CONSORT_FAULT`).
-    pub fault: Option<String>,
 }
 
 impl Default for AgentOptions {
@@ -60,7 +59,6 @@ impl Default for AgentOptions {
             max_model_turns: 64,
             durability: Durability::Normal,
             call_ttl: Duration::from_secs(300),
-            fault: None,
         }
     }
 }
@@ -303,6 +301,7 @@ impl Actor for AgentActor {
                 };
                 self.record_call_outcome(state, &run, &tool_use_id, &callee, outcome)?;
                 if let Some((child, existing)) = accepted {
+                    fault::crash_at(Point::CallRecorded, &run);
                     if let Some(early) = state.early_replies.remove(&child) {
                         self.receive_reply(&myself, state, early).await?;
                         return Ok(());
@@ -450,6 +449,7 @@ impl AgentActor {
             identity,
         })?;
         let record = inserted.record().clone();
+        fault::crash_at(Point::RootStored, &record.id);
         info!(run_id = %record.id, agent = %record.agent, hop_depth = 0, "run started");
         let _ = myself.cast(AgentMsg::Advance(record.id.clone()));
         Ok(record)
@@ -513,8 +513,8 @@ impl AgentActor {
                 identity: state.catalog.peer_identity(&hop.caller),
             })?;
             let existing = matches!(inserted, Inserted::Existing(_));
-            if state.options.fault.as_deref() == Some("after_child_stored") && !existing {
-                fault_point("after_child_stored", &hop.child_run);
+            if !existing {
+                fault::crash_at(Point::ChildStored, &hop.child_run);
             }
             info!("call accepted");
             let _ = myself.cast(AgentMsg::Advance(hop.child_run.clone()));
@@ -769,7 +769,11 @@ impl AgentActor {
                 self.settle_after(state, id, update, Ok(text))?;
                 Ok(None)
             }
-            ModelStep::ToolUses(_) => Ok(Some(state.store.apply(id, update)?)),
+            ModelStep::ToolUses(_) => {
+                let record = state.store.apply(id, update)?;
+                fault::crash_at(Point::TurnRecorded, id);
+                Ok(Some(record))
+            }
             ModelStep::Wait => {
                 let update = if pending > 0 {
                     update.status(RunStatus::Waiting)
@@ -1113,9 +1117,10 @@ impl AgentActor {
                     })
                     .count() as u64,
         };
-        // Test-only fault switch (CONSORT_FAULT=skip_outbound_checks): a sending host with its
-        // own checks off, to prove the receiving host still enforces every rule.
-        let skip_checks = state.options.fault.as_deref() == Some("skip_outbound_checks");
+        // Test-only fault switch (CONSORT_FAULT=skip_outbound_checks, compiled only with the
+        // `fault-injection` feature): a sending host with its own checks off, to prove the
+        // receiving host still enforces every rule.
+        let skip_checks = fault::skip_outbound_checks();
         if skip_checks {
             warn!(callee = %callee, "fault switch: outbound checks skipped (tests only)");
         }
@@ -1266,6 +1271,7 @@ impl AgentActor {
             update
         };
         state.store.apply(&parent.id, update)?;
+        fault::crash_at(Point::ReplyRecorded, &parent.id);
         self.advance(myself, state, &parent.id).await?;
         Ok(true)
     }
@@ -1308,6 +1314,9 @@ impl AgentActor {
         update.error = settlement.error;
         let record = state.store.apply(id, update)?;
         info!(status = %record.status, "run settled");
+        if record.parent_run.is_some() {
+            fault::crash_at(Point::ChildSettled, id);
+        }
         self.report_settled(state, &record);
         Ok(())
     }
@@ -1472,15 +1481,6 @@ fn build_envelope(
         hops,
         input,
     })
-}
-
-/// Stops this thread for good at a named fault point, so a test can SIGKILL the process in a
-/// precise crash window. Only reachable when `CONSORT_FAULT` names the point.
-fn fault_point(name: &str, run: &RunId) -> ! {
-    eprintln!("consort: fault point {name} reached (run {run})");
-    loop {
-        std::thread::sleep(Duration::from_secs(3600));
-    }
 }
 
 #[cfg(test)]
