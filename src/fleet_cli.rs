@@ -88,9 +88,6 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
         .unwrap_or_else(|| PathBuf::from(".consort").join(&args.host));
     let agent_options = AgentOptions {
         durability,
-        fault: std::env::var("CONSORT_FAULT")
-            .ok()
-            .filter(|f| !f.is_empty()),
         ..AgentOptions::default()
     };
     let link = LinkConfig {

@@ -434,9 +434,6 @@ async fn dev(args: DevArgs) -> Result<ExitCode> {
     };
     let agent_options = AgentOptions {
         durability,
-        fault: std::env::var("CONSORT_FAULT")
-            .ok()
-            .filter(|f| !f.is_empty()),
         ..AgentOptions::default()
     };
     let dev = DevHost::start(DevOptions {

@@ -23,6 +23,7 @@ use consort_config::{AgentConfig, Approval};
 use consort_net::{CallEnvelope, ENVELOPE_VERSION, Hop, ReplyEnvelope, ReplyStatus, RunId};
 
 use crate::ActorsError;
+use crate::fault::{self, Point};
 use crate::meta_tools::{
     self, AgentCatalog, INVOKE_TOOL, LOAD_TOOL, MetaAnswer, SEARCH_TOOLS, meta_specs,
 };
@@ -52,8 +53,6 @@ pub struct AgentOptions {
     pub durability: Durability,
     /// How long an envelope stays valid after it is issued.
     pub call_ttl: Duration,
-    /// A named fault point to stop at (tests only; from `CONSORT_FAULT`).
-    pub fault: Option<String>,
 }
 
 impl Default for AgentOptions {
@@ -64,7 +63,6 @@ impl Default for AgentOptions {
             max_model_turns: 64,
             durability: Durability::Normal,
             call_ttl: Duration::from_secs(300),
-            fault: None,
         }
     }
 }
@@ -166,6 +164,8 @@ pub struct AgentState {
     config: AgentConfig,
     store: RunStore,
     model: Arc<dyn Model>,
+    /// The model was set by an embedding app in code: a reload of agent.yaml keeps it.
+    model_from_app: bool,
     /// The agent's tools with their auth, policies, grants and catalog generation.
     catalog: AgentCatalog,
     /// T2 probe outcomes per principal, for the catalog's generation.
@@ -249,6 +249,7 @@ impl Actor for AgentActor {
         args: AgentArgs,
     ) -> Result<AgentState, ActorProcessingErr> {
         let store = RunStore::open(&args.store_path, args.options.durability)?;
+        let model_from_app = args.model.is_some();
         let model = args.model.unwrap_or_else(|| model_for(&args.config));
         let catalog = AgentCatalog::build(&args.config, &args.extra_tools, 1);
         Ok(AgentState {
@@ -257,6 +258,7 @@ impl Actor for AgentActor {
             config: args.config,
             store,
             model,
+            model_from_app,
             extra_tools: args.extra_tools,
             supervisor: args.supervisor,
             fleet_agents: args.fleet_agents,
@@ -279,15 +281,17 @@ impl Actor for AgentActor {
             info!(agent = %state.config.name, runs = unsettled.len(), "resuming unsettled runs");
         }
         for run in unsettled {
-            if run.status == RunStatus::Waiting {
-                // A reply may have been lost in a crash: ask each callee to send it again.
-                let view = state.view(&run.id)?.clone();
-                for (child, call) in view.calls.iter().filter(|(_, c)| !c.replied) {
-                    let _ = state.supervisor.cast(SupervisorMsg::ResendReply {
-                        callee: call.agent.clone(),
-                        child_run: child.clone(),
-                    });
-                }
+            // A reply may have been lost in a crash (in a mailbox, or held until its call was
+            // recorded): ask each callee to send it again. Every unsettled run asks, whatever
+            // its status: a run still `running` at the crash (some calls recorded, others in
+            // flight) waits on the replies of its recorded calls just as a `waiting` one does,
+            // and nothing else would ever send them.
+            let view = state.view(&run.id)?.clone();
+            for (child, call) in view.calls.iter().filter(|(_, c)| !c.replied) {
+                let _ = state.supervisor.cast(SupervisorMsg::ResendReply {
+                    callee: call.agent.clone(),
+                    child_run: child.clone(),
+                });
             }
             let _ = myself.cast(AgentMsg::Advance(run.id));
         }
@@ -327,10 +331,18 @@ impl Actor for AgentActor {
                         child_run,
                         existing,
                     } => Some((child_run.clone(), *existing)),
-                    CallOutcome::Refused(_) => None,
+                    CallOutcome::Refused(_) => {
+                        // A reply held for a call that ends refused (the placement timed out,
+                        // say) answers nothing this run waits on; do not keep it forever.
+                        state
+                            .early_replies
+                            .remove(&RunId::child_of(&run, &tool_use_id));
+                        None
+                    }
                 };
                 self.record_call_outcome(state, &run, &tool_use_id, &callee, outcome)?;
                 if let Some((child, existing)) = accepted {
+                    fault::crash_at(Point::CallRecorded, &run);
                     if let Some(early) = state.early_replies.remove(&child) {
                         self.receive_reply(&myself, state, early).await?;
                         return Ok(());
@@ -422,6 +434,11 @@ impl Actor for AgentActor {
                 let generation = state.catalog.generation() + 1;
                 info!(agent = %config.name, generation, "config reloaded; tool catalog generation changed");
                 state.catalog = AgentCatalog::build(&config, &state.extra_tools, generation);
+                if !state.model_from_app && config.model != state.config.model {
+                    // The declared model is part of the config: new turns play the new one.
+                    info!(agent = %config.name, "declared model changed; new turns use it");
+                    state.model = model_for(&config);
+                }
                 state.config = *config;
             }
             AgentMsg::FleetAgents(names) => state.fleet_agents = names,
@@ -473,6 +490,7 @@ impl AgentActor {
             identity,
         })?;
         let record = inserted.record().clone();
+        fault::crash_at(Point::RootStored, &record.id);
         info!(run_id = %record.id, agent = %record.agent, hop_depth = 0, "run started");
         let _ = myself.cast(AgentMsg::Advance(record.id.clone()));
         Ok(record)
@@ -537,8 +555,8 @@ impl AgentActor {
                 identity: state.catalog.peer_identity(&hop.caller),
             })?;
             let existing = matches!(inserted, Inserted::Existing(_));
-            if state.options.fault.as_deref() == Some("after_child_stored") && !existing {
-                fault_point("after_child_stored", &hop.child_run);
+            if !existing {
+                fault::crash_at(Point::ChildStored, &hop.child_run);
             }
             info!("call accepted");
             let _ = myself.cast(AgentMsg::Advance(hop.child_run.clone()));
@@ -791,7 +809,11 @@ impl AgentActor {
                 self.settle_after(state, id, update, Ok(text))?;
                 Ok(None)
             }
-            ModelStep::ToolUses(_) => Ok(Some(state.write(id, update)?)),
+            ModelStep::ToolUses(_) => {
+                let record = state.write(id, update)?;
+                fault::crash_at(Point::TurnRecorded, id);
+                Ok(Some(record))
+            }
             ModelStep::Wait => {
                 let update = if pending > 0 {
                     update.status(RunStatus::Waiting)
@@ -1125,9 +1147,10 @@ impl AgentActor {
                     .count() as u64,
             limits: state.config.limits,
         };
-        // Test-only fault switch (CONSORT_FAULT=skip_outbound_checks): a sending host with its
-        // own checks off, to prove the receiving host still enforces every rule.
-        let skip_checks = state.options.fault.as_deref() == Some("skip_outbound_checks");
+        // Test-only fault switch (CONSORT_FAULT=skip_outbound_checks, compiled only with the
+        // `fault-injection` feature): a sending host with its own checks off, to prove the
+        // receiving host still enforces every rule.
+        let skip_checks = fault::skip_outbound_checks();
         if skip_checks {
             warn!(callee = %callee, "fault switch: outbound checks skipped (tests only)");
         }
@@ -1282,6 +1305,7 @@ impl AgentActor {
             update
         };
         state.write(&parent.id, update)?;
+        fault::crash_at(Point::ReplyRecorded, &parent.id);
         self.advance(myself, state, &parent.id).await?;
         Ok(true)
     }
@@ -1326,6 +1350,9 @@ impl AgentActor {
         update.error = settlement.error;
         let record = state.write(id, update)?;
         info!(status = %record.status, "run settled");
+        if record.parent_run.is_some() {
+            fault::crash_at(Point::ChildSettled, id);
+        }
         self.report_settled(state, &record);
         Ok(())
     }
@@ -1487,15 +1514,6 @@ fn build_envelope(
         hops,
         input,
     })
-}
-
-/// Stops this thread for good at a named fault point, so a test can SIGKILL the process in a
-/// precise crash window. Only reachable when `CONSORT_FAULT` names the point.
-fn fault_point(name: &str, run: &RunId) -> ! {
-    eprintln!("consort: fault point {name} reached (run {run})");
-    loop {
-        std::thread::sleep(Duration::from_secs(3600));
-    }
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@
 pub mod agent;
 pub mod data;
 pub mod error;
+mod fault;
 pub mod host;
 pub mod meta_tools;
 pub mod model;

@@ -267,3 +267,16 @@ pub fn kinds(events: &[Value]) -> Vec<String> {
 pub fn runs_of<'a>(jobs: &'a [Value], agent: &str) -> Vec<&'a Value> {
     jobs.iter().filter(|r| r["agent"] == agent).collect()
 }
+
+impl Served {
+    /// Waits (bounded) for a host started with `CONSORT_FAULT=<point>` to reach that fault
+    /// point and die there on its own (an abort, as a crash would); returns how it ended.
+    pub fn wait_for_crash(&mut self, point: &str, timeout: Duration) -> std::process::ExitStatus {
+        let marker = format!("consort: fault point {point} reached");
+        self.wait_for_line(&marker, timeout)
+            .unwrap_or_else(|| panic!("the host never reached fault point {point}"));
+        eventually(&format!("the host to die at {point}"), timeout, || {
+            self.child.try_wait().ok().flatten()
+        })
+    }
+}

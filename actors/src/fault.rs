@@ -1,0 +1,83 @@
+//! Fault injection for crash tests, compiled only with the `fault-injection` cargo feature.
+//!
+//! The tests build the `consort` binary with the feature and name one point in
+//! `CONSORT_FAULT`; the process then dies at that point the first time it is reached, exactly as
+//! a crash would (`abort`: no destructor runs, nothing more is written), after printing a marker
+//! line a test can wait for. Without the feature every function here is a constant no-op and
+//! nothing reads `CONSORT_FAULT`: a release build has no switch that changes behaviour.
+
+use consort_net::RunId;
+
+/// A durable boundary of a call where a test may crash the process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Point {
+    /// A root run is stored; the API has not answered yet.
+    RootStored,
+    /// A model turn with tool uses is stored; none of them is resolved yet.
+    TurnRecorded,
+    /// The callee stored the child run; the caller has not recorded the call.
+    ChildStored,
+    /// The caller recorded the call (call_placed); its run has not moved on.
+    CallRecorded,
+    /// A delegated run settled; its reply has not been sent.
+    ChildSettled,
+    /// The caller recorded a reply; its run has not moved on.
+    ReplyRecorded,
+}
+
+// Without the feature the points are still named at each boundary, but never read.
+#[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
+impl Point {
+    /// The name `CONSORT_FAULT` uses for the point.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Point::RootStored => "after_root_stored",
+            Point::TurnRecorded => "after_turn_recorded",
+            Point::ChildStored => "after_child_stored",
+            Point::CallRecorded => "after_call_recorded",
+            Point::ChildSettled => "after_child_settled",
+            Point::ReplyRecorded => "after_reply_recorded",
+        }
+    }
+}
+
+/// The fault a test asked for (`CONSORT_FAULT`), read once per process.
+#[cfg(feature = "fault-injection")]
+fn armed() -> Option<&'static str> {
+    static FAULT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    FAULT
+        .get_or_init(|| {
+            std::env::var("CONSORT_FAULT")
+                .ok()
+                .filter(|f| !f.is_empty())
+        })
+        .as_deref()
+}
+
+/// Dies here, as a crash would, when `CONSORT_FAULT` names `point`.
+#[cfg(feature = "fault-injection")]
+pub(crate) fn crash_at(point: Point, run: &RunId) {
+    if armed() == Some(point.name()) {
+        eprintln!("consort: fault point {} reached (run {run})", point.name());
+        std::process::abort();
+    }
+}
+
+/// Without the `fault-injection` feature: nothing.
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub(crate) fn crash_at(_point: Point, _run: &RunId) {}
+
+/// Whether the caller's own checks are off (`CONSORT_FAULT=skip_outbound_checks`): a sending
+/// host that misbehaves, to prove the receiving host still enforces every rule.
+#[cfg(feature = "fault-injection")]
+pub(crate) fn skip_outbound_checks() -> bool {
+    armed() == Some("skip_outbound_checks")
+}
+
+/// Without the `fault-injection` feature: never.
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub(crate) fn skip_outbound_checks() -> bool {
+    false
+}
