@@ -26,7 +26,7 @@ use consort_net::{HostKey, KeyRing, LinkConfig, LinkEndpoint, PublicKey};
 
 use crate::FleetError;
 use crate::api;
-use crate::remote::{FleetMap, Inbound, LinkRemote};
+use crate::remote::{FleetMap, Inbound, InboundLimits, LinkRemote};
 
 /// Where a host's key is kept when `--key` is not given: `keys/<host>.key` beside fleet.yaml.
 pub fn default_key_path(fleet_file: &Path, host: &str) -> PathBuf {
@@ -138,7 +138,16 @@ pub fn prepare(
 }
 
 impl ServedHost {
+    /// Serves the host with the default [`InboundLimits`].
     pub async fn start(options: ServeOptions) -> Result<ServedHost, FleetError> {
+        Self::start_with_limits(options, InboundLimits::default()).await
+    }
+
+    /// Serves the host, refusing chains from other hosts beyond `limits`.
+    pub async fn start_with_limits(
+        options: ServeOptions,
+        limits: InboundLimits,
+    ) -> Result<ServedHost, FleetError> {
         let prepared = prepare(
             &options.fleet_file,
             &options.host,
@@ -149,11 +158,14 @@ impl ServedHost {
             source,
         })?;
         let map = Arc::new(prepared.map);
-        let inbound = Arc::new(Inbound::new(
-            map.clone(),
-            DataFolder::new(options.data_dir.clone()),
-            options.agent_options.reply_cap,
-        ));
+        let inbound = Arc::new(
+            Inbound::new(
+                map.clone(),
+                DataFolder::new(options.data_dir.clone()),
+                options.agent_options.reply_cap,
+            )
+            .with_limits(limits),
+        );
         let endpoint = LinkEndpoint::bind_with_config(
             prepared.link_addr,
             &options.host,
