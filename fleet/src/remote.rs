@@ -265,13 +265,24 @@ impl LinkRemote {
                 child_run,
                 state,
                 output,
+                hop_depth,
+                created_at_ms,
+                input,
             } if child_run == run => {
                 let status = match state {
                     RemoteRunState::Queued => RunStatus::Queued,
                     RemoteRunState::Running => RunStatus::Running,
+                    RemoteRunState::Waiting => RunStatus::Waiting,
                     RemoteRunState::Blocked => RunStatus::Blocked,
                     RemoteRunState::Succeeded => RunStatus::Succeeded,
-                    _ => RunStatus::Failed,
+                    RemoteRunState::Failed => RunStatus::Failed,
+                    // A state added by a newer host: say so rather than guess one.
+                    other => {
+                        warn!(peer_host = %peer, "check_run answered with an unknown state: {other:?}");
+                        return Err(ActorsError::Refused(format!(
+                            "{agent}'s host reports a run state this host does not know ({other:?})"
+                        )));
+                    }
                 };
                 let (output, error) = if status == RunStatus::Failed {
                     (None, output)
@@ -286,12 +297,13 @@ impl LinkRemote {
                     channel: Channel::Agent(caller.clone()),
                     parent_run: Some(parent_run),
                     parent_agent: Some(caller),
+                    // The callee's host does not share it: the tool-use id is the caller's own.
                     tool_use_id: None,
-                    hop_depth: 0,
-                    input: String::new(),
+                    hop_depth,
+                    input,
                     output,
                     error,
-                    created_at_ms: 0,
+                    created_at_ms,
                     settled_at_ms: None,
                     cost: Cost::default(),
                     principal: format!("agent:{caller_principal}"),
@@ -711,7 +723,8 @@ impl Inbound {
         }
         let state = match run.status {
             RunStatus::Queued => RemoteRunState::Queued,
-            RunStatus::Running | RunStatus::Waiting => RemoteRunState::Running,
+            RunStatus::Running => RemoteRunState::Running,
+            RunStatus::Waiting => RemoteRunState::Waiting,
             RunStatus::Blocked => RemoteRunState::Blocked,
             RunStatus::Succeeded => RemoteRunState::Succeeded,
             RunStatus::Failed => RemoteRunState::Failed,
@@ -725,6 +738,9 @@ impl Inbound {
             child_run: run.id,
             state,
             output: output.map(|o| cap_output(&o, self.reply_cap)),
+            hop_depth: run.hop_depth,
+            created_at_ms: run.created_at_ms,
+            input: cap_output(&run.input, self.reply_cap),
         }
     }
 

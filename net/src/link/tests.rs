@@ -30,6 +30,9 @@ fn recording_handler() -> (Arc<dyn FrameHandler>, Arc<Mutex<Vec<String>>>) {
                     child_run,
                     state: crate::codec::RemoteRunState::Running,
                     output: Some(format!("asked by {peer_host}")),
+                    hop_depth: 1,
+                    created_at_ms: 0,
+                    input: String::new(),
                 },
                 _ => Frame::Ack,
             }
