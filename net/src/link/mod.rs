@@ -252,7 +252,7 @@ impl LinkEndpoint {
         let mut server_config = quinn::ServerConfig::with_crypto(Arc::new(server_crypto));
         server_config.transport_config(transport.clone());
 
-        let endpoint_config = quinn::EndpointConfig::new(Arc::new(tls::ResetKey::derive(&key)));
+        let endpoint_config = quinn::EndpointConfig::new(Arc::new(tls::reset_key(&key)));
         let socket = std::net::UdpSocket::bind(addr).map_err(|e| setup(&e))?;
         let runtime = quinn::default_runtime()
             .ok_or_else(|| LinkError::Setup("no tokio runtime is running".into()))?;
