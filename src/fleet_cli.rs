@@ -119,12 +119,17 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
         data_dir.display(),
         key_note.display(),
     );
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("cannot listen for SIGTERM")?;
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
         _ = served.server => {}
     }
-    served.host.stop();
+    // Close the links first: peers learn at once that this process is gone (and drop their
+    // connections to it) instead of finding out by timeouts after a restart.
     served.endpoint.close().await;
+    served.host.stop();
     Ok(ExitCode::SUCCESS)
 }
 

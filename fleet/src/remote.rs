@@ -28,12 +28,39 @@ use consort_actors::supervisor::{BoxFuture, RemoteCalls, SupervisorMsg};
 use consort_actors::{ActorsError, CallOutcome, Channel, Cost, DataFolder, RunRecord, RunStatus};
 use consort_core::{Limits, Refusal};
 use consort_net::{
-    CallEnvelope, ChainError, Frame, FrameHandler, HostKey, KeyRing, LinkEndpoint, LinkError,
-    RefusalReason, RemoteRunState, ReplyEnvelope, RunId,
+    CallEnvelope, ChainError, ChainLimits, Frame, FrameHandler, HostKey, KeyRing, LinkEndpoint,
+    LinkError, RefusalReason, RemoteRunState, ReplyEnvelope, RunId,
 };
 
 /// Clock skew allowed between hosts when checking issue and expiry times.
 pub const ALLOWED_SKEW_MS: u64 = 30_000;
+/// The longest lifetime a call envelope may claim, and how long ago it may have been issued,
+/// unless [`InboundLimits`] says otherwise. Senders give calls 5 minutes.
+pub const MAX_ENVELOPE_LIFETIME_MS: u64 = 15 * 60_000;
+
+/// What this host accepts of the chains other hosts send, checked on the link before the
+/// call reaches the supervisor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InboundLimits {
+    /// The deepest chain any agent of this host could accept (the largest hop limit). A
+    /// longer chain is refused with the same depth-limit refusal the agent would give, before
+    /// any signature is checked.
+    pub max_chain_depth: usize,
+    /// Clock skew allowed between hosts.
+    pub allowed_skew_ms: u64,
+    /// The longest lifetime (expiry minus issue time) of a call, and its oldest issue time.
+    pub max_envelope_lifetime_ms: u64,
+}
+
+impl Default for InboundLimits {
+    fn default() -> Self {
+        InboundLimits {
+            max_chain_depth: Limits::DEFAULT_MAX_DEPTH as usize,
+            allowed_skew_ms: ALLOWED_SKEW_MS,
+            max_envelope_lifetime_ms: MAX_ENVELOPE_LIFETIME_MS,
+        }
+    }
+}
 
 /// How long the inbound side waits for the supervisor to answer a call.
 const ACCEPT_TIMEOUT_MS: u64 = 30_000;
@@ -238,13 +265,24 @@ impl LinkRemote {
                 child_run,
                 state,
                 output,
+                hop_depth,
+                created_at_ms,
+                input,
             } if child_run == run => {
                 let status = match state {
                     RemoteRunState::Queued => RunStatus::Queued,
                     RemoteRunState::Running => RunStatus::Running,
+                    RemoteRunState::Waiting => RunStatus::Waiting,
                     RemoteRunState::Blocked => RunStatus::Blocked,
                     RemoteRunState::Succeeded => RunStatus::Succeeded,
-                    _ => RunStatus::Failed,
+                    RemoteRunState::Failed => RunStatus::Failed,
+                    // A state added by a newer host: say so rather than guess one.
+                    other => {
+                        warn!(peer_host = %peer, "check_run answered with an unknown state: {other:?}");
+                        return Err(ActorsError::Refused(format!(
+                            "{agent}'s host reports a run state this host does not know ({other:?})"
+                        )));
+                    }
                 };
                 let (output, error) = if status == RunStatus::Failed {
                     (None, output)
@@ -259,12 +297,13 @@ impl LinkRemote {
                     channel: Channel::Agent(caller.clone()),
                     parent_run: Some(parent_run),
                     parent_agent: Some(caller),
+                    // The callee's host does not share it: the tool-use id is the caller's own.
                     tool_use_id: None,
-                    hop_depth: 0,
-                    input: String::new(),
+                    hop_depth,
+                    input,
                     output,
                     error,
-                    created_at_ms: 0,
+                    created_at_ms,
                     settled_at_ms: None,
                     cost: Cost::default(),
                     principal: format!("agent:{caller_principal}"),
@@ -405,7 +444,10 @@ fn chain_refusal(callee: &str, error: &ChainError) -> Frame {
         detail: error.to_string(),
     };
     let reason = match error {
-        ChainError::Expired { .. } | ChainError::NotYetValid { .. } => RefusalReason::Expired,
+        ChainError::Expired { .. }
+        | ChainError::NotYetValid { .. }
+        | ChainError::LifetimeTooLong { .. }
+        | ChainError::IssuedTooLongAgo { .. } => RefusalReason::Expired,
         _ => RefusalReason::BadChain,
     };
     Frame::Refused {
@@ -419,6 +461,7 @@ pub struct Inbound {
     map: Arc<FleetMap>,
     data: DataFolder,
     reply_cap: usize,
+    limits: InboundLimits,
     supervisor: OnceLock<ActorRef<SupervisorMsg>>,
 }
 
@@ -428,8 +471,15 @@ impl Inbound {
             map,
             data,
             reply_cap,
+            limits: InboundLimits::default(),
             supervisor: OnceLock::new(),
         }
+    }
+
+    /// These limits instead of [`InboundLimits::default`].
+    pub fn with_limits(mut self, limits: InboundLimits) -> Self {
+        self.limits = limits;
+        self
     }
 
     /// Hands over the supervisor once the host is up; until then requests are answered
@@ -494,13 +544,21 @@ impl Inbound {
             warn!(peer_host = %peer, "call refused: empty chain");
             return chain_refusal("", &ChainError::Empty);
         };
-        let verified = consort_net::verify_chain(
-            &envelope,
-            &self.map.ring,
-            &self.map.placements,
-            now_ms(),
-            ALLOWED_SKEW_MS,
-        );
+        let limits = ChainLimits {
+            now_ms: now_ms(),
+            allowed_skew_ms: self.limits.allowed_skew_ms,
+            max_depth: self.limits.max_chain_depth,
+            max_lifetime_ms: self.limits.max_envelope_lifetime_ms,
+        };
+        let verified =
+            consort_net::verify_chain(&envelope, &self.map.ring, &self.map.placements, &limits);
+        if let Err(ChainError::TooDeep { depth, limit }) = verified {
+            // The refusal the agent itself would give (same code, same words), only cheaper:
+            // no signature of a chain this deep is worth checking.
+            let refusal = Refusal::DepthLimit { limit };
+            warn!(peer_host = %peer, depth, reason = refusal.code(), "call refused at the receiving host before verification: {refusal}");
+            return refusal_frame(&refusal);
+        }
         if let Err(error) = verified {
             warn!(peer_host = %peer, %error, "call refused: the envelope failed verification");
             return chain_refusal(&last.callee, &error);
@@ -670,7 +728,8 @@ impl Inbound {
         }
         let state = match run.status {
             RunStatus::Queued => RemoteRunState::Queued,
-            RunStatus::Running | RunStatus::Waiting => RemoteRunState::Running,
+            RunStatus::Running => RemoteRunState::Running,
+            RunStatus::Waiting => RemoteRunState::Waiting,
             RunStatus::Blocked => RemoteRunState::Blocked,
             RunStatus::Succeeded => RemoteRunState::Succeeded,
             RunStatus::Failed => RemoteRunState::Failed,
@@ -684,6 +743,9 @@ impl Inbound {
             child_run: run.id,
             state,
             output: output.map(|o| cap_output(&o, self.reply_cap)),
+            hop_depth: run.hop_depth,
+            created_at_ms: run.created_at_ms,
+            input: cap_output(&run.input, self.reply_cap),
         }
     }
 
@@ -714,5 +776,45 @@ fn frame_name(frame: &Frame) -> &'static str {
         Frame::RunStatus { .. } => "RunStatus",
         Frame::Ack => "Ack",
         Frame::ResendReply { .. } => "ResendReply",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_link_depth_bound_is_the_hosts_hop_limit_and_refuses_as_the_agent_would() {
+        assert_eq!(InboundLimits::default().max_chain_depth, 4);
+        let Frame::Refused { reason, text } = refusal_frame(&Refusal::DepthLimit {
+            limit: InboundLimits::default().max_chain_depth,
+        }) else {
+            panic!("not a refusal");
+        };
+        assert_eq!(reason, RefusalReason::DepthLimit);
+        let read = refusal_from_wire(reason, &text, "f");
+        assert_eq!(read.code(), "depth_limit");
+        assert!(read.to_string().contains("depth limit (4)"), "{read}");
+    }
+
+    #[test]
+    fn stale_or_overlong_envelopes_are_refused_as_expired() {
+        for error in [
+            ChainError::LifetimeTooLong {
+                hop: 0,
+                lifetime_ms: u64::MAX,
+                limit_ms: MAX_ENVELOPE_LIFETIME_MS,
+            },
+            ChainError::IssuedTooLongAgo {
+                hop: 0,
+                issued_at_ms: 0,
+                now_ms: 1,
+            },
+        ] {
+            let Frame::Refused { reason, .. } = chain_refusal("cfo", &error) else {
+                panic!("not a refusal");
+            };
+            assert_eq!(reason, RefusalReason::Expired);
+        }
     }
 }

@@ -26,7 +26,7 @@ use consort_net::{HostKey, KeyRing, LinkConfig, LinkEndpoint, PublicKey};
 
 use crate::FleetError;
 use crate::api;
-use crate::remote::{FleetMap, Inbound, LinkRemote};
+use crate::remote::{FleetMap, Inbound, InboundLimits, LinkRemote};
 
 /// Where a host's key is kept when `--key` is not given: `keys/<host>.key` beside fleet.yaml.
 pub fn default_key_path(fleet_file: &Path, host: &str) -> PathBuf {
@@ -138,22 +138,47 @@ pub fn prepare(
 }
 
 impl ServedHost {
+    /// Serves the host with the default [`InboundLimits`].
     pub async fn start(options: ServeOptions) -> Result<ServedHost, FleetError> {
+        Self::start_with_limits(options, InboundLimits::default()).await
+    }
+
+    /// Serves the host, refusing chains from other hosts beyond `limits`. The chain depth
+    /// checked on the link is at least the deepest `limits.max_depth` of this host's agents:
+    /// each agent still refuses, with its own limit, a chain deeper than it allows.
+    pub async fn start_with_limits(
+        options: ServeOptions,
+        limits: InboundLimits,
+    ) -> Result<ServedHost, FleetError> {
         let prepared = prepare(
             &options.fleet_file,
             &options.host,
             options.key_file.as_deref(),
         )?;
+        let deepest = prepared
+            .local
+            .agents
+            .values()
+            .map(|agent| agent.limits.max_depth as usize)
+            .max()
+            .unwrap_or(0);
+        let limits = InboundLimits {
+            max_chain_depth: limits.max_chain_depth.max(deepest),
+            ..limits
+        };
         std::fs::create_dir_all(&options.data_dir).map_err(|source| FleetError::Io {
             path: options.data_dir.display().to_string(),
             source,
         })?;
         let map = Arc::new(prepared.map);
-        let inbound = Arc::new(Inbound::new(
-            map.clone(),
-            DataFolder::new(options.data_dir.clone()),
-            options.agent_options.reply_cap,
-        ));
+        let inbound = Arc::new(
+            Inbound::new(
+                map.clone(),
+                DataFolder::new(options.data_dir.clone()),
+                options.agent_options.reply_cap,
+            )
+            .with_limits(limits),
+        );
         let endpoint = LinkEndpoint::bind_with_config(
             prepared.link_addr,
             &options.host,

@@ -55,6 +55,24 @@ pub struct NextHop<'a> {
     pub expires_at_ms: u64,
 }
 
+/// What a receiving host allows of a chain, and its clock: the bounds [`verify_chain`] checks
+/// before (depth) and besides (times) any signature.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChainLimits {
+    /// The verifier's clock, Unix milliseconds.
+    pub now_ms: u64,
+    /// Clock skew allowed between hosts when checking issue and expiry times.
+    pub allowed_skew_ms: u64,
+    /// The deepest chain the receiving host could accept (its largest hop limit). A longer
+    /// chain is refused before any hashing or signature check, so a frame of thousands of
+    /// hops costs nothing; whether a chain within it is deep enough to refuse is still the
+    /// receiving supervisor's decision.
+    pub max_depth: usize,
+    /// The longest lifetime (`expires_at - issued_at`) the receiver accepts for the hop it is
+    /// asked to run; it is also how long ago that hop may have been issued.
+    pub max_lifetime_ms: u64,
+}
+
 /// A chain that passed [`verify_chain`], with what the receiver needs to decide on it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VerifiedChain {
@@ -181,19 +199,31 @@ pub fn sign_pending_hops(
 /// Verifies a call envelope received from another host.
 ///
 /// `placements` maps agent -> the host serving it; hop i must be signed by the host serving
-/// hop i's caller, with the key pinned for that host in `ring`. Cheap structural checks run
-/// over the whole chain before any signature is verified, so a malformed chain costs no
-/// crypto. Only the last hop is checked for expiry: earlier hops were deadlines for calls
-/// already accepted, and a long-running child may legitimately call on after its own call's
-/// deadline. No hop may be issued later than `now_ms + allowed_skew_ms`.
+/// hop i's caller, with the key pinned for that host in `ring`. A chain longer than
+/// `limits.max_depth` is refused first ([`ChainError::TooDeep`]), then cheap structural checks
+/// run over the whole chain before any signature is verified, so a malformed chain costs no
+/// crypto. Only the last hop is checked for expiry, lifetime and age: earlier hops were
+/// deadlines for calls already accepted, and a long-running child may legitimately call on
+/// after its own call's deadline. No hop may be issued later than `now_ms + allowed_skew_ms`.
 pub fn verify_chain(
     envelope: &CallEnvelope,
     ring: &KeyRing,
     placements: &BTreeMap<String, String>,
-    now_ms: u64,
-    allowed_skew_ms: u64,
+    limits: &ChainLimits,
 ) -> Result<VerifiedChain, ChainError> {
+    let ChainLimits {
+        now_ms,
+        allowed_skew_ms,
+        max_depth,
+        max_lifetime_ms,
+    } = *limits;
     check_version(envelope.version)?;
+    if envelope.hops.len() > max_depth {
+        return Err(ChainError::TooDeep {
+            depth: envelope.hops.len(),
+            limit: max_depth,
+        });
+    }
     let last_index = envelope
         .hops
         .len()
@@ -230,6 +260,28 @@ pub fn verify_chain(
     let last = &envelope.hops[last_index];
     if last.input_digest != input_digest(&envelope.input) {
         return Err(ChainError::InputTampered);
+    }
+    // Without these, an expiry of u64::MAX would make a signed call valid forever. The age
+    // is checked before the expiry so that a stale hop is refused as what it is.
+    let lifetime_ms = last.expires_at_ms.saturating_sub(last.issued_at_ms);
+    if lifetime_ms > max_lifetime_ms {
+        return Err(ChainError::LifetimeTooLong {
+            hop: last_index,
+            lifetime_ms,
+            limit_ms: max_lifetime_ms,
+        });
+    }
+    if last
+        .issued_at_ms
+        .saturating_add(max_lifetime_ms)
+        .saturating_add(allowed_skew_ms)
+        < now_ms
+    {
+        return Err(ChainError::IssuedTooLongAgo {
+            hop: last_index,
+            issued_at_ms: last.issued_at_ms,
+            now_ms,
+        });
     }
     if last.expires_at_ms.saturating_add(allowed_skew_ms) < now_ms {
         return Err(ChainError::Expired {

@@ -77,6 +77,12 @@ pub enum Frame {
         state: RemoteRunState,
         /// Its output (capped) once settled.
         output: Option<String>,
+        /// Hops from the root run, as the callee's host recorded it from the verified chain.
+        hop_depth: u32,
+        /// When the callee's host stored the run, Unix milliseconds (its clock).
+        created_at_ms: u64,
+        /// The input the run was given (capped like the output).
+        input: String,
     },
     /// Response to `Reply`: received and stored.
     Ack,
@@ -132,8 +138,8 @@ pub enum RemoteRunState {
     Succeeded,
     /// Settled with a failure.
     Failed,
-    /// Cancelled by an operator.
-    Cancelled,
+    /// Waiting for replies from runs it called in turn.
+    Waiting,
 }
 
 /// Encodes a call envelope.

@@ -190,6 +190,36 @@ pub enum ChainError {
         /// The verifier's clock, Unix milliseconds.
         now_ms: u64,
     },
+    /// The chain is longer than the deepest chain the receiver could accept; refused before
+    /// any signature was checked.
+    #[error("chain of {depth} hops is deeper than the limit ({limit})")]
+    TooDeep {
+        /// The number of hops in the chain.
+        depth: usize,
+        /// The receiver's largest hop limit.
+        limit: usize,
+    },
+    /// The hop to run claims a lifetime (expiry minus issue time) beyond what the receiver
+    /// accepts.
+    #[error("hop {hop} is valid for {lifetime_ms} ms, longer than the allowed {limit_ms} ms")]
+    LifetimeTooLong {
+        /// The hop.
+        hop: usize,
+        /// Its claimed lifetime, milliseconds.
+        lifetime_ms: u64,
+        /// The receiver's maximum, milliseconds.
+        limit_ms: u64,
+    },
+    /// The hop to run was issued longer ago than the maximum lifetime (plus skew) allows.
+    #[error("hop {hop} issued at {issued_at_ms} ms, too long ago (now {now_ms} ms)")]
+    IssuedTooLongAgo {
+        /// The hop.
+        hop: usize,
+        /// When it claims to be issued, Unix milliseconds.
+        issued_at_ms: u64,
+        /// The verifier's clock, Unix milliseconds.
+        now_ms: u64,
+    },
     /// A hop was issued in the future, beyond the allowed clock skew.
     #[error("hop {hop} issued at {issued_at_ms} ms, in the future (now {now_ms} ms)")]
     NotYetValid {

@@ -31,8 +31,8 @@ pub mod link;
 mod testing;
 
 pub use chain::{
-    NextHop, VerifiedChain, extend, hop_digest, new_call, new_hop, new_reply, sign_pending_hops,
-    sign_reply, verify_chain, verify_reply,
+    ChainLimits, NextHop, VerifiedChain, extend, hop_digest, new_call, new_hop, new_reply,
+    sign_pending_hops, sign_reply, verify_chain, verify_reply,
 };
 pub use codec::{
     Frame, MAX_FRAME, RefusalReason, RemoteRunState, decode_call, decode_frame, decode_reply,

@@ -280,3 +280,236 @@ impl Served {
         })
     }
 }
+
+/// A free UDP port on loopback (for a host's link address in a generated fleet.yaml).
+pub fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .and_then(|socket| socket.local_addr())
+        .expect("a free loopback UDP port")
+        .port()
+}
+
+/// One `consort serve` process of a [`ServeFleet`].
+pub struct ServeHost {
+    pub name: String,
+    pub child: Option<Child>,
+    pub data: PathBuf,
+    pub stderr: PathBuf,
+    pub url: String,
+}
+
+/// A fleet of `consort serve` processes on loopback: keys made by `consort keygen`, a
+/// generated fleet.yaml, one data folder per host that survives restarts. Every process is
+/// killed when the fleet is dropped.
+pub struct ServeFleet {
+    pub dir: tempfile::TempDir,
+    pub hosts: Vec<ServeHost>,
+    pub http: reqwest::blocking::Client,
+}
+
+impl ServeFleet {
+    /// The marketing-finance example: cmo on `alpha`, cfo on `beta`. `edit` may change the
+    /// copied agent folders before the fleet starts.
+    pub fn example(edit: impl FnOnce(&Path)) -> ServeFleet {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/marketing-finance");
+        for agent in ["cmo", "cfo"] {
+            let to = dir.path().join("agents").join(agent);
+            std::fs::create_dir_all(&to).expect("agent dir");
+            for entry in std::fs::read_dir(example.join(agent)).expect("example folder") {
+                let entry = entry.expect("example entry");
+                std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copy example");
+            }
+        }
+        edit(dir.path());
+        ServeFleet::new(dir, &[("alpha", &["cmo"]), ("beta", &["cfo"])])
+    }
+
+    /// A fleet of `hosts` (name, agent folders under `agents/` of `dir`).
+    pub fn new(dir: tempfile::TempDir, hosts: &[(&str, &[&str])]) -> ServeFleet {
+        let mut yaml = String::from("hosts:\n");
+        for (name, agents) in hosts {
+            let out = Command::new(BIN)
+                .args(["keygen", "--out"])
+                .arg(dir.path().join("keys"))
+                .args(["--name", name])
+                .output()
+                .expect("run keygen");
+            assert!(out.status.success(), "{out:?}");
+            let public = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+            let list: Vec<String> = agents.iter().map(|a| format!("agents/{a}")).collect();
+            yaml.push_str(&format!(
+                "  - name: {name}\n    address: 127.0.0.1:{}\n    public_key: \"{public}\"\n    agents: [{}]\n",
+                free_udp_port(),
+                list.join(", ")
+            ));
+        }
+        std::fs::write(dir.path().join("fleet.yaml"), yaml).expect("write fleet.yaml");
+        let hosts = hosts
+            .iter()
+            .map(|(name, _)| ServeHost {
+                name: name.to_string(),
+                child: None,
+                data: dir.path().join("data").join(name),
+                stderr: dir.path().join(format!("{name}.stderr")),
+                url: String::new(),
+            })
+            .collect();
+        ServeFleet {
+            dir,
+            hosts,
+            http: reqwest::blocking::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .expect("http client"),
+        }
+    }
+
+    fn index(&self, host: &str) -> usize {
+        self.hosts
+            .iter()
+            .position(|h| h.name == host)
+            .unwrap_or_else(|| panic!("no host {host}"))
+    }
+
+    /// Starts `host` on its data folder and waits until it serves.
+    pub fn start(&mut self, host: &str) {
+        let fleet_file = self.dir.path().join("fleet.yaml");
+        let i = self.index(host);
+        let h = &mut self.hosts[i];
+        let _ = std::fs::remove_file(h.data.join("serve.json"));
+        // Append, so a restarted host's log follows the previous one.
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&h.stderr)
+            .expect("stderr file");
+        let child = Command::new(BIN)
+            .arg("serve")
+            .arg("--fleet")
+            .arg(&fleet_file)
+            .args(["--host", host, "--data"])
+            .arg(&h.data)
+            .env("RUST_LOG", "info")
+            .env_remove("CONSORT_FAULT")
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("spawn consort serve");
+        let pid = u64::from(child.id());
+        h.child = Some(child);
+        let note = h.data.join("serve.json");
+        h.url = eventually("serve.json", Duration::from_secs(30), || {
+            let v: Value = serde_json::from_str(&std::fs::read_to_string(&note).ok()?).ok()?;
+            (v["pid"].as_u64() == Some(pid)).then(|| v["url"].as_str().map(str::to_owned))?
+        });
+    }
+
+    /// Stops `host` with SIGTERM (an operator's stop) and waits for it to exit.
+    pub fn terminate(&mut self, host: &str) {
+        let i = self.index(host);
+        if let Some(mut child) = self.hosts[i].child.take() {
+            let status = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status()
+                .expect("run kill");
+            assert!(status.success());
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if child.try_wait().expect("wait for serve").is_some() {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("{host} did not exit within 10 s of SIGTERM");
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+
+    /// SIGKILL: what a crash looks like.
+    pub fn kill(&mut self, host: &str) {
+        let i = self.index(host);
+        if let Some(mut child) = self.hosts[i].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn url(&self, host: &str) -> &str {
+        &self.hosts[self.index(host)].url
+    }
+
+    pub fn host_stderr(&self, host: &str) -> String {
+        std::fs::read_to_string(&self.hosts[self.index(host)].stderr).unwrap_or_default()
+    }
+
+    /// `POST /runs` on `host`; the new run's id.
+    pub fn start_run(&self, host: &str, agent: &str, input: &str) -> String {
+        let r: Value = self
+            .http
+            .post(format!("{}/runs", self.url(host)))
+            .json(&serde_json::json!({"agent": agent, "input": input}))
+            .send()
+            .expect("POST /runs")
+            .json()
+            .expect("run json");
+        r["id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no run id: {r}"))
+            .to_owned()
+    }
+
+    /// `GET /runs/{id}` on `host`, if it answers.
+    pub fn run(&self, host: &str, id: &str) -> Option<Value> {
+        self.http
+            .get(format!("{}/runs/{id}", self.url(host)))
+            .send()
+            .ok()?
+            .json()
+            .ok()
+    }
+
+    /// Waits (at most `bound`) for a run to settle.
+    pub fn wait_settled(&self, host: &str, id: &str, bound: Duration) -> Value {
+        eventually("the run to settle", bound, || {
+            self.run(host, id)
+                .filter(|r| matches!(r["status"].as_str(), Some("succeeded" | "failed")))
+        })
+    }
+
+    /// `GET /jobs` on `host`.
+    pub fn jobs_of(&self, host: &str) -> Vec<Value> {
+        self.http
+            .get(format!("{}/jobs", self.url(host)))
+            .send()
+            .ok()
+            .and_then(|r| r.json::<Value>().ok())
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
+    }
+
+    /// `GET /runs/{id}/events` on `host`.
+    pub fn events_of(&self, host: &str, id: &str) -> Vec<Value> {
+        self.http
+            .get(format!("{}/runs/{id}/events", self.url(host)))
+            .send()
+            .ok()
+            .and_then(|r| r.json::<Value>().ok())
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for ServeFleet {
+    fn drop(&mut self) {
+        for h in &mut self.hosts {
+            if let Some(mut child) = h.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}

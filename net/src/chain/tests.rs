@@ -2,9 +2,21 @@ use super::*;
 use crate::testing::{Fleet, NOW_MS, TTL_MS};
 
 const SKEW_MS: u64 = 5_000;
+/// The receiving host's limits in these tests.
+const MAX_DEPTH: usize = 4;
+const MAX_LIFETIME_MS: u64 = 15 * 60_000;
+
+fn limits(now_ms: u64) -> ChainLimits {
+    ChainLimits {
+        now_ms,
+        allowed_skew_ms: SKEW_MS,
+        max_depth: MAX_DEPTH,
+        max_lifetime_ms: MAX_LIFETIME_MS,
+    }
+}
 
 fn verify(fleet: &Fleet, envelope: &CallEnvelope) -> Result<VerifiedChain, ChainError> {
-    verify_chain(envelope, &fleet.ring, &fleet.placements, NOW_MS, SKEW_MS)
+    verify_chain(envelope, &fleet.ring, &fleet.placements, &limits(NOW_MS))
 }
 
 /// Re-signs hop `index` as `host` (what a compromised host could do with its own key).
@@ -29,10 +41,102 @@ fn a_signed_chain_verifies_and_reports_depth() {
 
 #[test]
 fn a_chain_of_five_hops_reports_depth_five() {
-    // The depth limit is the supervisor's; verification only reports depth.
+    // Within the receiver's largest limit, the depth decision is the supervisor's;
+    // verification only reports depth.
     let fleet = Fleet::standard();
     let envelope = fleet.chain(&["cmo", "cfo", "cdo", "ceo", "cfo", "cmo"]);
-    assert_eq!(verify(&fleet, &envelope).unwrap().depth(), 5);
+    let roomy = ChainLimits {
+        max_depth: 16,
+        ..limits(NOW_MS)
+    };
+    let verified = verify_chain(&envelope, &fleet.ring, &fleet.placements, &roomy).unwrap();
+    assert_eq!(verified.depth(), 5);
+}
+
+#[test]
+fn a_chain_longer_than_the_limit_is_refused_before_any_signature_is_checked() {
+    let fleet = Fleet::standard();
+    // Five hops, all signed: refused for depth alone.
+    let envelope = fleet.chain(&["cmo", "cfo", "cdo", "ceo", "cfo", "cmo"]);
+    assert_eq!(
+        verify(&fleet, &envelope),
+        Err(ChainError::TooDeep { depth: 5, limit: 4 })
+    );
+    // Thousands of hops with garbage signatures: the same refusal, no signature looked at.
+    let agents: Vec<&str> = (0..3001).map(|i| ["cmo", "cfo"][i % 2]).collect();
+    let mut envelope = fleet.unsigned_chain(&agents);
+    for hop in &mut envelope.hops {
+        hop.signature = Some(HopSignature {
+            host: "alpha".into(),
+            signature: [7; 64],
+        });
+    }
+    assert_eq!(
+        verify(&fleet, &envelope),
+        Err(ChainError::TooDeep {
+            depth: 3000,
+            limit: 4
+        })
+    );
+    // Exactly at the limit it verifies.
+    let envelope = fleet.chain(&["cmo", "cfo", "cdo", "ceo", "cfo"]);
+    assert_eq!(verify(&fleet, &envelope).unwrap().depth(), 4);
+}
+
+/// A one-hop call from cmo to cfo issued and expiring at these times, signed.
+fn call_at(fleet: &Fleet, issued_at_ms: u64, expires_at_ms: u64) -> CallEnvelope {
+    let root = RunId::random();
+    let mut envelope = new_call(NextHop {
+        caller: "cmo",
+        callee: "cfo",
+        parent_run: &root,
+        tool_use_id: "toolu_0",
+        input: "a",
+        issued_at_ms,
+        expires_at_ms,
+    });
+    fleet.sign_all(&mut envelope);
+    envelope
+}
+
+#[test]
+fn a_lifetime_beyond_the_maximum_is_refused() {
+    let fleet = Fleet::standard();
+    let forever = call_at(&fleet, NOW_MS, u64::MAX);
+    assert_eq!(
+        verify(&fleet, &forever),
+        Err(ChainError::LifetimeTooLong {
+            hop: 0,
+            lifetime_ms: u64::MAX - NOW_MS,
+            limit_ms: MAX_LIFETIME_MS,
+        })
+    );
+    let just_over = call_at(&fleet, NOW_MS, NOW_MS + MAX_LIFETIME_MS + 1);
+    assert!(matches!(
+        verify(&fleet, &just_over),
+        Err(ChainError::LifetimeTooLong { .. })
+    ));
+    let at_the_limit = call_at(&fleet, NOW_MS, NOW_MS + MAX_LIFETIME_MS);
+    assert!(verify(&fleet, &at_the_limit).is_ok());
+}
+
+#[test]
+fn a_hop_issued_too_long_ago_is_refused() {
+    let fleet = Fleet::standard();
+    let issued = NOW_MS - MAX_LIFETIME_MS - SKEW_MS - 1;
+    let stale = call_at(&fleet, issued, issued + 60_000);
+    assert_eq!(
+        verify(&fleet, &stale),
+        Err(ChainError::IssuedTooLongAgo {
+            hop: 0,
+            issued_at_ms: issued,
+            now_ms: NOW_MS,
+        })
+    );
+    // Issued as long ago as the limit allows, and still unexpired: valid.
+    let issued = NOW_MS - MAX_LIFETIME_MS - SKEW_MS;
+    let old = call_at(&fleet, issued, issued + MAX_LIFETIME_MS);
+    assert!(verify(&fleet, &old).is_ok());
 }
 
 #[test]
@@ -199,7 +303,7 @@ fn expiry_is_checked_with_skew() {
     let fleet = Fleet::standard();
     let envelope = fleet.chain(&["cmo", "cfo"]);
     let expires = NOW_MS + TTL_MS;
-    let at = |now| verify_chain(&envelope, &fleet.ring, &fleet.placements, now, SKEW_MS);
+    let at = |now| verify_chain(&envelope, &fleet.ring, &fleet.placements, &limits(now));
     assert!(at(expires).is_ok());
     assert!(at(expires + SKEW_MS).is_ok());
     assert_eq!(
@@ -241,7 +345,7 @@ fn an_earlier_expired_hop_does_not_expire_the_chain() {
     )
     .unwrap();
     fleet.sign_all(&mut envelope);
-    assert!(verify_chain(&envelope, &fleet.ring, &fleet.placements, now, SKEW_MS).is_ok());
+    assert!(verify_chain(&envelope, &fleet.ring, &fleet.placements, &limits(now)).is_ok());
 }
 
 #[test]
@@ -250,7 +354,7 @@ fn a_hop_issued_in_the_future_is_refused() {
     let envelope = fleet.chain(&["cmo", "cfo"]);
     let now = NOW_MS - SKEW_MS - 1;
     assert_eq!(
-        verify_chain(&envelope, &fleet.ring, &fleet.placements, now, SKEW_MS),
+        verify_chain(&envelope, &fleet.ring, &fleet.placements, &limits(now)),
         Err(ChainError::NotYetValid {
             hop: 0,
             issued_at_ms: NOW_MS,
@@ -262,8 +366,7 @@ fn a_hop_issued_in_the_future_is_refused() {
             &envelope,
             &fleet.ring,
             &fleet.placements,
-            NOW_MS - SKEW_MS,
-            SKEW_MS
+            &limits(NOW_MS - SKEW_MS)
         )
         .is_ok()
     );
@@ -291,7 +394,7 @@ fn unknown_agents_and_hosts_are_refused() {
     let mut placements = fleet.placements.clone();
     placements.remove("cmo");
     assert_eq!(
-        verify_chain(&envelope, &fleet.ring, &placements, NOW_MS, SKEW_MS),
+        verify_chain(&envelope, &fleet.ring, &placements, &limits(NOW_MS)),
         Err(ChainError::UnknownAgent {
             hop: 0,
             agent: "cmo".into(),
@@ -306,7 +409,7 @@ fn unknown_agents_and_hosts_are_refused() {
     )
     .unwrap();
     assert_eq!(
-        verify_chain(&envelope, &ring, &fleet.placements, NOW_MS, SKEW_MS),
+        verify_chain(&envelope, &ring, &fleet.placements, &limits(NOW_MS)),
         Err(ChainError::UnknownHost {
             hop: 0,
             host: "alpha".into(),

@@ -32,6 +32,9 @@ fn sample_frames() -> Vec<Frame> {
             child_run: last.child_run,
             state: RemoteRunState::Blocked,
             output: None,
+            hop_depth: 1,
+            created_at_ms: 1_700_000_000_000,
+            input: "2026-08".into(),
         },
         Frame::Ack,
         Frame::ResendReply {

@@ -13,6 +13,16 @@
 //! undecodable is answered with `Frame::Refused { reason: Malformed, .. }` and closed; the
 //! connection and the host keep serving.
 //!
+//! One connection per peer host carries requests both ways: a connection a peer dials in is
+//! served *and* becomes the cached connection for our own requests to that peer, so a peer's
+//! new incarnation that dials in replaces a connection to its previous process at once.
+//! A link notices a peer that went away: an endpoint closes its connections with
+//! [`CLOSE_SHUTDOWN`] when it shuts down; a request the peer does not acknowledge (at the
+//! transport level) within [`LinkConfig::ack_timeout`], or that fails because the connection
+//! died, drops the cached connection and is sent once more on a fresh dial before the peer is
+//! called unreachable. Errors say what happened: refused at the handshake, no answer within the
+//! deadline, connection lost (and why).
+//!
 //! There is no plaintext mode and no way to skip key pinning. This module moves frames; it
 //! never decides whether a call is allowed and never looks inside envelopes.
 
@@ -45,14 +55,30 @@ pub struct LinkConfig {
     pub keep_alive: Duration,
     /// A connection with no traffic at all (not even keep-alives) for this long is closed.
     pub idle_timeout: Duration,
-    /// After a failed dial, requests to that peer fail at once for this long, doubling on each
-    /// further failure up to `max_redial_backoff`; a success resets it.
+    /// After a failed dial, the next dial to that peer waits until this long after the failure,
+    /// doubling on each further failure up to `max_redial_backoff`; a success, or the peer
+    /// dialing in, resets it. A request is never refused without a dial tried for it: requests
+    /// that waited while a dial failed share that dial's failure, later ones wait and dial.
     pub redial_backoff: Duration,
     /// Upper bound of the redial backoff.
     pub max_redial_backoff: Duration,
     /// How many requests a peer may have in flight on one connection.
     pub max_concurrent_streams: u32,
+    /// How long the peer may take to acknowledge a request's bytes (QUIC acknowledgements,
+    /// sent by the peer's transport whatever its handler is doing). A connection whose peer
+    /// does not is taken for dead (the peer crashed or restarted): it is dropped and the
+    /// request is sent once more on a fresh dial.
+    pub ack_timeout: Duration,
+    /// How long [`LinkEndpoint::close`] waits for peers to acknowledge the close.
+    pub shutdown_grace: Duration,
 }
+
+/// The application close code of a connection whose host is shutting down.
+pub const CLOSE_SHUTDOWN: u32 = 2;
+/// The application close code of a connection dropped by its own side (reset or re-keyed).
+const CLOSE_RESET: u32 = 0;
+/// The application close code of a connection whose peer's key is not (or no longer) pinned.
+const CLOSE_NOT_PINNED: u32 = 1;
 
 impl Default for LinkConfig {
     fn default() -> Self {
@@ -62,8 +88,10 @@ impl Default for LinkConfig {
             keep_alive: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(30),
             redial_backoff: Duration::from_millis(100),
-            max_redial_backoff: Duration::from_secs(5),
+            max_redial_backoff: Duration::from_secs(1),
             max_concurrent_streams: 256,
+            ack_timeout: Duration::from_millis(1500),
+            shutdown_grace: Duration::from_secs(1),
         }
     }
 }
@@ -143,11 +171,23 @@ struct Inner {
     host_name: String,
     endpoint: quinn::Endpoint,
     identity: Identity,
-    ring: SharedRing,
     config: LinkConfig,
     transport: Arc<quinn::TransportConfig>,
-    peers: Mutex<HashMap<String, Arc<tokio::sync::Mutex<PeerSlot>>>>,
+    serving: Serving,
     accept_task: tokio::task::JoinHandle<()>,
+}
+
+/// The cached connection of each peer host.
+type Peers = Mutex<HashMap<String, Arc<tokio::sync::Mutex<PeerSlot>>>>;
+
+/// What serving a connection needs, shared by the accept loop and dialed connections (kept
+/// apart from [`Inner`] so that serving tasks never keep the endpoint's handle alive).
+#[derive(Clone)]
+struct Serving {
+    ring: SharedRing,
+    handler: Arc<dyn FrameHandler>,
+    request_timeout: Duration,
+    peers: Arc<Peers>,
 }
 
 impl Drop for Inner {
@@ -160,10 +200,14 @@ impl Drop for Inner {
 #[derive(Default)]
 struct PeerSlot {
     connection: Option<quinn::Connection>,
-    /// Requests fail fast until then, after a failed dial.
-    failed_until: Option<Instant>,
-    last_failure: String,
+    /// The last dial that failed, if none succeeded since.
+    last_failure: Option<DialFailure>,
     backoff: Duration,
+}
+
+struct DialFailure {
+    at: Instant,
+    reason: String,
 }
 
 impl LinkEndpoint {
@@ -208,31 +252,31 @@ impl LinkEndpoint {
         let mut server_config = quinn::ServerConfig::with_crypto(Arc::new(server_crypto));
         server_config.transport_config(transport.clone());
 
-        let endpoint_config = quinn::EndpointConfig::new(Arc::new(tls::ResetKey::derive(&key)));
+        let endpoint_config = quinn::EndpointConfig::new(Arc::new(tls::reset_key(&key)));
         let socket = std::net::UdpSocket::bind(addr).map_err(|e| setup(&e))?;
         let runtime = quinn::default_runtime()
             .ok_or_else(|| LinkError::Setup("no tokio runtime is running".into()))?;
         let endpoint = quinn::Endpoint::new(endpoint_config, Some(server_config), socket, runtime)
             .map_err(|e| setup(&e))?;
 
+        let serving = Serving {
+            ring,
+            handler,
+            request_timeout: config.request_timeout,
+            peers: Arc::new(Mutex::new(HashMap::new())),
+        };
         let accept_task = tokio::spawn(
-            accept_loop(
-                endpoint.clone(),
-                ring.clone(),
-                handler,
-                config.request_timeout,
-            )
-            .instrument(tracing::info_span!("link_accept", host = %host_name)),
+            accept_loop(endpoint.clone(), serving.clone())
+                .instrument(tracing::info_span!("link_accept", host = %host_name)),
         );
         Ok(Self {
             inner: Arc::new(Inner {
                 host_name: host_name.to_owned(),
                 endpoint,
                 identity,
-                ring,
                 config,
                 transport,
-                peers: Mutex::new(HashMap::new()),
+                serving,
                 accept_task,
             }),
         })
@@ -257,10 +301,11 @@ impl LinkEndpoint {
     pub fn set_key_ring(&self, ring: KeyRing) {
         *self
             .inner
+            .serving
             .ring
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = ring;
-        let slots: Vec<_> = lock(&self.inner.peers)
+        let slots: Vec<_> = lock(&self.inner.serving.peers)
             .drain()
             .map(|(_, slot)| slot)
             .collect();
@@ -268,7 +313,7 @@ impl LinkEndpoint {
             if let Ok(slot) = slot.try_lock()
                 && let Some(connection) = &slot.connection
             {
-                connection.close(0u32.into(), b"key ring changed");
+                connection.close(CLOSE_RESET.into(), b"key ring changed");
             }
         }
     }
@@ -276,9 +321,11 @@ impl LinkEndpoint {
     /// Sends `frame` to `peer_host` at `addr` and waits for its response.
     ///
     /// Reuses the connection to that host (dialing it if there is none, or if it closed or the
-    /// address changed). If a reused connection turns out to be dead before the request was
-    /// fully sent, the request is sent once more on a fresh connection: every frame of the
-    /// protocol is idempotent (calls dedupe on the child run id), so this is safe.
+    /// address changed). If a reused connection turns out to be dead (the request could not
+    /// be sent, the peer did not acknowledge it within [`LinkConfig::ack_timeout`], or the
+    /// connection closed before the response), it is dropped and the request is sent once more
+    /// on a fresh dial: every frame of the protocol is idempotent (calls dedupe on the child
+    /// run id), so this is safe. Only then is the peer called unreachable.
     pub async fn request(
         &self,
         peer_host: &str,
@@ -300,8 +347,8 @@ impl LinkEndpoint {
         let attempt = async {
             let (connection, reused) = self.connection(peer_host, addr).await?;
             match self.exchange(peer_host, &connection, request).await {
-                Err(Exchange::NotSent(reason)) if reused => {
-                    tracing::debug!(peer_host, %reason, "cached connection is dead; redialing");
+                Err(failure) if reused && failure.connection_is_dead(&connection) => {
+                    tracing::info!(peer_host, reason = %failure, "cached connection is dead; redialing once");
                     self.forget(peer_host, &connection);
                     let (fresh, _) = self.connection(peer_host, addr).await?;
                     self.exchange(peer_host, &fresh, request)
@@ -320,22 +367,30 @@ impl LinkEndpoint {
     /// afresh. For a caller whose request timed out: the peer may have restarted since, and a
     /// connection to its previous process would only time out again.
     pub fn reset_peer(&self, peer_host: &str) {
-        let slot = lock(&self.inner.peers).remove(peer_host);
+        let slot = lock(&self.inner.serving.peers).remove(peer_host);
         if let Some(slot) = slot
             && let Ok(slot) = slot.try_lock()
             && let Some(connection) = &slot.connection
         {
-            connection.close(0u32.into(), b"reset by the caller");
+            connection.close(CLOSE_RESET.into(), b"reset by the caller");
         }
     }
 
-    /// Closes every connection and stops serving; waits until peers were told.
+    /// Closes every connection with [`CLOSE_SHUTDOWN`] and stops serving; waits (at most
+    /// [`LinkConfig::shutdown_grace`]) until peers acknowledged, so that they drop their
+    /// connections to this process at once instead of finding out by timeouts.
     pub async fn close(&self) {
         self.inner.accept_task.abort();
         self.inner
             .endpoint
-            .close(0u32.into(), b"host shutting down");
-        self.inner.endpoint.wait_idle().await;
+            .close(CLOSE_SHUTDOWN.into(), b"host shutting down");
+        let grace = self.inner.config.shutdown_grace;
+        if tokio::time::timeout(grace, self.inner.endpoint.wait_idle())
+            .await
+            .is_err()
+        {
+            tracing::debug!(?grace, "peers did not acknowledge the close in time");
+        }
     }
 
     /// The open connection to `peer_host`, dialing if needed; `true` if it was reused.
@@ -344,7 +399,8 @@ impl LinkEndpoint {
         peer_host: &str,
         addr: SocketAddr,
     ) -> Result<(quinn::Connection, bool), LinkError> {
-        let slot = lock(&self.inner.peers)
+        let asked = Instant::now();
+        let slot = lock(&self.inner.serving.peers)
             .entry(peer_host.to_owned())
             .or_default()
             .clone();
@@ -356,19 +412,30 @@ impl LinkEndpoint {
             }
             slot.connection = None;
         }
-        if let Some(until) = slot.failed_until
-            && Instant::now() < until
-        {
-            return Err(LinkError::Unreachable {
-                host: peer_host.to_owned(),
-                reason: format!("{} (redial backoff)", slot.last_failure),
-            });
+        if let Some(failure) = &slot.last_failure {
+            // A dial that failed while this request waited for it is this request's dial too.
+            if failure.at >= asked {
+                return Err(LinkError::Unreachable {
+                    host: peer_host.to_owned(),
+                    reason: failure.reason.clone(),
+                });
+            }
+            if let Some(wait) = (failure.at + slot.backoff).checked_duration_since(Instant::now()) {
+                tokio::time::sleep(wait).await;
+            }
         }
         match self.dial(peer_host, addr).await {
-            Ok(connection) => {
+            Ok((connection, peer_key)) => {
                 slot.connection = Some(connection.clone());
-                slot.failed_until = None;
+                slot.last_failure = None;
                 slot.backoff = Duration::ZERO;
+                // The peer may send its own requests on this connection too.
+                spawn_serving(
+                    connection.clone(),
+                    peer_host.to_owned(),
+                    peer_key,
+                    self.inner.serving.clone(),
+                );
                 Ok((connection, false))
             }
             Err(error) => {
@@ -376,21 +443,26 @@ impl LinkEndpoint {
                 slot.backoff = (slot.backoff * 2)
                     .max(config.redial_backoff)
                     .min(config.max_redial_backoff);
-                slot.failed_until = Some(Instant::now() + slot.backoff);
-                if let LinkError::Unreachable { reason, .. } = &error {
-                    slot.last_failure.clone_from(reason);
-                }
+                let reason = match &error {
+                    LinkError::Unreachable { reason, .. } => reason.clone(),
+                    other => other.to_string(),
+                };
+                slot.last_failure = Some(DialFailure {
+                    at: Instant::now(),
+                    reason,
+                });
                 Err(error)
             }
         }
     }
 
+    /// A new connection to `peer_host`, and the key it was pinned to.
     async fn dial(
         &self,
         peer_host: &str,
         addr: SocketAddr,
-    ) -> Result<quinn::Connection, LinkError> {
-        let pinned: PublicKey = *tls::read_ring(&self.inner.ring)
+    ) -> Result<(quinn::Connection, PublicKey), LinkError> {
+        let pinned: PublicKey = *tls::read_ring(&self.inner.serving.ring)
             .key(peer_host)
             .ok_or_else(|| LinkError::UnknownHost(peer_host.to_owned()))?;
         let client_tls = tls::client_config(&self.inner.identity, peer_host, pinned)?;
@@ -410,16 +482,21 @@ impl LinkEndpoint {
             .inner
             .endpoint
             .connect_with(client_config, addr, tls::SERVER_NAME)
-            .map_err(|e| unreachable(e.to_string()))?;
-        match tokio::time::timeout(self.inner.config.dial_timeout, connecting).await {
+            .map_err(|e| unreachable(format!("cannot dial {addr}: {e}")))?;
+        let dial_timeout = self.inner.config.dial_timeout;
+        match tokio::time::timeout(dial_timeout, connecting).await {
             Ok(Ok(connection)) => {
                 tracing::debug!(peer_host, %addr, "link connected");
-                Ok(connection)
+                Ok((connection, pinned))
             }
-            Ok(Err(error)) => Err(unreachable(error.to_string())),
+            Ok(Err(quinn::ConnectionError::TimedOut)) => Err(unreachable(format!(
+                "dialed {addr}: no answer to the handshake"
+            ))),
+            Ok(Err(error)) => Err(unreachable(format!(
+                "dialed {addr}: refused at the handshake: {error}"
+            ))),
             Err(_) => Err(unreachable(format!(
-                "no handshake within {:?}",
-                self.inner.config.dial_timeout
+                "dialed {addr}: no answer to the handshake within {dial_timeout:?}"
             ))),
         }
     }
@@ -440,15 +517,30 @@ impl LinkEndpoint {
             .map_err(|e| Exchange::NotSent(e.to_string()))?;
         send.finish()
             .map_err(|e| Exchange::NotSent(e.to_string()))?;
-        let response = recv
-            .read_to_end(MAX_FRAME)
-            .await
-            .map_err(|error| match error {
-                quinn::ReadToEndError::TooLong => {
-                    Exchange::BadResponse(CodecError::TooLarge { limit: MAX_FRAME })
-                }
-                quinn::ReadToEndError::Read(error) => Exchange::Lost(error.to_string()),
-            })?;
+        // The peer's transport acknowledges the request's bytes within a few round trips
+        // whatever its handler does; silence means nobody holds this connection any more.
+        let acknowledged = send.stopped();
+        let ack_timeout = self.inner.config.ack_timeout;
+        let silence = async move {
+            if tokio::time::timeout(ack_timeout, acknowledged)
+                .await
+                .is_ok()
+            {
+                // Acknowledged (or the connection failed, which the read reports): wait for
+                // the response alone.
+                std::future::pending::<()>().await;
+            }
+        };
+        let read = tokio::select! {
+            read = recv.read_to_end(MAX_FRAME) => read,
+            () = silence => return Err(Exchange::Unacknowledged(ack_timeout)),
+        };
+        let response = read.map_err(|error| match error {
+            quinn::ReadToEndError::TooLong => {
+                Exchange::BadResponse(CodecError::TooLarge { limit: MAX_FRAME })
+            }
+            quinn::ReadToEndError::Read(error) => Exchange::Lost(error.to_string()),
+        })?;
         decode_frame(&response).map_err(|error| {
             tracing::warn!(peer_host, %error, "peer host sent an undecodable response");
             Exchange::BadResponse(error)
@@ -464,9 +556,20 @@ impl LinkEndpoint {
     ) -> LinkError {
         let host = peer_host.to_owned();
         match failure {
-            Exchange::NotSent(reason) | Exchange::Lost(reason) => {
+            Exchange::BadResponse(source) => LinkError::BadResponse { host, source },
+            Exchange::Unacknowledged(_) if connection.close_reason().is_none() => {
+                self.forget(peer_host, connection);
+                LinkError::ConnectionLost {
+                    host,
+                    reason: failure.to_string(),
+                }
+            }
+            Exchange::NotSent(_) | Exchange::Lost(_) | Exchange::Unacknowledged(_) => {
                 let Some(closed) = connection.close_reason() else {
-                    return LinkError::ConnectionLost { host, reason };
+                    return LinkError::ConnectionLost {
+                        host,
+                        reason: failure.to_string(),
+                    };
                 };
                 self.forget(peer_host, connection);
                 // In TLS 1.3 the client finishes its handshake before the server has checked
@@ -484,16 +587,15 @@ impl LinkEndpoint {
                 }
                 LinkError::ConnectionLost {
                     host,
-                    reason: format!("{reason}: {closed}"),
+                    reason: closed_reason(&closed),
                 }
             }
-            Exchange::BadResponse(source) => LinkError::BadResponse { host, source },
         }
     }
 
     /// Drops the cached connection to `peer_host` if it is still `connection`.
     fn forget(&self, peer_host: &str, connection: &quinn::Connection) {
-        let slot = lock(&self.inner.peers).get(peer_host).cloned();
+        let slot = lock(&self.inner.serving.peers).get(peer_host).cloned();
         if let Some(slot) = slot
             && let Ok(mut slot) = slot.try_lock()
             && slot
@@ -516,13 +618,60 @@ impl std::fmt::Debug for LinkEndpoint {
 }
 
 /// How one exchange failed, which decides whether it may be retried.
+#[derive(Debug)]
 enum Exchange {
     /// The request was not fully sent: the peer cannot have handled it.
     NotSent(String),
+    /// The request was sent but the peer's transport did not acknowledge it in time.
+    Unacknowledged(Duration),
     /// The request was sent but the response was lost.
     Lost(String),
     /// The response arrived but was not a frame.
     BadResponse(CodecError),
+}
+
+impl Exchange {
+    /// Whether the failure says the connection is gone (so a fresh dial may succeed), rather
+    /// than that the peer answered badly or dropped this one stream.
+    fn connection_is_dead(&self, connection: &quinn::Connection) -> bool {
+        match self {
+            Exchange::NotSent(_) | Exchange::Unacknowledged(_) => true,
+            Exchange::Lost(_) => connection.close_reason().is_some(),
+            Exchange::BadResponse(_) => false,
+        }
+    }
+}
+
+impl std::fmt::Display for Exchange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Exchange::NotSent(reason) => write!(f, "the request could not be sent: {reason}"),
+            Exchange::Unacknowledged(within) => write!(
+                f,
+                "the peer did not acknowledge the request within {within:?} (it stopped or restarted)"
+            ),
+            Exchange::Lost(reason) => write!(f, "connection lost before the response: {reason}"),
+            Exchange::BadResponse(error) => write!(f, "bad response: {error}"),
+        }
+    }
+}
+
+/// What a closed connection says about its peer, in words.
+fn closed_reason(closed: &quinn::ConnectionError) -> String {
+    match closed {
+        quinn::ConnectionError::ApplicationClosed(close)
+            if close.error_code == quinn::VarInt::from_u32(CLOSE_SHUTDOWN) =>
+        {
+            "connection lost: the peer host shut down".into()
+        }
+        quinn::ConnectionError::Reset => {
+            "connection lost: the peer host restarted (it reset the connection)".into()
+        }
+        quinn::ConnectionError::TimedOut => {
+            "connection lost: no packets from the peer within the idle timeout".into()
+        }
+        other => format!("connection lost: {other}"),
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -531,30 +680,52 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-async fn accept_loop(
-    endpoint: quinn::Endpoint,
-    ring: SharedRing,
-    handler: Arc<dyn FrameHandler>,
-    request_timeout: Duration,
-) {
+async fn accept_loop(endpoint: quinn::Endpoint, serving: Serving) {
     while let Some(incoming) = endpoint.accept().await {
-        let ring = ring.clone();
-        let handler = handler.clone();
+        let serving = serving.clone();
         let remote = incoming.remote_address();
         tokio::spawn(
             async move {
-                match incoming.await {
-                    Ok(connection) => {
-                        serve_connection(connection, ring, handler, request_timeout).await
-                    }
+                let connection = match incoming.await {
+                    Ok(connection) => connection,
                     Err(error) => {
-                        tracing::warn!(%remote, %error, "refusing peer: handshake failed")
+                        tracing::warn!(%remote, %error, "refusing peer: handshake failed");
+                        return;
                     }
-                }
+                };
+                let Some((peer_host, peer_key)) = peer_of(&connection, &serving.ring) else {
+                    // The verifier accepted the key, so the ring changed during the handshake.
+                    tracing::warn!(%remote, "refusing peer: its key left the key ring");
+                    connection.close(CLOSE_NOT_PINNED.into(), b"unknown host");
+                    return;
+                };
+                adopt(&serving.peers, &peer_host, &connection).await;
+                serve_connection(connection, peer_host, peer_key, serving).await;
             }
             .instrument(tracing::Span::current()),
         );
     }
+}
+
+/// Makes a connection `peer_host` dialed in our cached connection to it. The peer dials only
+/// when it has no connection to us, so this one is at least as fresh as ours: after a restart
+/// it replaces the connection to the peer's previous process, and it proves the peer is up.
+async fn adopt(peers: &Peers, peer_host: &str, connection: &quinn::Connection) {
+    let slot = lock(peers).entry(peer_host.to_owned()).or_default().clone();
+    let mut slot = slot.lock().await;
+    let replaced = slot
+        .connection
+        .as_ref()
+        .is_some_and(|cached| cached.stable_id() != connection.stable_id());
+    if replaced {
+        tracing::info!(
+            peer_host,
+            "the peer dialed in; its connection replaces ours"
+        );
+    }
+    slot.connection = Some(connection.clone());
+    slot.last_failure = None;
+    slot.backoff = Duration::ZERO;
 }
 
 /// The authenticated host on the other end of an accepted connection.
@@ -568,19 +739,23 @@ fn peer_of(connection: &quinn::Connection, ring: &SharedRing) -> Option<(String,
     Some((host, key))
 }
 
+/// Serves the requests `peer_host` sends on a connection we dialed.
+fn spawn_serving(
+    connection: quinn::Connection,
+    peer_host: String,
+    peer_key: PublicKey,
+    serving: Serving,
+) {
+    tokio::spawn(serve_connection(connection, peer_host, peer_key, serving));
+}
+
 async fn serve_connection(
     connection: quinn::Connection,
-    ring: SharedRing,
-    handler: Arc<dyn FrameHandler>,
-    request_timeout: Duration,
+    peer_host: String,
+    peer_key: PublicKey,
+    serving: Serving,
 ) {
     let remote = connection.remote_address();
-    let Some((peer_host, peer_key)) = peer_of(&connection, &ring) else {
-        // The verifier accepted the key, so the ring changed during the handshake.
-        tracing::warn!(%remote, "refusing peer: its key left the key ring");
-        connection.close(1u32.into(), b"unknown host");
-        return;
-    };
     let span = tracing::info_span!("link_peer", peer_host = %peer_host, %remote);
     async {
         tracing::debug!("peer connected");
@@ -593,9 +768,9 @@ async fn serve_connection(
                 }
             };
             // Revocation: a host removed from the ring (or re-keyed) loses its connection.
-            if tls::read_ring(&ring).key(&peer_host) != Some(&peer_key) {
+            if tls::read_ring(&serving.ring).key(&peer_host) != Some(&peer_key) {
                 tracing::warn!("refusing peer: its key is no longer pinned; closing");
-                connection.close(1u32.into(), b"key no longer pinned");
+                connection.close(CLOSE_NOT_PINNED.into(), b"key no longer pinned");
                 return;
             }
             tokio::spawn(
@@ -603,8 +778,8 @@ async fn serve_connection(
                     send,
                     recv,
                     peer_host.clone(),
-                    handler.clone(),
-                    request_timeout,
+                    serving.handler.clone(),
+                    serving.request_timeout,
                 )
                 .instrument(tracing::Span::current()),
             );

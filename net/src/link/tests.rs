@@ -30,6 +30,9 @@ fn recording_handler() -> (Arc<dyn FrameHandler>, Arc<Mutex<Vec<String>>>) {
                     child_run,
                     state: crate::codec::RemoteRunState::Running,
                     output: Some(format!("asked by {peer_host}")),
+                    hop_depth: 1,
+                    created_at_ms: 0,
+                    input: String::new(),
                 },
                 _ => Frame::Ack,
             }
@@ -310,14 +313,14 @@ async fn a_peer_restart_is_survived() {
 }
 
 #[tokio::test]
-async fn an_absent_peer_is_unreachable_and_redials_back_off() {
+async fn an_absent_peer_is_unreachable_and_every_request_dials() {
     let pair = pair().await;
     // A bound UDP socket that never answers.
     let silent = std::net::UdpSocket::bind(loopback()).unwrap();
     let addr = silent.local_addr().unwrap();
     let config = LinkConfig {
         dial_timeout: Duration::from_millis(200),
-        redial_backoff: Duration::from_secs(60),
+        redial_backoff: Duration::from_millis(100),
         ..test_config()
     };
     let (handler, _) = recording_handler();
@@ -332,15 +335,137 @@ async fn an_absent_peer_is_unreachable_and_redials_back_off() {
     .unwrap();
     let started = Instant::now();
     let error = alpha.request("beta", addr, &Frame::Ack).await.unwrap_err();
-    assert!(matches!(error, LinkError::Unreachable { .. }), "{error}");
+    assert!(
+        matches!(error, LinkError::Unreachable { ref reason, .. } if reason.contains("no answer to the handshake")),
+        "{error}"
+    );
     assert!(started.elapsed() < Duration::from_secs(2));
-    // Within the backoff window the next request fails at once, without dialing.
+    // The next request waits out the backoff and dials again: its refusal is its own dial's.
     let started = Instant::now();
     let error = alpha.request("beta", addr, &Frame::Ack).await.unwrap_err();
     assert!(
-        matches!(error, LinkError::Unreachable { ref reason, .. } if reason.contains("backoff"))
+        matches!(error, LinkError::Unreachable { ref reason, .. } if !reason.contains("backoff")),
+        "{error}"
     );
-    assert!(started.elapsed() < Duration::from_millis(100));
+    assert!(started.elapsed() >= Duration::from_millis(200), "it dialed");
+    // Requests that wait while a dial fails share that dial.
+    let (a, b) = tokio::join!(
+        alpha.request("beta", addr, &Frame::Ack),
+        alpha.request("beta", addr, &Frame::Ack)
+    );
+    assert!(a.is_err() && b.is_err());
+}
+
+#[tokio::test]
+async fn a_peer_that_shuts_down_is_noticed_at_once() {
+    let pair = pair().await;
+    pair.alpha
+        .request("beta", pair.beta_addr, &Frame::Ack)
+        .await
+        .unwrap();
+    pair.beta.close().await;
+    let started = Instant::now();
+    let error = pair
+        .alpha
+        .request("beta", pair.beta_addr, &Frame::Ack)
+        .await
+        .unwrap_err();
+    // The closed connection is dropped and the request redials once, which finds nobody.
+    assert!(matches!(error, LinkError::Unreachable { .. }), "{error}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn a_peer_that_vanishes_is_redialed_when_it_does_not_acknowledge() {
+    let alpha_key = HostKey::generate();
+    let beta_key = HostKey::generate();
+    let ring =
+        KeyRing::from_hosts([("alpha", alpha_key.public()), ("beta", beta_key.public())]).unwrap();
+    let config = LinkConfig {
+        ack_timeout: Duration::from_millis(300),
+        ..test_config()
+    };
+    let (handler, _) = recording_handler();
+    let alpha = LinkEndpoint::bind_with_config(
+        loopback(),
+        "alpha",
+        alpha_key,
+        ring.clone(),
+        handler.clone(),
+        config.clone(),
+    )
+    .unwrap();
+    // beta runs on its own runtime, so that dropping the runtime silences it the way a
+    // SIGKILL does: no close, no acknowledgements, the socket gone.
+    let beta_runtime = tokio::runtime::Runtime::new().unwrap();
+    let beta = {
+        let _guard = beta_runtime.enter();
+        LinkEndpoint::bind_with_config(
+            loopback(),
+            "beta",
+            beta_key.clone(),
+            ring.clone(),
+            handler.clone(),
+            config.clone(),
+        )
+        .unwrap()
+    };
+    let beta_addr = beta.local_addr().unwrap();
+    alpha.request("beta", beta_addr, &Frame::Ack).await.unwrap();
+    beta_runtime.shutdown_background();
+    drop(beta);
+
+    // A new incarnation on the same address (same key): the cached connection to the old
+    // one is not acknowledged, so the request redials and reaches the new one.
+    let mut restarted = None;
+    for _ in 0..100 {
+        match LinkEndpoint::bind_with_config(
+            beta_addr,
+            "beta",
+            beta_key.clone(),
+            ring.clone(),
+            handler.clone(),
+            config.clone(),
+        ) {
+            Ok(endpoint) => {
+                restarted = Some(endpoint);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+    let _restarted = restarted.expect("rebind the restarted peer");
+    let started = Instant::now();
+    let answer = alpha.request("beta", beta_addr, &Frame::Ack).await;
+    assert_eq!(answer.unwrap(), Frame::Ack);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn a_peer_that_dials_in_replaces_the_cached_connection_and_is_served_on_it() {
+    let pair = pair().await;
+    pair.alpha
+        .request("beta", pair.beta_addr, &Frame::Ack)
+        .await
+        .unwrap();
+    // beta answers alpha on the connection alpha dialed: no second connection.
+    let alpha_addr = pair.alpha.local_addr().unwrap();
+    let answer = pair
+        .beta
+        .request("alpha", alpha_addr, &check_run())
+        .await
+        .unwrap();
+    assert!(matches!(answer, Frame::RunStatus { .. }), "{answer:?}");
+    assert_eq!(pair.alpha.inner.endpoint.open_connections(), 1);
+    assert_eq!(pair.beta.inner.endpoint.open_connections(), 1);
 }
 
 #[tokio::test]
