@@ -22,9 +22,15 @@ pub enum ActorsError {
     /// No agent with this name is served here.
     #[error("no agent named `{0}` is served by this host")]
     UnknownAgent(String),
-    /// The request was refused before any run was created.
+    /// The request was refused (before anything was written).
     #[error("{0}")]
-    Refused(String),
+    Refused(consort_core::Refusal),
+    /// A config re-read found errors; the previous config stays in force.
+    #[error("{0}")]
+    InvalidConfig(String),
+    /// Another host could not answer.
+    #[error("{0}")]
+    Remote(String),
     /// An actor could not be spawned or reached.
     #[error("actor: {0}")]
     Actor(String),

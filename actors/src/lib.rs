@@ -21,6 +21,7 @@ pub mod host;
 pub mod meta_tools;
 pub mod model;
 pub mod restart;
+pub mod routing;
 pub mod run;
 pub mod script;
 pub mod store;
@@ -29,7 +30,8 @@ pub mod tool_guard;
 pub mod tools;
 pub mod visibility;
 
-pub use agent::{AgentOptions, CallOutcome};
+pub use agent::AgentOptions;
+pub use consort_core::step::CallOutcome;
 pub use data::DataFolder;
 pub use error::ActorsError;
 pub use host::Host;

@@ -17,8 +17,8 @@ use serde_json::Value;
 use consort_net::{Hop, RunId};
 
 use crate::ActorsError;
-use consort_core::RunEvent;
 use consort_core::event::{Created, StatusChanged};
+use consort_core::{RunEvent, Transition};
 
 use crate::run::{Channel, Cost, EventRecord, RunRecord, RunStatus, now_ms};
 use crate::visibility::Identity;
@@ -116,40 +116,6 @@ impl Inserted {
         match self {
             Inserted::Created(r) | Inserted::Existing(r) => r,
         }
-    }
-}
-
-/// Additions to a run's cost roll-up.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CostDelta {
-    pub model_turns: u64,
-    pub tool_calls: u64,
-    pub calls_placed: u64,
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-}
-
-/// One atomic change to a run: events to append, and optionally a new status.
-#[derive(Clone, Debug, Default)]
-pub struct RunUpdate {
-    pub events: Vec<RunEvent>,
-    pub status: Option<RunStatus>,
-    pub output: Option<String>,
-    pub error: Option<String>,
-    pub cost: CostDelta,
-    /// Move a `queued` run to `running` first, in the same transaction (a fresh run's first
-    /// turn), so its log still shows both status changes.
-    pub start: bool,
-}
-
-impl RunUpdate {
-    pub fn event(mut self, event: RunEvent) -> Self {
-        self.events.push(event);
-        self
-    }
-    pub fn status(mut self, status: RunStatus) -> Self {
-        self.status = Some(status);
-        self
     }
 }
 
@@ -333,13 +299,13 @@ impl RunStore {
     }
 
     /// Applies one change to a run atomically and returns the run as it now stands.
-    pub fn apply(&mut self, id: &RunId, update: RunUpdate) -> Result<RunRecord, ActorsError> {
+    pub fn apply(&mut self, id: &RunId, update: Transition) -> Result<RunRecord, ActorsError> {
         self.append(id, update).map(|applied| applied.record)
     }
 
     /// As [`RunStore::apply`], and also returns every event appended (the update's, with the
     /// status changes the store derived), so a live view can fold exactly what was written.
-    pub fn append(&mut self, id: &RunId, update: RunUpdate) -> Result<Applied, ActorsError> {
+    pub fn append(&mut self, id: &RunId, update: Transition) -> Result<Applied, ActorsError> {
         let path = self.path.clone();
         let e = |source| ActorsError::Store {
             path: path.clone(),
@@ -739,9 +705,9 @@ mod tests {
         let mut store = RunStore::open(&path, Durability::Full).unwrap();
         let id = RunId::random();
         store.insert_run(new_run(id.clone())).unwrap();
-        let update = RunUpdate {
+        let update = Transition {
             output: Some("42".into()),
-            cost: CostDelta {
+            cost: consort_core::step::CostDelta {
                 model_turns: 1,
                 ..Default::default()
             },
@@ -776,7 +742,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut store = RunStore::open(&dir.path().join("runs.db"), Durability::Normal).unwrap();
         let err = store
-            .apply(&RunId::random(), RunUpdate::default())
+            .apply(&RunId::random(), Transition::default())
             .unwrap_err();
         assert!(matches!(err, ActorsError::UnknownRun(_)));
     }

@@ -6,55 +6,32 @@
 //! another host, to [`RemoteCalls`]; replies back to the caller's actor; settlement notices to
 //! whoever waits. It re-reads agent.yaml files on change (or on demand) and hands each agent
 //! its new config. The supervisor never decides whether a call is allowed: the caller's and
-//! callee's agent actors do, with the pure checks in [`crate::guards`].
+//! callee's agent actors do, through the run state machine of consort-core.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::future::Future;
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tokio::sync::broadcast;
 use tracing::{error, info, warn};
 
 use consort_config::{AgentConfig, AgentSet};
-use consort_net::{CallEnvelope, ReplyEnvelope, RunId};
+use consort_core::Refusal;
+use consort_core::step::CallOutcome;
+use consort_net::ReplyEnvelope;
 
 use crate::ActorsError;
-use crate::agent::{AgentActor, AgentArgs, AgentMsg, AgentOptions, CallOutcome};
+use crate::agent::{AgentActor, AgentArgs, AgentMsg, AgentOptions};
 use crate::data::DataFolder;
 use crate::model::Model;
 use crate::restart::RestartBudget;
-use crate::run::{Channel, RunRecord};
+use crate::run::RunRecord;
 use crate::store::RunStore;
 use crate::tools::Tool;
-use consort_core::Refusal;
 
-/// A boxed future, for the object-safe [`RemoteCalls`].
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// How the supervisor reaches agents served by other hosts (implemented by the fleet's links).
-pub trait RemoteCalls: Send + Sync + 'static {
-    /// Whether `agent` lives on another host of the fleet.
-    fn serves(&self, agent: &str) -> bool;
-    /// Delivers a call to the callee's host and returns its answer.
-    fn place_call(&self, envelope: CallEnvelope) -> BoxFuture<'_, CallOutcome>;
-    /// Delivers a reply to the caller's host.
-    fn send_reply(&self, reply: ReplyEnvelope) -> BoxFuture<'_, ()>;
-    /// Reads a run on another host (for `check_run`): the child `run` of `agent`, placed by
-    /// `caller`'s run `parent_run` (the callee's host answers only for its own caller).
-    fn run_summary(
-        &self,
-        caller: String,
-        parent_run: RunId,
-        agent: String,
-        run: RunId,
-    ) -> BoxFuture<'_, Result<RunRecord, ActorsError>>;
-    /// Asks the callee's host to send a settled run's reply again.
-    fn resend_reply(&self, callee: String, child_run: RunId) -> BoxFuture<'_, ()>;
-}
+pub use crate::routing::{AgentStatus, BoxFuture, RemoteCalls, SupervisorMsg};
 
 /// Everything a host is built from.
 #[derive(Clone)]
@@ -92,71 +69,6 @@ impl HostSpec {
             checkpoint_every: Duration::from_secs(5),
         }
     }
-}
-
-/// Messages the host supervisor handles.
-pub enum SupervisorMsg {
-    /// Start a root run on one of this host's agents.
-    Start {
-        agent: String,
-        input: String,
-        channel: Channel,
-        /// Who the run acts for.
-        identity: crate::visibility::Identity,
-        reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
-    },
-    /// Route a call to its callee (local actor or remote host).
-    PlaceCall {
-        envelope: CallEnvelope,
-        reply: RpcReplyPort<CallOutcome>,
-    },
-    /// A run of a local agent settled; `reply` is set when it answers a caller.
-    Settled {
-        record: Box<RunRecord>,
-        reply: Option<ReplyEnvelope>,
-    },
-    /// A reply that arrived from another host for a local caller.
-    DeliverReply(ReplyEnvelope),
-    /// A reply that arrived from another host; `taken` says whether the caller's agent took
-    /// it (it answers a call one of its runs placed).
-    OfferReply {
-        reply: ReplyEnvelope,
-        taken: RpcReplyPort<bool>,
-    },
-    /// Ask a callee (local or remote) to send a settled run's reply again.
-    ResendReply { callee: String, child_run: RunId },
-    /// Read a run of a given agent (for `check_run`), placed by `caller`'s run `parent_run`.
-    RunSummary {
-        caller: String,
-        parent_run: RunId,
-        agent: String,
-        run: RunId,
-        reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
-    },
-    /// An operator's approve or deny.
-    Decide {
-        agent: String,
-        run: RunId,
-        approve: bool,
-        reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
-    },
-    /// Re-read agent.yaml files: all of them, or only those whose file changed.
-    Reload {
-        only_changed: bool,
-        reply: Option<RpcReplyPort<Result<Vec<String>, ActorsError>>>,
-    },
-    /// The agents and whether each is up.
-    Agents(RpcReplyPort<Vec<AgentStatus>>),
-    /// Timer: checkpoint stores, watch config files.
-    Tick,
-}
-
-/// One agent as the supervisor sees it.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct AgentStatus {
-    pub name: String,
-    pub up: bool,
-    pub restarts: usize,
 }
 
 struct AgentSlot {
@@ -265,7 +177,7 @@ impl HostSupervisor {
         if errors.is_empty() {
             Ok(changed)
         } else {
-            Err(ActorsError::Refused(errors.join("\n")))
+            Err(ActorsError::InvalidConfig(errors.join("\n")))
         }
     }
 }
@@ -367,7 +279,9 @@ impl Actor for HostSupervisor {
                     });
                 }
                 None if state.slots.contains_key(&agent) => {
-                    let _ = reply.send(Err(ActorsError::Refused(format!("agent {agent} is down"))));
+                    let _ = reply.send(Err(ActorsError::Refused(Refusal::AgentDown {
+                        callee: agent,
+                    })));
                 }
                 None => {
                     let _ = reply.send(Err(ActorsError::UnknownAgent(agent)));

@@ -111,6 +111,46 @@ pub fn check_inbound(f: &InboundFacts<'_>) -> Result<(), Refusal> {
     Ok(())
 }
 
+/// Admission of a root run: a non-empty input, and room under the agent's admission limit.
+pub fn admit(
+    agent: &str,
+    input: &str,
+    active_runs: usize,
+    admission_limit: usize,
+) -> Result<(), Refusal> {
+    if input.trim().is_empty() {
+        return Err(Refusal::EmptyInput);
+    }
+    if active_runs >= admission_limit {
+        return Err(Refusal::Saturated {
+            callee: agent.to_owned(),
+            active: active_runs,
+        });
+    }
+    Ok(())
+}
+
+/// Whether an arriving call is for this agent: `last_callee` is the callee of the chain's
+/// last hop (`None` for an empty chain).
+pub fn addressed_to(last_callee: Option<&str>, me: &str) -> Result<(), Refusal> {
+    match last_callee {
+        None => Err(empty_chain(me)),
+        Some(callee) if callee == me => Ok(()),
+        Some(callee) => Err(Refusal::BadEnvelope {
+            callee: me.to_owned(),
+            detail: format!("envelope is addressed to {callee}"),
+        }),
+    }
+}
+
+/// The refusal of a call whose chain has no hop.
+pub fn empty_chain(me: &str) -> Refusal {
+    Refusal::BadEnvelope {
+        callee: me.to_owned(),
+        detail: "empty chain".into(),
+    }
+}
+
 /// Whether a chain of `hops` hops can be accepted by any agent whose limits are at most
 /// `max_depth`: a link uses it to refuse an over-long chain before checking one signature.
 pub fn chain_within(hops: usize, max_depth: u32) -> Result<(), Refusal> {

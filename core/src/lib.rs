@@ -18,6 +18,7 @@
 //!   form.
 //! - [`RunEvent`] and [`RunView`]: a run's typed, versioned event log and its incremental fold.
 //! - [`conversation`]: what a model is shown and what it may answer.
+//! - [`step()`]: the run state machine: what a run writes and does next, given what happened.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
@@ -30,6 +31,7 @@ pub mod guards;
 mod ids;
 mod refusal;
 mod run;
+pub mod step;
 #[cfg(test)]
 mod strategy;
 pub mod view;
@@ -42,4 +44,5 @@ pub use event::{EVENT_FORMAT, RunEvent};
 pub use ids::RunId;
 pub use refusal::Refusal;
 pub use run::{Channel, RunStatus};
+pub use step::{Effect, Input, Policy, Step, Transition, step};
 pub use view::RunView;

@@ -33,6 +33,8 @@ pub type ApprovalState = Option<bool>;
 pub struct RunView {
     /// The run's status (`queued` until an event says otherwise).
     pub status: Option<RunStatus>,
+    /// Hops from the root run (0 for a run started by the API or CLI).
+    pub hop_depth: u32,
     /// What the model reads.
     pub conversation: Vec<Message>,
     /// Model turns taken (waits included).
@@ -76,6 +78,7 @@ impl RunView {
         match event {
             RunEvent::Created(created) => {
                 self.status.get_or_insert(RunStatus::Queued);
+                self.hop_depth = created.hop_depth;
                 self.conversation.push(Message::User(created.input.clone()));
             }
             RunEvent::Status(change) => self.status = Some(change.to),

@@ -98,8 +98,8 @@ impl From<ActorsError> for ApiError {
             ActorsError::UnknownAgent(_) => {
                 ApiError::new(StatusCode::NOT_FOUND, "unknown_agent", e.to_string())
             }
-            ActorsError::Refused(_) => {
-                ApiError::new(StatusCode::CONFLICT, "refused", e.to_string())
+            ActorsError::Refused(refusal) => {
+                ApiError::new(StatusCode::CONFLICT, refusal.code(), e.to_string())
             }
             _ => {
                 tracing::error!("API request failed: {e}");
@@ -272,7 +272,7 @@ async fn agents(State(host): State<Host>) -> Result<Response, ApiError> {
 
 async fn reload(State(host): State<Host>) -> Result<Response, ApiError> {
     let changed = host.reload().await.map_err(|e| match e {
-        ActorsError::Refused(message) => {
+        ActorsError::InvalidConfig(message) => {
             ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_config", message)
         }
         other => other.into(),

@@ -21,11 +21,11 @@ use std::time::Duration;
 use ractor::ActorRef;
 use tracing::{Instrument, debug, info_span, warn};
 
-use consort_actors::agent::cap_output;
 use consort_actors::run::now_ms;
 use consort_actors::store::RunStore;
 use consort_actors::supervisor::{BoxFuture, RemoteCalls, SupervisorMsg};
 use consort_actors::{ActorsError, CallOutcome, Channel, Cost, DataFolder, RunRecord, RunStatus};
+use consort_core::step::cap_output;
 use consort_core::{Limits, Refusal};
 use consort_net::{
     CallEnvelope, ChainError, ChainLimits, Frame, FrameHandler, HostKey, KeyRing, LinkEndpoint,
@@ -248,7 +248,7 @@ impl LinkRemote {
         agent: String,
         run: RunId,
     ) -> Result<RunRecord, ActorsError> {
-        let (peer, addr) = self.route(&agent).map_err(ActorsError::Refused)?;
+        let (peer, addr) = self.route(&agent).map_err(ActorsError::Remote)?;
         let frame = Frame::CheckRun {
             caller: caller.clone(),
             callee: agent.clone(),
@@ -259,7 +259,7 @@ impl LinkRemote {
             .endpoint
             .request(&peer, addr, &frame)
             .await
-            .map_err(|e| ActorsError::Refused(format!("{agent} is unreachable: {e}")))?;
+            .map_err(|e| ActorsError::Remote(format!("{agent} is unreachable: {e}")))?;
         match answer {
             Frame::RunStatus {
                 child_run,
@@ -279,7 +279,7 @@ impl LinkRemote {
                     // A state added by a newer host: say so rather than guess one.
                     other => {
                         warn!(peer_host = %peer, "check_run answered with an unknown state: {other:?}");
-                        return Err(ActorsError::Refused(format!(
+                        return Err(ActorsError::Remote(format!(
                             "{agent}'s host reports a run state this host does not know ({other:?})"
                         )));
                     }
@@ -310,10 +310,10 @@ impl LinkRemote {
                     roles: Vec::new(),
                 })
             }
-            Frame::Refused { text, .. } => Err(ActorsError::Refused(format!(
+            Frame::Refused { text, .. } => Err(ActorsError::Remote(format!(
                 "{agent}'s host refused check_run: {text}"
             ))),
-            other => Err(ActorsError::Refused(format!(
+            other => Err(ActorsError::Remote(format!(
                 "{agent}'s host answered check_run with an unexpected frame: {other:?}"
             ))),
         }

@@ -1,0 +1,467 @@
+//! The agent actor: one per agent, owning that agent's run store, model and tools.
+//!
+//! The actor decides nothing about a run itself. Every message that concerns a run becomes an
+//! [`Input`] to consort-core's [`step`](consort_core::step()); the actor writes the step's
+//! transition to the store (one transaction), folds it into the run's kept view, and executes
+//! the step's effects: ask the model, place a call, read a call's run, run a tool, ask callees
+//! for lost replies, report a settled run. Runs move one message at a time, so a run's log has
+//! one writer. See [`engine`] for the loop and [`tool_use`] for tools and meta-tools.
+//!
+//! The actor never awaits another actor inside its handler: a call or a `check_run` goes to
+//! the supervisor from a spawned task, whose outcome comes back as a message. That keeps two
+//! agents calling each other at the same moment from deadlocking, and keeps the mailbox moving
+//! while a remote host answers. A task's message goes to the actor that spawned it; when that
+//! actor is gone (restarted, stopped) the outcome is dropped with a log line, and the restarted
+//! actor recovers the run from its log.
+
+mod engine;
+mod tool_use;
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use tracing::{info, warn};
+
+use consort_config::AgentConfig;
+use consort_core::step::{CallOutcome, Input, Policy, TurnAsked};
+use consort_core::{Refusal, RunView};
+use consort_net::{CallEnvelope, ReplyEnvelope, RunId};
+
+use crate::ActorsError;
+use crate::meta_tools::AgentCatalog;
+use crate::model::{Model, ModelError, ModelReply};
+use crate::routing::SupervisorMsg;
+use crate::run::{Channel, RunRecord};
+use crate::script::ScriptModel;
+use crate::store::{Durability, RunStore};
+use crate::tools::{Tool, ToolError};
+use crate::visibility::{Identity, ProbeCache};
+
+pub use consort_core::step::cap_output;
+
+/// Tuning of one agent actor.
+#[derive(Clone, Debug)]
+pub struct AgentOptions {
+    /// Largest reply output handed back to a caller, in bytes.
+    pub reply_cap: usize,
+    /// Most unsettled runs the agent holds before refusing new work.
+    pub admission_limit: usize,
+    /// Most model turns one run may take.
+    pub max_model_turns: u64,
+    /// How hard each commit is pushed to disk.
+    pub durability: Durability,
+    /// How long an envelope stays valid after it is issued.
+    pub call_ttl: Duration,
+}
+
+impl Default for AgentOptions {
+    fn default() -> Self {
+        AgentOptions {
+            reply_cap: 16 * 1024,
+            admission_limit: 256,
+            max_model_turns: 64,
+            durability: Durability::Normal,
+            call_ttl: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Messages an agent actor handles: requests from the API and the supervisor, the call
+/// protocol between agents, and completions of the tasks the actor spawned.
+pub enum AgentMsg {
+    // --- requests ---------------------------------------------------------------------------
+    /// Start a root run (API, CLI, embedding app).
+    Start {
+        input: String,
+        channel: Channel,
+        /// Who the run acts for (the HTTP layer's bearer check, or absent).
+        identity: Identity,
+        reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
+    },
+    /// An operator's decision on a blocked run.
+    Decide {
+        run: RunId,
+        approve: bool,
+        reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
+    },
+    /// The agent's config changed (re-read agent.yaml).
+    Config(Box<AgentConfig>),
+    /// The names of every agent of the fleet changed.
+    FleetAgents(Vec<String>),
+    /// Fold the WAL into the database (timer).
+    Checkpoint,
+
+    // --- the call protocol --------------------------------------------------------------------
+    /// A call from a peer, already routed by the supervisor.
+    Accept {
+        envelope: CallEnvelope,
+        reply: RpcReplyPort<CallOutcome>,
+    },
+    /// A peer's reply to a call one of this agent's runs placed.
+    Reply(ReplyEnvelope),
+    /// A reply from another host; `taken` says whether it answers a call a run placed.
+    OfferReply {
+        reply: ReplyEnvelope,
+        taken: RpcReplyPort<bool>,
+    },
+    /// Send the reply of a settled child run again (a caller recovering after a restart).
+    ResendReply(RunId),
+
+    // --- the engine -----------------------------------------------------------------------------
+    /// Move a run forward.
+    Advance(RunId),
+    /// Resume a run after a restart: ask again for its lost replies, then move it forward.
+    Resume(RunId),
+    /// The outcome of a call this agent placed.
+    CallDone {
+        run: RunId,
+        tool_use_id: String,
+        callee: String,
+        outcome: CallOutcome,
+    },
+    /// The outcome of a tool use run on a separate task (a tool, `check_run`).
+    ToolDone {
+        run: RunId,
+        tool_use_id: String,
+        /// The name its result is recorded under (`invoke_tool` for a use through it).
+        result_name: String,
+        /// The text the model reads, and whether it is an error.
+        content: String,
+        is_error: bool,
+    },
+    /// A model's answer for a turn asked for on a separate task.
+    ModelDone {
+        run: RunId,
+        asked: Box<TurnAsked>,
+        result: Result<ModelReply, ModelError>,
+    },
+}
+
+/// Everything needed to (re)start an agent actor.
+#[derive(Clone)]
+pub struct AgentArgs {
+    pub config: AgentConfig,
+    pub store_path: std::path::PathBuf,
+    /// A model set by an embedding app; `None` builds the one agent.yaml declares.
+    pub model: Option<Arc<dyn Model>>,
+    /// Tools registered by an embedding app, beside the declared ones.
+    pub extra_tools: Vec<Arc<dyn Tool>>,
+    pub supervisor: ActorRef<SupervisorMsg>,
+    pub fleet_agents: Vec<String>,
+    pub options: AgentOptions,
+}
+
+/// The agent actor's state: its config, store, model and tools, and what is in flight.
+pub struct AgentState {
+    config: AgentConfig,
+    store: RunStore,
+    model: Arc<dyn Model>,
+    /// The model was set by an embedding app in code: a reload of agent.yaml keeps it.
+    model_from_app: bool,
+    /// The agent's tools with their auth, policies, grants and catalog generation.
+    catalog: AgentCatalog,
+    /// T2 probe outcomes per principal, for the catalog's generation.
+    probe_cache: ProbeCache,
+    extra_tools: Vec<Arc<dyn Tool>>,
+    supervisor: ActorRef<SupervisorMsg>,
+    fleet_agents: Vec<String>,
+    options: AgentOptions,
+    /// Tool uses whose outcome is being fetched by a spawned task.
+    in_flight: HashSet<(RunId, String)>,
+    /// Runs whose model turn is being answered on a separate task.
+    thinking: HashSet<RunId>,
+    /// Replies that arrived before the acceptance of their call was recorded, by child run.
+    early_replies: HashMap<RunId, ReplyEnvelope>,
+    /// Views of the unsettled runs touched since start, each updated with the events this
+    /// actor appends: a step reads its run's view, never the whole log again.
+    views: HashMap<RunId, RunView>,
+}
+
+impl AgentState {
+    /// Makes sure run `id`'s view is kept: folded once from the store if it is not.
+    fn load_view(&mut self, id: &RunId) -> Result<(), ActorsError> {
+        if !self.views.contains_key(id) {
+            let events = self.store.events(id)?;
+            let view = RunView::from_events(events.iter().map(|e| &e.event));
+            self.views.insert(id.clone(), view);
+        }
+        Ok(())
+    }
+
+    /// Run `id`'s view, loading it if needed.
+    fn view(&mut self, id: &RunId) -> Result<&RunView, ActorsError> {
+        self.load_view(id)?;
+        self.views
+            .get(id)
+            .ok_or_else(|| ActorsError::UnknownRun(id.to_string()))
+    }
+
+    /// Appends a transition to run `id` in one transaction, and folds what was written into
+    /// the run's kept view. A settled run's view is dropped: nothing steps it again.
+    fn write(
+        &mut self,
+        id: &RunId,
+        transition: consort_core::Transition,
+    ) -> Result<RunRecord, ActorsError> {
+        let applied = self.store.append(id, transition)?;
+        if applied.record.status.is_settled() {
+            self.views.remove(id);
+        } else if let Some(view) = self.views.get_mut(id) {
+            for event in &applied.events {
+                view.apply(event);
+            }
+            if view.last_seq != applied.last_seq {
+                // Something wrote to the log past this view: fold it again from the store.
+                warn!(run_id = %id, view_seq = view.last_seq, log_seq = applied.last_seq, "run view out of step with its log; rebuilding it");
+                self.views.remove(id);
+            }
+        }
+        Ok(applied.record)
+    }
+
+    /// The tool uses of run `id` with a task out.
+    fn busy(&self, id: &RunId) -> BTreeSet<String> {
+        self.in_flight
+            .iter()
+            .filter(|(run, _)| run == id)
+            .map(|(_, tool_use)| tool_use.clone())
+            .collect()
+    }
+
+    /// The input that moves run `id` forward now.
+    fn advance_input(&self, id: &RunId) -> Input {
+        Input::Advance {
+            busy: self.busy(id),
+            thinking: self.thinking.contains(id),
+        }
+    }
+
+    /// Casts to this actor's supervisor; a supervisor that is gone is logged, not ignored.
+    fn tell_supervisor(&self, message: SupervisorMsg) {
+        if let Err(e) = self.supervisor.cast(message) {
+            warn!(agent = %self.config.name, "the host supervisor is gone; message dropped: {e}");
+        }
+    }
+}
+
+/// The facts a step needs from the agent's current config and options.
+fn policy<'a>(
+    config: &'a AgentConfig,
+    fleet_agents: &'a [String],
+    options: &AgentOptions,
+) -> Policy<'a> {
+    let mut policy = Policy {
+        agent: &config.name,
+        can_call: &config.can_call,
+        fleet_agents,
+        limits: config.limits,
+        max_model_turns: options.max_model_turns,
+        reply_cap: options.reply_cap,
+    };
+    if crate::fault::skip_outbound_checks() {
+        // Test-only (the `fault-injection` feature): a sending host with its own checks off,
+        // to prove the receiving host still enforces every rule.
+        warn!(agent = %config.name, "fault switch: outbound checks skipped (tests only)");
+        policy.can_call = fleet_agents;
+        policy.limits = consort_config::Limits {
+            max_depth: consort_config::Limits::MAX_DEPTH_BOUND,
+            max_calls_per_run: consort_config::Limits::MAX_CALLS_BOUND,
+        };
+    }
+    policy
+}
+
+/// Casts to an agent actor from a spawned task. The actor may have been restarted (or
+/// stopped) meanwhile; the message is then dropped with a log line: the restarted actor
+/// resumes the run from its log.
+fn tell(actor: &ActorRef<AgentMsg>, message: AgentMsg) {
+    if let Err(e) = actor.cast(message) {
+        warn!(
+            "agent actor is gone; a task's outcome is dropped (the run resumes from its log): {e}"
+        );
+    }
+}
+
+/// The agent actor.
+pub struct AgentActor;
+
+fn model_for(config: &AgentConfig) -> Arc<dyn Model> {
+    match &config.model {
+        consort_config::ModelConfig::Script { steps } => Arc::new(ScriptModel::new(steps.clone())),
+    }
+}
+
+impl Actor for AgentActor {
+    type Msg = AgentMsg;
+    type State = AgentState;
+    type Arguments = AgentArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<AgentMsg>,
+        args: AgentArgs,
+    ) -> Result<AgentState, ActorProcessingErr> {
+        let store = RunStore::open(&args.store_path, args.options.durability)?;
+        let model_from_app = args.model.is_some();
+        let model = args.model.unwrap_or_else(|| model_for(&args.config));
+        let catalog = AgentCatalog::build(&args.config, &args.extra_tools, 1);
+        Ok(AgentState {
+            probe_cache: ProbeCache::new(catalog.generation()),
+            catalog,
+            config: args.config,
+            store,
+            model,
+            model_from_app,
+            extra_tools: args.extra_tools,
+            supervisor: args.supervisor,
+            fleet_agents: args.fleet_agents,
+            options: args.options,
+            in_flight: HashSet::new(),
+            thinking: HashSet::new(),
+            early_replies: HashMap::new(),
+            views: HashMap::new(),
+        })
+    }
+
+    /// Resumes every unsettled run: nothing a restart needs is kept only in memory.
+    async fn post_start(
+        &self,
+        myself: ActorRef<AgentMsg>,
+        state: &mut AgentState,
+    ) -> Result<(), ActorProcessingErr> {
+        let unsettled = state.store.unsettled()?;
+        if !unsettled.is_empty() {
+            info!(agent = %state.config.name, runs = unsettled.len(), "resuming unsettled runs");
+        }
+        for run in unsettled {
+            myself.cast(AgentMsg::Resume(run.id))?;
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<AgentMsg>,
+        message: AgentMsg,
+        state: &mut AgentState,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            AgentMsg::Start {
+                input,
+                channel,
+                identity,
+                reply,
+            } => {
+                let result = self.start(&myself, state, input, channel, identity);
+                if reply.send(result).is_err() {
+                    warn!(agent = %state.config.name, "a run's starter stopped waiting; the run goes on");
+                }
+            }
+            AgentMsg::Decide {
+                run,
+                approve,
+                reply,
+            } => {
+                let result = self.decide(&myself, state, &run, approve).await;
+                if reply.send(result).is_err() {
+                    warn!(run_id = %run, "an operator stopped waiting for a decision's answer");
+                }
+            }
+            AgentMsg::Config(config) => {
+                let generation = state.catalog.generation() + 1;
+                info!(agent = %config.name, generation, "config reloaded; tool catalog generation changed");
+                state.catalog = AgentCatalog::build(&config, &state.extra_tools, generation);
+                if !state.model_from_app && config.model != state.config.model {
+                    // The declared model is part of the config: new turns play the new one.
+                    info!(agent = %config.name, "declared model changed; new turns use it");
+                    state.model = model_for(&config);
+                }
+                state.config = *config;
+            }
+            AgentMsg::FleetAgents(names) => state.fleet_agents = names,
+            AgentMsg::Checkpoint => {
+                if let Err(e) = state.store.checkpoint() {
+                    warn!(agent = %state.config.name, error = %e, "checkpoint failed");
+                }
+            }
+            AgentMsg::Accept { envelope, reply } => {
+                let outcome = self.accept(&myself, state, envelope);
+                if reply.send(outcome).is_err() {
+                    warn!(agent = %state.config.name, "a caller stopped waiting for a call's answer; a replay will find the run");
+                }
+            }
+            AgentMsg::Reply(reply) => {
+                self.receive_reply(&myself, state, reply).await?;
+            }
+            AgentMsg::OfferReply { reply, taken } => {
+                let outcome = self.receive_reply(&myself, state, reply).await;
+                if taken.send(*outcome.as_ref().unwrap_or(&false)).is_err() {
+                    warn!(agent = %state.config.name, "the link stopped waiting for a reply's answer");
+                }
+                outcome?;
+            }
+            AgentMsg::ResendReply(child) => {
+                if let Some(record) = state.store.run(&child)?
+                    && record.status.is_settled()
+                {
+                    engine::report_settled(state, &record);
+                }
+            }
+            AgentMsg::Advance(run) => {
+                let input = state.advance_input(&run);
+                self.drive(&myself, state, &run, input).await?;
+            }
+            AgentMsg::Resume(run) => {
+                self.drive(&myself, state, &run, Input::Resume).await?;
+            }
+            AgentMsg::CallDone {
+                run,
+                tool_use_id,
+                callee,
+                outcome,
+            } => {
+                self.call_done(&myself, state, run, tool_use_id, callee, outcome)
+                    .await?
+            }
+            AgentMsg::ToolDone {
+                run,
+                tool_use_id,
+                result_name,
+                content,
+                is_error,
+            } => {
+                state.in_flight.remove(&(run.clone(), tool_use_id.clone()));
+                let input = Input::ToolFinished {
+                    tool_use_id,
+                    name: result_name,
+                    content,
+                    is_error,
+                    counts: true,
+                };
+                self.drive(&myself, state, &run, input).await?;
+            }
+            AgentMsg::ModelDone { run, asked, result } => {
+                state.thinking.remove(&run);
+                let input = engine::model_input(*asked, result);
+                self.drive(&myself, state, &run, input).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A refusal as this crate's error (for requests that wait on an answer).
+fn refused(refusal: Refusal) -> ActorsError {
+    ActorsError::Refused(refusal)
+}
+
+/// A tool's failure, as the model reads it.
+fn tool_error_text(error: &ToolError, via_meta: bool) -> String {
+    if via_meta {
+        crate::meta_tools::MetaAnswer::from_tool_error(error).content
+    } else {
+        error.to_string()
+    }
+}

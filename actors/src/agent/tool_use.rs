@@ -1,0 +1,211 @@
+//! Tool uses the run state machine hands to the agent: declared tools, tools an embedding app
+//! registered, and the meta-tools `search_tools`, `load_tool` and `invoke_tool`.
+//!
+//! A use by name and a use through `invoke_tool` go through one pipeline: the real
+//! authorization (the catalog's guards and policies), then consort-core's approval gate, then
+//! the handler on its own task. The meta-tools answer from the agent's catalog at once. This
+//! module never decides a run's next move: it records one tool result (or the gate's block)
+//! and lets the engine step again.
+
+use ractor::ActorRef;
+use serde_json::Value;
+use tracing::{Instrument, info, warn};
+
+use consort_config::Approval;
+use consort_core::ToolUse;
+use consort_core::step::{self, Gate, Transition};
+
+use super::{AgentActor, AgentMsg, AgentState, tell, tool_error_text};
+use crate::ActorsError;
+use crate::meta_tools::{self, AgentCatalog, INVOKE_TOOL, LOAD_TOOL, MetaAnswer, SEARCH_TOOLS};
+use crate::run::{Channel, RunRecord};
+use crate::tools::{ToolContext, ToolError};
+use crate::visibility::Identity;
+
+/// The identity a run acts for now: a peer run's roles come from this agent's current grants
+/// to the caller named by the verified chain; any other run's from what was stored.
+pub(super) fn run_identity(record: &RunRecord, catalog: &AgentCatalog) -> Identity {
+    match (&record.channel, record.principal.strip_prefix("agent:")) {
+        (Channel::Agent(caller), Some(principal)) if caller == principal => {
+            catalog.peer_identity(caller)
+        }
+        _ => record.identity(),
+    }
+}
+
+impl AgentActor {
+    /// Resolves one tool use. Returns true when its result was recorded at once (the run can
+    /// move on), false when a task is out or the run is now blocked.
+    pub(super) fn use_tool(
+        &self,
+        myself: &ActorRef<AgentMsg>,
+        state: &mut AgentState,
+        record: &RunRecord,
+        tool_use: &ToolUse,
+    ) -> Result<bool, ActorsError> {
+        let id = &record.id;
+        match tool_use.name.as_str() {
+            SEARCH_TOOLS | LOAD_TOOL => {
+                let identity = run_identity(record, &state.catalog);
+                let answer = if tool_use.name == SEARCH_TOOLS {
+                    state
+                        .catalog
+                        .search(&identity, &mut state.probe_cache, &tool_use.input)
+                } else {
+                    state
+                        .catalog
+                        .load(&identity, &mut state.probe_cache, &tool_use.input)
+                };
+                info!(
+                    meta_tool = %tool_use.name, principal = %record.principal,
+                    generation = state.catalog.generation(), is_error = answer.is_error,
+                    "meta-tool call"
+                );
+                let result = Transition::tool_result(
+                    &tool_use.id,
+                    &tool_use.name,
+                    &answer.content,
+                    answer.is_error,
+                );
+                state.write(id, result)?;
+                Ok(true)
+            }
+            INVOKE_TOOL => {
+                let parsed = meta_tools::parse_invoke(&tool_use.input).and_then(|(name, args)| {
+                    let Some(tool) = state.catalog.tool(&name) else {
+                        return Err(MetaAnswer::error(
+                            "no_such_tool",
+                            format!("no tool named `{name}`; use search_tools to find the tools you can use"),
+                        ));
+                    };
+                    meta_tools::validate_arguments(&tool.spec().input_schema, &args)
+                        .map_err(|m| MetaAnswer::error("invalid_arguments", m))?;
+                    Ok((name, args))
+                });
+                info!(
+                    meta_tool = INVOKE_TOOL, principal = %record.principal,
+                    tool = parsed.as_ref().map(|(n, _)| n.as_str()).unwrap_or(""),
+                    "meta-tool call"
+                );
+                match parsed {
+                    Ok((name, args)) => {
+                        self.run_tool(myself, state, record, tool_use, INVOKE_TOOL, &name, &args)
+                    }
+                    Err(answer) => {
+                        let result = Transition::tool_result(
+                            &tool_use.id,
+                            INVOKE_TOOL,
+                            &answer.content,
+                            true,
+                        );
+                        state.write(id, result)?;
+                        Ok(true)
+                    }
+                }
+            }
+            name => {
+                if state.catalog.tool(name).is_none() {
+                    let text = format!(
+                        "no tool named `{name}`; use search_tools to find the tools you can use"
+                    );
+                    state.write(id, Transition::tool_result(&tool_use.id, name, &text, true))?;
+                    return Ok(true);
+                }
+                let input = tool_use.input.clone();
+                self.run_tool(myself, state, record, tool_use, name, name, &input)
+            }
+        }
+    }
+
+    /// One use of a tool, by name or through `invoke_tool` (`result_name` is what the result
+    /// is recorded under): the real authorization, the approval gate, then the handler.
+    #[allow(clippy::too_many_arguments)]
+    fn run_tool(
+        &self,
+        myself: &ActorRef<AgentMsg>,
+        state: &mut AgentState,
+        record: &RunRecord,
+        tool_use: &ToolUse,
+        result_name: &str,
+        name: &str,
+        input: &Value,
+    ) -> Result<bool, ActorsError> {
+        let id = &record.id;
+        let via_meta = result_name != name;
+        let Some(tool) = state.catalog.tool(name).cloned() else {
+            return Ok(false);
+        };
+        let identity = run_identity(record, &state.catalog);
+        if let Err(refusal) = state.catalog.authorize(name, &identity, input) {
+            info!(tool = name, principal = %record.principal, "tool use refused: {refusal}");
+            let content = tool_error_text(&refusal, via_meta);
+            let result = Transition::tool_result(&tool_use.id, result_name, &content, true);
+            state.write(id, result)?;
+            return Ok(true);
+        }
+        let gated = tool.approval() == Approval::Required;
+        let gate = {
+            let view = state.view(id)?;
+            step::approval_gate(view, &tool_use.id, result_name, name, input, gated)
+        };
+        match gate {
+            Gate::Block(transition) => {
+                state.write(id, transition)?;
+                info!(tool = name, "run blocked until an operator approves");
+                return Ok(false);
+            }
+            Gate::Denied(transition) => {
+                state.write(id, transition)?;
+                return Ok(true);
+            }
+            Gate::Proceed => {}
+        }
+        state.catalog.record_use(name, &identity);
+        state.in_flight.insert((id.clone(), tool_use.id.clone()));
+        // The tool runs on its own task: a slow query or a remote API never blocks the agent's
+        // mailbox, and a tool that panics fails its own use, not the agent.
+        let (me, run, tool_use_id) = (myself.clone(), id.clone(), tool_use.id.clone());
+        let (agent, run_input) = (state.config.name.clone(), record.input.clone());
+        let (env, input, result_name) = (
+            state.config.env.clone(),
+            input.clone(),
+            result_name.to_owned(),
+        );
+        let task_run = run.clone();
+        tokio::spawn(
+            async move {
+                let invocation = tokio::spawn(async move {
+                    let ctx = ToolContext {
+                        agent: &agent,
+                        run_id: &task_run,
+                        input: &run_input,
+                        env: &env,
+                    };
+                    tool.invoke(ctx, &input).await
+                });
+                let outcome = invocation.await.unwrap_or_else(|e| {
+                    warn!("tool task ended abnormally: {e}");
+                    Err(ToolError::Failed(
+                        "the tool failed unexpectedly (it panicked); nothing was returned".into(),
+                    ))
+                });
+                let (content, is_error) = match outcome {
+                    Ok(text) => (text, false),
+                    Err(e) => (tool_error_text(&e, via_meta), true),
+                };
+                tell(
+                    &me,
+                    AgentMsg::ToolDone {
+                        run,
+                        tool_use_id,
+                        result_name,
+                        content,
+                        is_error,
+                    },
+                );
+            }
+            .in_current_span(),
+        );
+        Ok(false)
+    }
+}
