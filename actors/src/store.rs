@@ -17,7 +17,7 @@ use serde_json::Value;
 use consort_net::{Hop, RunId};
 
 use crate::ActorsError;
-use consort_core::event::{Created, StatusChanged};
+use consort_core::event::Created;
 use consort_core::{RunEvent, Transition};
 
 use crate::run::{Channel, Cost, EventRecord, RunRecord, RunStatus, now_ms};
@@ -325,31 +325,11 @@ impl RunStore {
         let Some((status_text, mut seq)) = current else {
             return Err(ActorsError::UnknownRun(id.to_string()));
         };
-        let mut status =
-            RunStatus::parse(&status_text).ok_or_else(|| ActorsError::CorruptStore {
-                path: path.clone(),
-                detail: format!("run {id}: unknown status `{status_text}`"),
-            })?;
-        let mut events = Vec::with_capacity(update.events.len() + 2);
-        let starting = update.start && status == RunStatus::Queued;
-        if starting {
-            events.push(RunEvent::Status(StatusChanged {
-                from: RunStatus::Queued,
-                to: RunStatus::Running,
-                error: None,
-            }));
-            status = RunStatus::Running;
-        }
-        events.extend(update.events);
-        if let Some(next) = update.status
-            && status != next
-        {
-            events.push(RunEvent::Status(StatusChanged {
-                from: status,
-                to: next,
-                error: update.error.clone(),
-            }));
-        }
+        let status = RunStatus::parse(&status_text).ok_or_else(|| ActorsError::CorruptStore {
+            path: path.clone(),
+            detail: format!("run {id}: unknown status `{status_text}`"),
+        })?;
+        let events = update.appended_events(status);
         for event in &events {
             seq += 1;
             exec(
@@ -381,8 +361,8 @@ impl RunStore {
             ],
         )
         .map_err(e)?;
-        let next_status = update.status.or(starting.then_some(RunStatus::Running));
-        if let Some(next) = next_status {
+        let next = update.next_status(status);
+        if next != status || update.status.is_some() {
             let settled = next.is_settled().then_some(now as i64);
             exec(
                 &tx,

@@ -13,126 +13,27 @@
 //! the log (which tool uses have a task out, the fleet's agents, the limits) come in as
 //! arguments.
 
+mod gate;
+mod transition;
+
 use std::collections::BTreeSet;
 
 use consort_config::Limits;
 use serde_json::{Value, json};
 
 use crate::event::{
-    Answer, ApprovalDecided, ApprovalRequested, CallPlaced, CallRefused, Failed, ModelTurn,
-    ReplyOutcome, ReplyReceived,
+    ApprovalDecided, CallPlaced, CallRefused, ModelTurn, ReplyOutcome, ReplyReceived,
 };
 use crate::guards::{self, OutboundFacts};
-use crate::view::ApprovalState;
 use crate::{ModelStep, Refusal, RunEvent, RunId, RunStatus, RunView, ToolUse};
+
+pub use gate::{Gate, approval_gate};
+pub use transition::{CostDelta, Transition};
 
 /// The built-in tool that places a call.
 pub const CALL_AGENT: &str = "call_agent";
 /// The built-in tool that reads a call's run.
 pub const CHECK_RUN: &str = "check_run";
-
-/// Additions to a run's cost roll-up.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CostDelta {
-    /// Model turns taken (waits included).
-    pub model_turns: u64,
-    /// Tool uses that ran (declared tools, `check_run`).
-    pub tool_calls: u64,
-    /// Calls accepted by a callee.
-    pub calls_placed: u64,
-    /// Tokens the model read, when it reports them.
-    pub input_tokens: u64,
-    /// Tokens the model wrote, when it reports them.
-    pub output_tokens: u64,
-}
-
-/// One atomic change to a run: events to append, and the run's new status, output, error and
-/// cost. The store writes it in one transaction, adding a `status` event for a status change.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Transition {
-    /// Events to append, in order.
-    pub events: Vec<RunEvent>,
-    /// The run's new status.
-    pub status: Option<RunStatus>,
-    /// The run's answer, on success.
-    pub output: Option<String>,
-    /// Why the run failed.
-    pub error: Option<String>,
-    /// Additions to the run's cost.
-    pub cost: CostDelta,
-    /// Move a `queued` run to `running` first, in the same transaction (a fresh run's first
-    /// turn), so its log still shows both status changes.
-    pub start: bool,
-}
-
-impl Transition {
-    /// Appends an event.
-    #[must_use]
-    pub fn event(mut self, event: RunEvent) -> Self {
-        self.events.push(event);
-        self
-    }
-
-    /// Sets the run's new status.
-    #[must_use]
-    pub fn status(mut self, status: RunStatus) -> Self {
-        self.status = Some(status);
-        self
-    }
-
-    /// Adds to the run's cost.
-    #[must_use]
-    pub fn cost(mut self, cost: CostDelta) -> Self {
-        self.cost = cost;
-        self
-    }
-
-    /// A tool result, as the engine records one.
-    pub fn tool_result(tool_use_id: &str, name: &str, content: &str, is_error: bool) -> Self {
-        Transition::default().event(RunEvent::tool_result(tool_use_id, name, content, is_error))
-    }
-
-    /// Settles the run (after whatever this transition already holds).
-    #[must_use]
-    pub fn settle(mut self, outcome: Result<String, String>) -> Self {
-        match outcome {
-            Ok(text) => {
-                self.events
-                    .push(RunEvent::Answer(Answer { text: text.clone() }));
-                self.status = Some(RunStatus::Succeeded);
-                self.output = Some(text);
-            }
-            Err(error) => {
-                self.events.push(RunEvent::Failed(Failed {
-                    error: error.clone(),
-                }));
-                self.status = Some(RunStatus::Failed);
-                self.error = Some(error);
-            }
-        }
-        self
-    }
-
-    /// Whether this transition settles the run.
-    pub fn settles(&self) -> bool {
-        self.status.is_some_and(RunStatus::is_settled)
-    }
-
-    fn merge(&mut self, other: Transition) {
-        self.events.extend(other.events);
-        if other.status.is_some() {
-            self.status = other.status;
-        }
-        self.output = other.output.or(self.output.take());
-        self.error = other.error.or(self.error.take());
-        self.cost.model_turns += other.cost.model_turns;
-        self.cost.tool_calls += other.cost.tool_calls;
-        self.cost.calls_placed += other.cost.calls_placed;
-        self.cost.input_tokens += other.cost.input_tokens;
-        self.cost.output_tokens += other.cost.output_tokens;
-        self.start |= other.start;
-    }
-}
 
 /// What the agent's current config and host say, for one step.
 #[derive(Clone, Copy, Debug)]
@@ -760,50 +661,6 @@ fn decide(view: &RunView, run: &RunId, approve: bool) -> Step {
     )
 }
 
-/// What the approval gate of a gated tool says about one use.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Gate {
-    /// Approved (or not gated): run it.
-    Proceed,
-    /// Park the run until an operator decides (write this).
-    Block(Transition),
-    /// The operator denied it: the model reads this result (write this).
-    Denied(Transition),
-}
-
-/// The approval gate: a gated tool's use runs only once an operator approved it.
-pub fn approval_gate(
-    view: &RunView,
-    tool_use_id: &str,
-    result_name: &str,
-    tool: &str,
-    input: &Value,
-    gated: bool,
-) -> Gate {
-    if !gated {
-        return Gate::Proceed;
-    }
-    match view.approvals.get(tool_use_id) {
-        None => Gate::Block(
-            Transition::default()
-                .event(RunEvent::ApprovalRequested(ApprovalRequested {
-                    tool_use_id: tool_use_id.to_owned(),
-                    tool: tool.to_owned(),
-                    input: input.clone(),
-                }))
-                .status(RunStatus::Blocked),
-        ),
-        Some(ApprovalState::None) => Gate::Block(Transition::default().status(RunStatus::Blocked)),
-        Some(Some(false)) => Gate::Denied(Transition::tool_result(
-            tool_use_id,
-            result_name,
-            &format!("the operator denied the use of `{tool}`"),
-            true,
-        )),
-        Some(Some(true)) => Gate::Proceed,
-    }
-}
-
 /// Room left for the truncation marker, so a text the callee's host already capped passes the
 /// caller's host unchanged instead of being cut (and marked) twice.
 const MARKER_ROOM: usize = 128;
@@ -824,3 +681,6 @@ pub fn cap_output(text: &str, cap: usize) -> String {
         text.len()
     )
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,145 @@
+//! What one step writes: a [`Transition`] (events, status, output, error, cost), applied by
+//! the store in one transaction. Plain data; nothing here decides.
+
+use crate::event::{Answer, Failed, StatusChanged};
+use crate::{RunEvent, RunStatus};
+
+/// Additions to a run's cost roll-up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CostDelta {
+    /// Model turns taken (waits included).
+    pub model_turns: u64,
+    /// Tool uses that ran (declared tools, `check_run`).
+    pub tool_calls: u64,
+    /// Calls accepted by a callee.
+    pub calls_placed: u64,
+    /// Tokens the model read, when it reports them.
+    pub input_tokens: u64,
+    /// Tokens the model wrote, when it reports them.
+    pub output_tokens: u64,
+}
+
+/// One atomic change to a run: events to append, and the run's new status, output, error and
+/// cost. The store writes it in one transaction, adding a `status` event for a status change.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Transition {
+    /// Events to append, in order.
+    pub events: Vec<RunEvent>,
+    /// The run's new status.
+    pub status: Option<RunStatus>,
+    /// The run's answer, on success.
+    pub output: Option<String>,
+    /// Why the run failed.
+    pub error: Option<String>,
+    /// Additions to the run's cost.
+    pub cost: CostDelta,
+    /// Move a `queued` run to `running` first, in the same transaction (a fresh run's first
+    /// turn), so its log still shows both status changes.
+    pub start: bool,
+}
+
+impl Transition {
+    /// Appends an event.
+    #[must_use]
+    pub fn event(mut self, event: RunEvent) -> Self {
+        self.events.push(event);
+        self
+    }
+
+    /// Sets the run's new status.
+    #[must_use]
+    pub fn status(mut self, status: RunStatus) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    /// Adds to the run's cost.
+    #[must_use]
+    pub fn cost(mut self, cost: CostDelta) -> Self {
+        self.cost = cost;
+        self
+    }
+
+    /// A tool result, as the engine records one.
+    pub fn tool_result(tool_use_id: &str, name: &str, content: &str, is_error: bool) -> Self {
+        Transition::default().event(RunEvent::tool_result(tool_use_id, name, content, is_error))
+    }
+
+    /// Settles the run (after whatever this transition already holds).
+    #[must_use]
+    pub fn settle(mut self, outcome: Result<String, String>) -> Self {
+        match outcome {
+            Ok(text) => {
+                self.events
+                    .push(RunEvent::Answer(Answer { text: text.clone() }));
+                self.status = Some(RunStatus::Succeeded);
+                self.output = Some(text);
+            }
+            Err(error) => {
+                self.events.push(RunEvent::Failed(Failed {
+                    error: error.clone(),
+                }));
+                self.status = Some(RunStatus::Failed);
+                self.error = Some(error);
+            }
+        }
+        self
+    }
+
+    /// Every event the store appends for this transition to a run now in `current`: a
+    /// `queued → running` change first when [`Transition::start`] applies, then the
+    /// transition's events, then a change to its new status when that differs. The store and
+    /// the simulation both append exactly this.
+    pub fn appended_events(&self, current: RunStatus) -> Vec<RunEvent> {
+        let mut status = current;
+        let mut events = Vec::with_capacity(self.events.len() + 2);
+        if self.start && status == RunStatus::Queued {
+            events.push(RunEvent::Status(StatusChanged {
+                from: RunStatus::Queued,
+                to: RunStatus::Running,
+                error: None,
+            }));
+            status = RunStatus::Running;
+        }
+        events.extend(self.events.iter().cloned());
+        if let Some(next) = self.status
+            && next != status
+        {
+            events.push(RunEvent::Status(StatusChanged {
+                from: status,
+                to: next,
+                error: self.error.clone(),
+            }));
+        }
+        events
+    }
+
+    /// The run's status once this transition is applied to a run now in `current`.
+    pub fn next_status(&self, current: RunStatus) -> RunStatus {
+        match (self.status, self.start && current == RunStatus::Queued) {
+            (Some(next), _) => next,
+            (None, true) => RunStatus::Running,
+            (None, false) => current,
+        }
+    }
+
+    /// Whether this transition settles the run.
+    pub fn settles(&self) -> bool {
+        self.status.is_some_and(RunStatus::is_settled)
+    }
+
+    pub(super) fn merge(&mut self, other: Transition) {
+        self.events.extend(other.events);
+        if other.status.is_some() {
+            self.status = other.status;
+        }
+        self.output = other.output.or(self.output.take());
+        self.error = other.error.or(self.error.take());
+        self.cost.model_turns += other.cost.model_turns;
+        self.cost.tool_calls += other.cost.tool_calls;
+        self.cost.calls_placed += other.cost.calls_placed;
+        self.cost.input_tokens += other.cost.input_tokens;
+        self.cost.output_tokens += other.cost.output_tokens;
+        self.start |= other.start;
+    }
+}
