@@ -5,7 +5,7 @@
 //! guards (from consort-core),
 //! the restart budget ([`restart`]) and each agent's own SQLite run store ([`store`]). Tool
 //! visibility: the pure decisions ([`visibility`], from consort-core; reading the operator
-//! command's files is [`visibility_files`]), tool guards and the one authorization
+//! command's files is [`visibility_files`]), tool guards ([`guard`]) and the one authorization
 //! pipeline with its T2 probe ([`tool_guard`]), and the meta-tools over an agent's catalog
 //! ([`meta_tools`]). The
 //! typed handle [`Host`] is what apps, the CLI and the HTTP API drive.
@@ -18,6 +18,7 @@ pub mod agent;
 pub mod data;
 pub mod error;
 mod fault;
+pub mod guard;
 pub mod host;
 pub mod meta_tools;
 pub mod model;
