@@ -15,9 +15,8 @@ use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
 use consort_actors::meta_tools::{AgentCatalog, MetaAnswer};
-use consort_actors::visibility::{
-    DecisionReport, Identity, Principal, ProbeCache, visibility_from_files,
-};
+use consort_actors::visibility::{DecisionReport, Identity, Principal, ProbeCache};
+use consort_actors::visibility_files::visibility_from_files;
 use consort_config::{AgentSet, HostAuthConfig};
 use consort_fleet::auth::HostAuth;
 

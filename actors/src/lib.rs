@@ -4,7 +4,8 @@
 //! run engine inside it, the model and tool seams ([`model`], [`tools`], [`script`]), the call
 //! guards (from consort-core),
 //! the restart budget ([`restart`]) and each agent's own SQLite run store ([`store`]). Tool
-//! visibility: the pure decisions ([`visibility`]), tool guards and the one authorization
+//! visibility: the pure decisions ([`visibility`], from consort-core; reading the operator
+//! command's files is [`visibility_files`]), tool guards ([`guard`]) and the one authorization
 //! pipeline with its T2 probe ([`tool_guard`]), and the meta-tools over an agent's catalog
 //! ([`meta_tools`]). The
 //! typed handle [`Host`] is what apps, the CLI and the HTTP API drive.
@@ -17,6 +18,7 @@ pub mod agent;
 pub mod data;
 pub mod error;
 mod fault;
+pub mod guard;
 pub mod host;
 pub mod meta_tools;
 pub mod model;
@@ -28,7 +30,11 @@ pub mod store;
 pub mod supervisor;
 pub mod tool_guard;
 pub mod tools;
-pub mod visibility;
+pub mod visibility_files;
+
+/// Tool visibility's pure decisions live in consort-core; re-exported so
+/// `consort_actors::visibility::…` and `crate::visibility::…` keep working.
+pub use consort_core::visibility;
 
 pub use agent::AgentOptions;
 pub use consort_core::step::CallOutcome;

@@ -421,7 +421,7 @@ mod tests {
     use consort_config::{ModelConfig, PolicyConfig, VisibilityConfig};
 
     use super::*;
-    use crate::tool_guard::{FeatureGuard, Guard, GuardContext, GuardVerdict};
+    use crate::guard::{FeatureGuard, Guard, GuardContext, GuardVerdict};
     use crate::tools::{ToolContext, ToolFuture};
     use crate::visibility::{AuthMarkers, Caller};
 
@@ -702,7 +702,7 @@ mod tests {
     #[test]
     fn quota_guard_counts_real_uses_only() {
         let runs = Arc::new(AtomicUsize::new(0));
-        let quota: Arc<dyn Guard> = Arc::new(crate::tool_guard::QuotaGuard::new(1));
+        let quota: Arc<dyn Guard> = Arc::new(crate::guard::QuotaGuard::new(1));
         let catalog = AgentCatalog::build(&config(25), &[tool("once", &runs, &[], vec![quota])], 1);
         let who = Identity::Absent;
         for _ in 0..3 {

@@ -1,9 +1,7 @@
-//! Tool guards, and the one authorization pipeline every tool use goes through.
+//! The one authorization pipeline every tool use goes through.
 //!
-//! A [`Guard`] is code that runs before a tool's handler and decides without the tool's
-//! arguments (a licence or feature gate, a quota). Embedding apps implement the trait; agent.yaml
-//! declares the kinds in [`declared_guard`] (`feature`, `quota`). Guards are synchronous and
-//! must be cheap: they decide from what they hold in memory, never by waiting on I/O.
+//! The guards it runs ([`Guard`], [`declared_guard`]) are defined in [`crate::guard`] and
+//! re-exported here.
 //!
 //! The pipeline, in order: the identity requirement (a tool whose `anonymous` is `no` needs a
 //! present caller), the declared policies (all must allow; a policy that needs the resource is
@@ -20,113 +18,16 @@
 //! visibility (that is [`crate::visibility`]); it answers "may this use go ahead".
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::Value;
 
-use consort_config::GuardConfig;
-
+pub use crate::guard::{
+    FeatureGuard, Guard, GuardContext, GuardVerdict, QuotaGuard, declared_guard,
+};
 use crate::tools::{Tool, ToolError};
 use crate::visibility::{
     Anonymity, Auth, Identity, PolicyRef, PolicyRegistry, PolicyResult, ProbeOutcome,
 };
-
-/// What a guard is told: never the arguments.
-#[derive(Clone, Copy, Debug)]
-pub struct GuardContext<'a> {
-    pub agent: &'a str,
-    pub tool: &'a str,
-    pub caller: &'a Identity,
-}
-
-/// A guard's answer.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum GuardVerdict {
-    Pass,
-    /// The use is refused; the text is what the model reads.
-    Refuse(String),
-    /// The guard cannot decide (its state is unavailable): a probe reads `unknown`, an
-    /// invocation is refused.
-    CannotTell(String),
-}
-
-/// Code that runs before a tool's handler and decides without its arguments.
-pub trait Guard: Send + Sync + 'static {
-    /// A short label for logs (`feature`, `quota`, an app's own name).
-    fn kind(&self) -> &str;
-    fn check(&self, ctx: &GuardContext<'_>) -> GuardVerdict;
-    /// Every check passed and the handler is about to run. Never called by a probe.
-    fn record_use(&self, _ctx: &GuardContext<'_>) {}
-}
-
-/// `{kind: feature, enabled, message}`: a switch.
-pub struct FeatureGuard {
-    pub enabled: bool,
-    pub message: String,
-}
-
-impl Guard for FeatureGuard {
-    fn kind(&self) -> &str {
-        "feature"
-    }
-    fn check(&self, _ctx: &GuardContext<'_>) -> GuardVerdict {
-        if self.enabled {
-            GuardVerdict::Pass
-        } else {
-            GuardVerdict::Refuse(self.message.clone())
-        }
-    }
-}
-
-/// `{kind: quota, max_uses}`: at most `max_uses` uses while this guard lives (an agent's
-/// config reload or a restart builds a fresh one).
-pub struct QuotaGuard {
-    pub max_uses: u64,
-    used: AtomicU64,
-}
-
-impl QuotaGuard {
-    pub fn new(max_uses: u64) -> QuotaGuard {
-        QuotaGuard {
-            max_uses,
-            used: AtomicU64::new(0),
-        }
-    }
-    pub fn used(&self) -> u64 {
-        self.used.load(Ordering::SeqCst)
-    }
-}
-
-impl Guard for QuotaGuard {
-    fn kind(&self) -> &str {
-        "quota"
-    }
-    fn check(&self, _ctx: &GuardContext<'_>) -> GuardVerdict {
-        if self.used() < self.max_uses {
-            GuardVerdict::Pass
-        } else {
-            GuardVerdict::Refuse(format!(
-                "the quota of this tool ({} uses) is spent",
-                self.max_uses
-            ))
-        }
-    }
-    fn record_use(&self, _ctx: &GuardContext<'_>) {
-        self.used.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-/// The guard an agent.yaml `guard:` declares.
-pub fn declared_guard(config: &GuardConfig) -> Arc<dyn Guard> {
-    match config {
-        GuardConfig::Feature { enabled, message } => Arc::new(FeatureGuard {
-            enabled: *enabled,
-            message: message.clone(),
-        }),
-        GuardConfig::Quota { max_uses } => Arc::new(QuotaGuard::new(*max_uses)),
-    }
-}
 
 /// Who asks, and the policies the agent defines.
 #[derive(Clone, Copy)]

@@ -8,8 +8,8 @@
 //!
 //! A tool also carries what visibility and authorization read: its auth markers, its guards
 //! and its own resource-dependent check ([`Tool::auth_markers`], [`Tool::guards`],
-//! [`Tool::check_resource`]); the engine runs them through [`crate::tool_guard`] before the
-//! handler.
+//! [`Tool::check_resource`]); the engine runs them through the authorization pipeline
+//! (`tool_guard`, which imports this module, not the other way round) before the handler.
 //!
 //! This module never places calls and never writes run state; it runs one tool use and returns
 //! its text.
@@ -27,8 +27,8 @@ use serde_json::{Value, json};
 use consort_config::{Approval, ToolConfig, ToolKind};
 use consort_net::RunId;
 
+use crate::guard::{Guard, declared_guard};
 use crate::model::ToolSpec;
-use crate::tool_guard::{Guard, declared_guard};
 use crate::visibility::{AuthMarkers, Identity, PolicyRef};
 
 /// What a tool may know about the run that uses it.
@@ -70,7 +70,7 @@ pub trait Tool: Send + Sync + 'static {
     fn auth_markers(&self) -> AuthMarkers {
         AuthMarkers::default()
     }
-    /// The guards that run before the handler (see [`crate::tool_guard`]).
+    /// The guards that run before the handler (see [`crate::guard`]).
     fn guards(&self) -> Vec<Arc<dyn Guard>> {
         Vec::new()
     }

@@ -6,7 +6,7 @@
 //! `roles:<name>[,<name>]` with no empty name; a named policy must be defined under
 //! `policies:`; a definition must require something; principals are `api:<name>`,
 //! `agent:<name>` or `anonymous`. It must not evaluate policies or decide visibility: that is
-//! consort-actors' `visibility` module, which reads the plain data built here.
+//! consort-core's `visibility` module, which reads the plain data built here.
 
 use std::collections::BTreeMap;
 

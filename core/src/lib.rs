@@ -19,6 +19,9 @@
 //! - [`RunEvent`] and [`RunView`]: a run's typed, versioned event log and its incremental fold.
 //! - [`conversation`]: what a model is shown and what it may answer.
 //! - [`step()`]: the run state machine: what a run writes and does next, given what happened.
+//! - [`visibility`]: which tools a caller is shown (allow / deny / unknown): the auth
+//!   descriptor, caller facts, the seven-rule decision, the evaluation ladder with its probe
+//!   cache, and the meta-tool answers.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
@@ -35,6 +38,7 @@ pub mod step;
 #[cfg(test)]
 mod strategy;
 pub mod view;
+pub mod visibility;
 
 pub use consent::{ConsentGraph, Edge, EdgeStatus};
 pub use consort_config::Limits;

@@ -1,50 +1,24 @@
-//! The operator command's entry point: `consort visibility --auth FILE --caller FILE [--json]`.
+//! The I/O half of the operator command `consort visibility --auth FILE --caller FILE`: reads
+//! the two JSON files and hands their text to the pure parsing, validation and decision in
+//! [`consort_core::visibility`].
 //!
-//! Two JSON files in, `{"decision": "...", "rule": N}` out. The auth file is an auth descriptor
-//! (validated as `$defs/Auth` of `schemas/auth-descriptor.schema.json`). The caller file holds
-//! caller facts:
-//!
-//! ```json
-//! {"identity": "present", "policies": {"finance": "allow", "roles:hr": "no_result"}}
-//! ```
-//!
-//! `identity` (required) is `present`, `absent` or `unknown`; `policies` (optional) maps a
-//! policy name to `allow`, `deny`, `unknown` or `no_result`, and may be non-empty only while
-//! identity is present. A declared policy missing from the map has no result. Errors name the
-//! file and the key; unknown keys are errors.
-//!
-//! This is the only place in the visibility module that performs I/O, and it only reads.
+//! This module only reads files; it validates nothing itself and decides nothing itself. It
+//! stays out of consort-core because consort-core performs no I/O.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
+use consort_core::visibility::{
+    Auth, CallerFacts, Decision, Rule, VisibilityError, decide, parse_json, validate_auth_value,
+    validate_caller_value,
+};
 use serde_json::Value;
-
-use super::decision::{Decision, Rule, decide};
-use super::descriptor::{Auth, PolicyNameProblem, describe, parse_policy_ref, validate_auth_value};
-use super::error::VisibilityError;
-use super::facts::{CallerFacts, IdentityState, PolicyResult};
-
-/// The keys of a caller-facts file.
-pub const CALLER_FIELDS: [&str; 2] = ["identity", "policies"];
-
-/// What the operator command prints with `--json`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DecisionReport {
-    pub decision: Decision,
-    pub rule: Rule,
-}
 
 fn read_json(file: &Path) -> Result<Value, VisibilityError> {
     let text = std::fs::read_to_string(file).map_err(|source| VisibilityError::Read {
         file: file.to_path_buf(),
         source,
     })?;
-    serde_json::from_str(&text).map_err(|source| VisibilityError::Syntax {
-        file: file.to_path_buf(),
-        source,
-    })
+    parse_json(&text, file)
 }
 
 /// Reads and validates an auth descriptor file.
@@ -55,97 +29,6 @@ pub fn read_auth_file(file: &Path) -> Result<Auth, VisibilityError> {
 /// Reads and validates a caller-facts file.
 pub fn read_caller_file(file: &Path) -> Result<CallerFacts, VisibilityError> {
     validate_caller_value(&read_json(file)?, file)
-}
-
-/// Validates a JSON value as caller facts (see the module doc). Errors name `file` and the key.
-pub fn validate_caller_value(value: &Value, file: &Path) -> Result<CallerFacts, VisibilityError> {
-    let invalid = |key: &str, expected: &str, found: &Value| VisibilityError::InvalidValue {
-        file: file.to_path_buf(),
-        key: key.to_owned(),
-        expected: expected.to_owned(),
-        found: describe(found),
-    };
-    let Value::Object(object) = value else {
-        return Err(invalid("$", "a caller facts object", value));
-    };
-    if let Some(key) = object
-        .keys()
-        .find(|key| !CALLER_FIELDS.contains(&key.as_str()))
-    {
-        return Err(VisibilityError::UnknownKey {
-            file: file.to_path_buf(),
-            key: key.clone(),
-        });
-    }
-    let identity_value = object
-        .get("identity")
-        .ok_or_else(|| VisibilityError::MissingKey {
-            file: file.to_path_buf(),
-            key: "identity".to_owned(),
-        })?;
-    let identity = IdentityState::ALL
-        .into_iter()
-        .find(|state| identity_value.as_str() == Some(state.as_str()))
-        .ok_or_else(|| {
-            invalid(
-                "identity",
-                "one of \"present\", \"absent\", \"unknown\"",
-                identity_value,
-            )
-        })?;
-
-    let mut results = BTreeMap::new();
-    if let Some(policies_value) = object.get("policies") {
-        let Value::Object(entries) = policies_value else {
-            return Err(invalid(
-                "policies",
-                "an object mapping policy names to results",
-                policies_value,
-            ));
-        };
-        for (name, result_value) in entries {
-            let key = format!("policies.{name}");
-            let policy = parse_policy_ref(name).map_err(|problem| match problem {
-                PolicyNameProblem::EmptyRoleList => VisibilityError::EmptyRoleList {
-                    file: file.to_path_buf(),
-                    key: key.clone(),
-                    policy: name.clone(),
-                },
-                PolicyNameProblem::BadName => VisibilityError::InvalidValue {
-                    file: file.to_path_buf(),
-                    key: key.clone(),
-                    expected: "a policy name (<name> or roles:<name>[,<name>])".to_owned(),
-                    found: format!("\"{name}\""),
-                },
-            })?;
-            let result = PolicyResult::ALL
-                .into_iter()
-                .find(|result| result_value.as_str() == Some(result.as_str()))
-                .ok_or_else(|| {
-                    invalid(
-                        &key,
-                        "one of \"allow\", \"deny\", \"unknown\", \"no_result\"",
-                        result_value,
-                    )
-                })?;
-            if results.insert(policy, result).is_some() {
-                return Err(VisibilityError::DuplicatePolicy {
-                    file: file.to_path_buf(),
-                    key,
-                    policy: name.clone(),
-                });
-            }
-        }
-    }
-    match identity {
-        IdentityState::Present => Ok(CallerFacts::present(results)),
-        other if results.is_empty() => Ok(CallerFacts::without_results(other)),
-        other => Err(VisibilityError::PolicyResultsWithoutIdentity {
-            file: file.to_path_buf(),
-            key: "policies".to_owned(),
-            identity: other.as_str().to_owned(),
-        }),
-    }
 }
 
 /// The operator command: reads both files and decides.
@@ -161,6 +44,8 @@ pub fn visibility_from_files(
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;
+
+    use consort_core::visibility::DecisionReport;
 
     use super::*;
 

@@ -37,10 +37,13 @@ pub const DEFAULT_SEARCH_LIMIT: usize = 10;
 /// One tool as the catalog holds it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CatalogEntry {
+    /// The tool's name, unique in its catalog.
     pub name: String,
+    /// What the tool does, as the model reads it.
     pub description: String,
     /// JSON Schema of the tool's input object.
     pub input_schema: Value,
+    /// The tool's auth descriptor.
     pub auth: Auth,
 }
 
@@ -77,14 +80,17 @@ impl Catalog {
         }
     }
 
+    /// The catalog's generation.
     pub fn generation(&self) -> u64 {
         self.generation
     }
 
+    /// Every tool, in the order given.
     pub fn entries(&self) -> &[CatalogEntry] {
         &self.entries
     }
 
+    /// The tool named `name`, if the catalog has one.
     pub fn get(&self, name: &str) -> Option<&CatalogEntry> {
         self.entries.iter().find(|entry| entry.name == name)
     }
@@ -94,8 +100,10 @@ impl Catalog {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SearchRequest {
+    /// Words to match against tool names and descriptions.
     pub query: String,
     #[serde(default = "default_limit")]
+    /// The most cards to return (1 to [`MAX_SEARCH_LIMIT`]).
     pub limit: usize,
 }
 
@@ -106,10 +114,12 @@ fn default_limit() -> usize {
 /// One input property of a tool, for a card.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InputSummary {
+    /// The property's name.
     pub name: String,
     /// `string`, `integer`, `array<string>`, `string|null`, `enum`, `any`, ...
     #[serde(rename = "type")]
     pub type_label: String,
+    /// Whether the schema requires it.
     pub required: bool,
 }
 
@@ -117,8 +127,11 @@ pub struct InputSummary {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolCard {
+    /// The tool's name.
     pub name: String,
+    /// What the tool does.
     pub description: String,
+    /// Its input properties.
     pub inputs: Vec<InputSummary>,
     /// The decision was unknown: the tool may refuse when invoked.
     pub auth_uncertain: bool,
@@ -132,6 +145,7 @@ pub struct SearchAnswer {
     pub generation: u64,
     /// Shown matches before `limit` (hidden tools are never counted).
     pub total: usize,
+    /// The cards shown, best match first, at most `limit`.
     pub tools: Vec<ToolCard>,
 }
 
@@ -139,8 +153,11 @@ pub struct SearchAnswer {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolDefinition {
+    /// The tool's name.
     pub name: String,
+    /// What the tool does.
     pub description: String,
+    /// JSON Schema of the tool's input object.
     pub input_schema: Value,
 }
 
@@ -148,9 +165,11 @@ pub struct ToolDefinition {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum LoadToolAnswer {
+    /// The tool's definition.
     Definition(ToolDefinition),
     /// The tool does not exist, or the caller may not see it: the same answer either way.
     NoSuchTool {
+        /// The sentence the model reads.
         error: String,
     },
 }

@@ -24,8 +24,11 @@ use super::error::VisibilityError;
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum Principal {
+    /// `api:<token-name>`: an HTTP caller with a bearer token.
     Api(String),
+    /// `agent:<name>`: a peer run.
     Agent(String),
+    /// `anonymous`: nobody.
     Anonymous,
 }
 
@@ -103,6 +106,7 @@ pub struct RoleGrants {
 }
 
 impl RoleGrants {
+    /// No grants.
     pub fn new() -> RoleGrants {
         RoleGrants::default()
     }
@@ -131,14 +135,18 @@ impl RoleGrants {
 pub struct Caller {
     /// Never [`Principal::Anonymous`] when built through [`Identity`]'s constructors.
     pub principal: Principal,
+    /// The roles granted to the principal.
     pub roles: BTreeSet<String>,
 }
 
 /// The three-valued identity, with the caller when present.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Identity {
+    /// Identity is established: the caller.
     Present(Caller),
+    /// There is no caller identity (anonymous).
     Absent,
+    /// Identity could not be established.
     Unknown,
 }
 
@@ -146,7 +154,10 @@ pub enum Identity {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BearerCheck {
     /// A valid token; its name (from host config) becomes the principal `api:<name>`.
-    Valid { token_name: String },
+    Valid {
+        /// The token's name.
+        token_name: String,
+    },
     /// No `Authorization` header.
     Missing,
     /// A token that matches no configured token.
@@ -187,6 +198,7 @@ impl Identity {
         Identity::from_principal(&Principal::Agent(caller_agent.to_owned()), callee_grants)
     }
 
+    /// The identity without the caller.
     pub fn state(&self) -> IdentityState {
         match self {
             Identity::Present(_) => IdentityState::Present,
@@ -200,18 +212,23 @@ impl Identity {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum IdentityState {
+    /// Identity is established.
     Present,
+    /// There is no caller identity.
     Absent,
+    /// Identity could not be established.
     Unknown,
 }
 
 impl IdentityState {
+    /// Every value, in schema order.
     pub const ALL: [IdentityState; 3] = [
         IdentityState::Present,
         IdentityState::Absent,
         IdentityState::Unknown,
     ];
 
+    /// The value as the caller-facts file spells it.
     pub fn as_str(self) -> &'static str {
         match self {
             IdentityState::Present => "present",
@@ -225,7 +242,9 @@ impl IdentityState {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PolicyResult {
+    /// The policy allows the caller.
     Allow,
+    /// The policy denies the caller.
     Deny,
     /// Evaluated, and the answer is not known.
     Unknown,
@@ -234,6 +253,7 @@ pub enum PolicyResult {
 }
 
 impl PolicyResult {
+    /// Every value, in schema order.
     pub const ALL: [PolicyResult; 4] = [
         PolicyResult::Allow,
         PolicyResult::Deny,
@@ -241,6 +261,7 @@ impl PolicyResult {
         PolicyResult::NoResult,
     ];
 
+    /// The value as the caller-facts file spells it.
     pub fn as_str(self) -> &'static str {
         match self {
             PolicyResult::Allow => "allow",
@@ -291,6 +312,7 @@ impl CallerFacts {
         }
     }
 
+    /// The caller's identity state.
     pub fn identity(&self) -> IdentityState {
         self.identity
     }
@@ -303,6 +325,7 @@ impl CallerFacts {
             .unwrap_or(PolicyResult::NoResult)
     }
 
+    /// Every reported policy result.
     pub fn policy_results(&self) -> &BTreeMap<PolicyRef, PolicyResult> {
         &self.policy_results
     }

@@ -74,6 +74,7 @@ pub struct PolicyRegistry {
 }
 
 impl PolicyRegistry {
+    /// A registry with no policies.
     pub fn new() -> PolicyRegistry {
         PolicyRegistry::default()
     }
@@ -103,6 +104,7 @@ impl PolicyRegistry {
         Ok(self)
     }
 
+    /// The definition of the named policy `name`, if defined.
     pub fn get(&self, name: &str) -> Option<&PolicyDefinition> {
         self.policies.get(name)
     }
@@ -156,6 +158,7 @@ pub enum ProbeOutcome {
 }
 
 impl ProbeOutcome {
+    /// The decision this outcome stands for: refused is deny, reaching the cut allow, anything else unknown.
     pub fn decision(self) -> Decision {
         match self {
             ProbeOutcome::Refused => Decision::Deny,
@@ -168,6 +171,7 @@ impl ProbeOutcome {
 /// T2: pushes a synthetic request for `tool`, as `principal`, into the tool's real pipeline and
 /// cuts it off before the handler. Implementations must never run the handler.
 pub trait Probe {
+    /// Probes `tool` as `principal`, stopping at the cut.
     fn probe(&self, tool: &str, principal: &Principal) -> ProbeOutcome;
 }
 
@@ -185,14 +189,18 @@ pub enum DecidedBy {
 /// One tool's decision for one caller, with how it was reached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Verdict {
+    /// Allow, deny or unknown.
     pub decision: Decision,
+    /// Which layer settled it.
     pub decided_by: DecidedBy,
 }
 
 /// Who is asking and what the ladder may use to find out.
 #[derive(Clone, Copy)]
 pub struct Visibility<'a> {
+    /// The caller's identity.
     pub identity: &'a Identity,
+    /// The named policies T1 evaluates.
     pub registry: &'a PolicyRegistry,
     /// T2, if the host has one.
     pub probe: Option<&'a dyn Probe>,

@@ -69,6 +69,7 @@ impl ProbeCache {
         self.outcomes.len()
     }
 
+    /// Whether nothing is cached: no outcome and no disabled tool.
     pub fn is_empty(&self) -> bool {
         self.outcomes.is_empty() && self.disabled_tools.is_empty()
     }

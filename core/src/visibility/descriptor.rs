@@ -65,6 +65,7 @@ impl Anonymity {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum PolicyRef {
+    /// A policy defined by name in config.
     Named(String),
     /// Role names in the order written; never empty.
     Roles(Vec<String>),

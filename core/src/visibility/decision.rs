@@ -41,6 +41,7 @@ pub enum Decision {
 }
 
 impl Decision {
+    /// The decision as the schema and the CLI spell it.
     pub fn as_str(self) -> &'static str {
         match self {
             Decision::Allow => "allow",

@@ -13,10 +13,11 @@
 //! - the meta-tool answers ([`catalog`]): ranking for `search_tools`, cards, and `load_tool`,
 //!   which answers for a denied tool exactly as for a tool that does not exist.
 //!
-//! It must not perform I/O (the only exception is [`visibility_from_files`], the operator
-//! command's entry point, which reads two JSON files), must not run a tool handler (a T2 probe
-//! is whatever the [`Probe`] implementation does; this module only decides when to ask), and
-//! must never invent a value: whatever is not known stays `unknown`.
+//! It must not perform I/O (the operator command's file formats are parsed and validated here
+//! ([`files`]), but reading the files is consort-actors' `visibility_files`), must not read a
+//! clock, must not run a tool handler (a T2 probe is whatever the [`Probe`] implementation
+//! does; this module only decides when to ask), and must never invent a value: whatever is not
+//! known stays `unknown`.
 
 pub mod catalog;
 pub mod decision;
@@ -41,9 +42,7 @@ pub use error::VisibilityError;
 pub use facts::{
     BearerCheck, Caller, CallerFacts, Identity, IdentityState, PolicyResult, Principal, RoleGrants,
 };
-pub use files::{
-    DecisionReport, read_auth_file, read_caller_file, validate_caller_value, visibility_from_files,
-};
+pub use files::{DecisionReport, parse_json, validate_caller_value};
 pub use ladder::{
     DEFAULT_PROBE_BUDGET, DecidedBy, PolicyDefinition, PolicyRegistry, Probe, ProbeOutcome,
     Verdict, Visibility, evaluate_candidates, evaluate_policies,
