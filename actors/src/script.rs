@@ -59,13 +59,17 @@ impl ScriptModel {
                 let mut uses = Vec::new();
                 for call in calls {
                     for n in 1..=call.count.max(1) {
+                        let mut input = json!({
+                            "agent": call.agent,
+                            "input": render(&call.input, conv, Some(n)),
+                        });
+                        if let Some(wait_s) = call.wait_s {
+                            input["wait_s"] = json!(wait_s);
+                        }
                         uses.push(ToolUse {
                             id: format!("tu_{index}_{}", uses.len()),
                             name: "call_agent".into(),
-                            input: json!({
-                                "agent": call.agent,
-                                "input": render(&call.input, conv, Some(n)),
-                            }),
+                            input,
                         });
                     }
                 }
@@ -308,6 +312,7 @@ mod tests {
                 agent: "cfo".into(),
                 input: "spend in {input}".into(),
                 count: 2,
+                wait_s: None,
             }]),
             ScriptStep::Answer("cfo says {reply.cfo}".into()),
         ]);

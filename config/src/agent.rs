@@ -110,6 +110,8 @@ pub struct CallStep {
     pub input: String,
     /// How many calls this entry places (default 1, at least 1).
     pub count: u32,
+    /// Keep the turn open up to this many seconds for the reply (`call_agent`'s `wait_s`).
+    pub wait_s: Option<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -166,6 +168,9 @@ pub const RESERVED_TOOL_NAMES: &[&str] = &[
 /// Upper bound of `count` in a script `call` entry: a script is a test fixture, and a typo such
 /// as `count: 100000` should not become a fan-out storm.
 pub const MAX_CALL_COUNT: u64 = 1000;
+
+/// The longest a `call_agent` may keep its caller's turn open for the reply, in seconds.
+pub const MAX_WAIT_S: u32 = 300;
 
 /// Longest agent (and host) name.
 pub const MAX_NAME_LEN: usize = 64;
@@ -263,6 +268,7 @@ struct RawCall {
     agent: String,
     input: String,
     count: Option<Spanned<u64>>,
+    wait_s: Option<Spanned<u64>>,
 }
 
 #[derive(Deserialize)]
@@ -602,10 +608,27 @@ fn convert_model(ctx: Ctx<'_>, model: Spanned<RawModel>) -> Result<ModelConfig, 
                             ));
                         }
                     };
+                    let wait_s = match c.wait_s {
+                        None => None,
+                        Some(w) if (1..=u64::from(MAX_WAIT_S)).contains(&w.value) => {
+                            Some(w.value as u32)
+                        }
+                        Some(w) => {
+                            return Err(ctx.invalid(
+                                Pos::of(&w),
+                                &key.key("call").index(j).key("wait_s"),
+                                format!(
+                                    "wait_s {} is out of range; expected 1 to {MAX_WAIT_S}",
+                                    w.value
+                                ),
+                            ));
+                        }
+                    };
                     entries.push(CallStep {
                         agent: c.agent,
                         input: c.input,
                         count,
+                        wait_s,
                     });
                 }
                 ScriptStep::Call(entries)
@@ -972,12 +995,14 @@ env:
                     CallStep {
                         agent: "analyst".into(),
                         input: "check {input}".into(),
-                        count: 1
+                        count: 1,
+                        wait_s: None
                     },
                     CallStep {
                         agent: "analyst".into(),
                         input: "x".into(),
-                        count: 3
+                        count: 3,
+                        wait_s: None
                     },
                 ]),
                 ScriptStep::Check("{call.analyst}".into()),
@@ -1284,7 +1309,8 @@ env:
                 steps: vec![ScriptStep::Call(vec![CallStep {
                     agent: "a".into(),
                     input: "b".into(),
-                    count: 1000
+                    count: 1000,
+                    wait_s: None
                 }])]
             }
         );

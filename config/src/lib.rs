@@ -16,8 +16,8 @@ pub mod visibility;
 mod yaml;
 
 pub use agent::{
-    AgentConfig, AgentSet, Approval, CallStep, Limits, ModelConfig, ScriptStep, ToolConfig,
-    ToolKind, ToolStep,
+    AgentConfig, AgentSet, Approval, CallStep, Limits, MAX_WAIT_S, ModelConfig, ScriptStep,
+    ToolConfig, ToolKind, ToolStep,
 };
 pub use error::ConfigError;
 pub use fleet::{FleetConfig, HostConfig};

@@ -161,6 +161,10 @@ pub struct ReplyReceived {
     pub status: ReplyOutcome,
     /// Its (capped) answer or error.
     pub output: String,
+    /// The reply answered a blocking `call_agent` (one with `wait_s`) inside the caller's
+    /// turn: the model read it as that tool use's result, not as a `[reply from …]` message.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub in_turn: bool,
 }
 
 fn succeeded() -> ReplyOutcome {

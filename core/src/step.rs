@@ -164,6 +164,11 @@ pub enum Input {
         /// Approve (else deny).
         approve: bool,
     },
+    /// A blocking call's wait (its `wait_s`) is over.
+    WaitElapsed {
+        /// The `call_agent` tool use.
+        tool_use_id: String,
+    },
     /// The host restarted: ask again for every reply the run still waits on.
     Resume,
 }
@@ -193,6 +198,14 @@ pub enum Effect {
         child: RunId,
         /// The callee.
         callee: String,
+    },
+    /// Keep a blocking call's tool use open (it counts as busy) until its reply arrives or
+    /// `wait_s` seconds pass; then answer with [`Input::WaitElapsed`].
+    AwaitReply {
+        /// The `call_agent` tool use.
+        tool_use_id: String,
+        /// How long to wait, in seconds.
+        wait_s: u32,
     },
     /// A declared tool or a meta-tool: the agent authorizes and runs it (through
     /// [`approval_gate`] for a gated tool) and answers with [`Input::ToolFinished`].
@@ -285,6 +298,7 @@ pub fn step(view: &RunView, input: Input, policy: &Policy<'_>) -> Step {
         } => call_ended(view, &tool_use_id, &callee, outcome),
         Input::Reply { reply, placing } => take_reply(view, reply, placing, policy.reply_cap),
         Input::Decide { run, approve } => decide(view, &run, approve),
+        Input::WaitElapsed { tool_use_id } => wait_elapsed(view, &tool_use_id),
         Input::Resume => {
             if settled(view) {
                 return Step::default();
@@ -524,27 +538,37 @@ fn call_ended(view: &RunView, tool_use_id: &str, callee: &str, outcome: CallOutc
             child_run,
             existing,
         } => {
-            let write = Transition::default()
+            let wait_s = wait_of(view, tool_use_id);
+            let mut write = Transition::default()
                 .event(RunEvent::CallPlaced(CallPlaced {
                     tool_use_id: tool_use_id.to_owned(),
                     agent: callee.to_owned(),
                     child_run: child_run.clone(),
                     existing,
                 }))
-                .event(RunEvent::tool_result(
-                    tool_use_id,
-                    CALL_AGENT,
-                    &accepted_text(&child_run, callee),
-                    false,
-                ))
                 .cost(CostDelta {
                     calls_placed: 1,
                     ..CostDelta::default()
                 });
+            if wait_s.is_none() {
+                write = write.event(RunEvent::tool_result(
+                    tool_use_id,
+                    CALL_AGENT,
+                    &accepted_text(&child_run, callee),
+                    false,
+                ));
+            }
             let mut effects = Vec::new();
             if existing {
                 // A replayed call: its reply may have been sent (and lost) before.
                 effects.push(Effect::AskReplies(vec![(callee.to_owned(), child_run)]));
+            }
+            if let Some(wait_s) = wait_s {
+                // A blocking call: the turn stays open until the reply or the timeout.
+                effects.push(Effect::AwaitReply {
+                    tool_use_id: tool_use_id.to_owned(),
+                    wait_s,
+                });
             }
             effects.push(Effect::Advance);
             Step::write(write, effects)
@@ -620,12 +644,25 @@ fn take_reply(view: &RunView, reply: ReplyIn, placing: bool, cap: usize) -> Step
     if call.replied || settled(view) {
         return Step::verdict(Verdict::Taken);
     }
+    let output = cap_output(&reply.output, cap);
+    // A blocking call still inside its turn: the reply is that tool use's result.
+    let in_turn = !view.resolved.contains(&call.tool_use_id);
     let mut write = Transition::default().event(RunEvent::ReplyReceived(ReplyReceived {
         child_run: reply.child_run,
         agent: reply.callee,
         status: reply.outcome,
-        output: cap_output(&reply.output, cap),
+        output: output.clone(),
+        in_turn,
     }));
+    if in_turn {
+        let failed = reply.outcome == ReplyOutcome::Failed;
+        write = write.event(RunEvent::tool_result(
+            &call.tool_use_id,
+            CALL_AGENT,
+            &output,
+            failed,
+        ));
+    }
     if view.status == Some(RunStatus::Waiting) {
         write = write.status(RunStatus::Running);
     }
@@ -634,6 +671,43 @@ fn take_reply(view: &RunView, reply: ReplyIn, placing: bool, cap: usize) -> Step
         effects: vec![Effect::Advance],
         verdict: Verdict::Taken,
     }
+}
+
+/// How long the `call_agent` use `tool_use_id` of the last turn keeps its turn open, if it
+/// asked to (`wait_s` above zero; at most [`consort_config::MAX_WAIT_S`]).
+fn wait_of(view: &RunView, tool_use_id: &str) -> Option<u32> {
+    let Some((_, ModelStep::ToolUses(uses))) = &view.last_turn else {
+        return None;
+    };
+    let wait = uses
+        .iter()
+        .find(|u| u.id == tool_use_id && u.name == CALL_AGENT)?
+        .input
+        .get("wait_s")?
+        .as_f64()?;
+    if !wait.is_finite() || wait < 1.0 {
+        return None;
+    }
+    Some((wait.ceil() as u32).min(consort_config::MAX_WAIT_S))
+}
+
+/// A blocking call's wait is over without a reply: the model reads that the run goes on.
+fn wait_elapsed(view: &RunView, tool_use_id: &str) -> Step {
+    if settled(view) || view.resolved.contains(tool_use_id) {
+        return Step::default();
+    }
+    let Some((child, call)) = view.call_by_tool_use(tool_use_id) else {
+        return Step::default();
+    };
+    let text = json!({
+        "run_id": child, "agent": call.agent, "status": "still_running",
+        "note": format!("no answer within the wait; it will arrive as a [reply from {}] message; check_run polls it meanwhile", call.agent),
+    })
+    .to_string();
+    Step::write(
+        Transition::tool_result(tool_use_id, CALL_AGENT, &text, false),
+        vec![Effect::Advance],
+    )
 }
 
 fn decide(view: &RunView, run: &RunId, approve: bool) -> Step {

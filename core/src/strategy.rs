@@ -127,6 +127,7 @@ pub(crate) fn event() -> impl Strategy<Value = RunEvent> {
                     ReplyOutcome::Failed
                 },
                 output,
+                in_turn: false,
             })
         }),
         tool_use_id().prop_map(|id| RunEvent::ApprovalRequested(ApprovalRequested {

@@ -124,10 +124,14 @@ impl RunView {
             }
             RunEvent::CallRefused(_) => {}
             RunEvent::ReplyReceived(reply) => {
-                self.last_reply_seq = seq;
                 if let Some(call) = self.calls.get_mut(&reply.child_run) {
                     call.replied = true;
                 }
+                if reply.in_turn {
+                    // Read as its tool use's result (the next event), not as news.
+                    return;
+                }
+                self.last_reply_seq = seq;
                 self.conversation.push(Message::Reply {
                     from: reply.agent.clone(),
                     run_id: reply.child_run.clone(),

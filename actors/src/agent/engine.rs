@@ -105,6 +105,18 @@ impl AgentActor {
                             again = true;
                         }
                     }
+                    Effect::AwaitReply {
+                        tool_use_id,
+                        wait_s,
+                    } => {
+                        state.awaiting.insert((id.clone(), tool_use_id.clone()));
+                        let (me, run) = (myself.clone(), id.clone());
+                        tokio::spawn(async move {
+                            tokio::time::sleep(std::time::Duration::from_secs(u64::from(wait_s)))
+                                .await;
+                            tell(&me, AgentMsg::WaitElapsed { run, tool_use_id });
+                        });
+                    }
                     Effect::AskReplies(calls) => {
                         for (callee, child_run) in calls {
                             state.tell_supervisor(SupervisorMsg::ResendReply { callee, child_run });
@@ -333,9 +345,9 @@ impl AgentActor {
             warn!(run_id = %parent, from = %reply.callee, "reply for a run this agent does not have; dropped");
             return Ok(false);
         }
-        let placing = state
-            .in_flight
-            .contains(&(parent.clone(), reply.tool_use_id.clone()));
+        let key = (parent.clone(), reply.tool_use_id.clone());
+        let placing = state.in_flight.contains(&key);
+        state.awaiting.remove(&key);
         let input = Input::Reply {
             reply: ReplyIn {
                 parent_run: parent.clone(),
@@ -574,10 +586,11 @@ fn builtin_specs(config: &consort_config::AgentConfig) -> Vec<ToolSpec> {
         ToolSpec {
             name: step::CALL_AGENT.into(),
             description: format!(
-                "Start a run on a peer agent ({}) and return its run id at once; the answer arrives later as a [reply from <agent>] message. The peer sees only `input`.",
-                config.can_call.join(", ")
+                "Start a run on a peer agent ({}) and return its run id at once; the answer arrives later as a [reply from <agent>] message. With `wait_s` (1 to {}), wait up to that many seconds and get the answer as this tool's result instead. The peer sees only `input`.",
+                config.can_call.join(", "),
+                consort_config::MAX_WAIT_S
             ),
-            input_schema: json!({"type": "object", "properties": {"agent": {"type": "string"}, "input": {"type": "string"}}, "required": ["agent", "input"]}),
+            input_schema: json!({"type": "object", "properties": {"agent": {"type": "string"}, "input": {"type": "string"}, "wait_s": {"type": "integer", "minimum": 1, "maximum": consort_config::MAX_WAIT_S}}, "required": ["agent", "input"]}),
         },
         ToolSpec {
             name: step::CHECK_RUN.into(),

@@ -131,6 +131,8 @@ pub enum AgentMsg {
         content: String,
         is_error: bool,
     },
+    /// A blocking call's wait is over.
+    WaitElapsed { run: RunId, tool_use_id: String },
     /// A model's answer for a turn asked for on a separate task.
     ModelDone {
         run: RunId,
@@ -170,6 +172,8 @@ pub struct AgentState {
     options: AgentOptions,
     /// Tool uses whose outcome is being fetched by a spawned task.
     in_flight: HashSet<(RunId, String)>,
+    /// Blocking calls (`wait_s`) whose tool use stays open until the reply or the timeout.
+    awaiting: HashSet<(RunId, String)>,
     /// Runs whose model turn is being answered on a separate task.
     thinking: HashSet<RunId>,
     /// Replies that arrived before the acceptance of their call was recorded, by child run.
@@ -225,6 +229,7 @@ impl AgentState {
     fn busy(&self, id: &RunId) -> BTreeSet<String> {
         self.in_flight
             .iter()
+            .chain(&self.awaiting)
             .filter(|(run, _)| run == id)
             .map(|(_, tool_use)| tool_use.clone())
             .collect()
@@ -319,6 +324,7 @@ impl Actor for AgentActor {
             fleet_agents: args.fleet_agents,
             options: args.options,
             in_flight: HashSet::new(),
+            awaiting: HashSet::new(),
             thinking: HashSet::new(),
             early_replies: HashMap::new(),
             views: HashMap::new(),
@@ -441,6 +447,12 @@ impl Actor for AgentActor {
                     counts: true,
                 };
                 self.drive(&myself, state, &run, input).await?;
+            }
+            AgentMsg::WaitElapsed { run, tool_use_id } => {
+                if state.awaiting.remove(&(run.clone(), tool_use_id.clone())) {
+                    self.drive(&myself, state, &run, Input::WaitElapsed { tool_use_id })
+                        .await?;
+                }
             }
             AgentMsg::ModelDone { run, asked, result } => {
                 state.thinking.remove(&run);

@@ -55,6 +55,7 @@ fn reply(child: &RunId, output: &str) -> RunEvent {
         agent: "cfo".into(),
         status: ReplyOutcome::Succeeded,
         output: output.into(),
+        in_turn: false,
     })
 }
 
