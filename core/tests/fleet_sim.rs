@@ -116,17 +116,7 @@ fn fleet_simulation() {
     let mut totals = sim::world::Stats::default();
     for seed in 0..seeds {
         let trial = sim::trial(seed, opts.clone());
-        let s = &trial.stats;
-        totals.events += s.events;
-        totals.appends += s.appends;
-        totals.roots += s.roots;
-        totals.runs += s.runs;
-        totals.delivered += s.delivered;
-        totals.dropped += s.dropped;
-        totals.duplicated += s.duplicated;
-        totals.crashes += s.crashes;
-        totals.timeouts += s.timeouts;
-        totals.reasks += s.reasks;
+        totals.add(&trial.stats);
         if trial.violations.iter().any(|v| v.known()) {
             known.push(seed);
         }
@@ -135,8 +125,18 @@ fn fleet_simulation() {
         }
     }
     println!(
-        "{seeds} seeds in {:.1?}: {totals:?}; {} failed",
+        "{seeds} seeds in {:.1?}: {} events, {} appends, {} roots, {} runs, {} delivered, {} dropped, {} duplicated, {} crashes, {} timeouts, {} re-asks; {} failed",
         started.elapsed(),
+        totals.events,
+        totals.appends,
+        totals.roots,
+        totals.runs,
+        totals.delivered,
+        totals.dropped,
+        totals.duplicated,
+        totals.crashes,
+        totals.timeouts,
+        totals.reasks,
         failed.len()
     );
     if !known.is_empty() {
@@ -145,6 +145,30 @@ fn fleet_simulation() {
             known.len(),
             &known[..known.len().min(10)]
         );
+    }
+    for (what, n) in &totals.coverage {
+        println!("  {what}: {n}");
+    }
+    if seeds >= 1_000 {
+        // The trials must reach the paths the invariants are about.
+        for what in [
+            "call refused depth_limit",
+            "call refused call_cap",
+            "call refused not_in_can_call",
+            "call refused not_accepted",
+            "call refused unreachable",
+            "inbound refused not_accepted",
+            "call placed (existing)",
+            "replay finds the existing run",
+            "reply held",
+            "reply received",
+            "run succeeded",
+        ] {
+            assert!(
+                totals.coverage.get(what).is_some_and(|n| *n > 0),
+                "no trial of {seeds} took the path `{what}`"
+            );
+        }
     }
     if let Some((seed, _)) = failed.first() {
         let mut classes: Vec<&str> = failed

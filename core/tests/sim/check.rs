@@ -183,7 +183,7 @@ pub fn check(world: &World, quiesced: bool) -> Vec<Violation> {
             );
         }
         let children = per_parent.get(id).copied().unwrap_or(0);
-        if children > cap {
+        if children > cap && placed <= cap {
             v(
                 ORPHANS_BEYOND_CAP,
                 format!(

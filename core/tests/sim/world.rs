@@ -254,6 +254,32 @@ pub struct Stats {
     pub crashes: u64,
     pub timeouts: u64,
     pub reasks: u64,
+    /// How often each interesting path was taken (refusal codes on either side, replays,
+    /// held and dropped replies, expired envelopes), so a run can show it exercised them.
+    pub coverage: BTreeMap<String, u64>,
+}
+
+impl Stats {
+    /// Adds another trial's counts.
+    pub fn add(&mut self, other: &Stats) {
+        self.events += other.events;
+        self.appends += other.appends;
+        self.roots += other.roots;
+        self.runs += other.runs;
+        self.delivered += other.delivered;
+        self.dropped += other.dropped;
+        self.duplicated += other.duplicated;
+        self.crashes += other.crashes;
+        self.timeouts += other.timeouts;
+        self.reasks += other.reasks;
+        for (k, n) in &other.coverage {
+            *self.coverage.entry(k.clone()).or_default() += n;
+        }
+    }
+
+    fn cover(&mut self, what: String) {
+        *self.coverage.entry(what).or_default() += 1;
+    }
 }
 
 // --- the world -----------------------------------------------------------------------------------
@@ -993,6 +1019,17 @@ impl World {
     fn write(&mut self, agent_name: &str, id: &RunId, transition: Transition) {
         let agent = self.agent(agent_name);
         let events = agent.store.append(id, transition);
+        for event in &events {
+            let what = match event {
+                RunEvent::CallRefused(c) => format!("call refused {}", c.code),
+                RunEvent::CallPlaced(c) if c.existing => "call placed (existing)".into(),
+                RunEvent::ReplyReceived(_) => "reply received".into(),
+                RunEvent::Status(s) if s.to.is_settled() => format!("run {}", s.to),
+                _ => continue,
+            };
+            *self.stats.coverage.entry(what).or_default() += 1;
+        }
+        let agent = self.agent(agent_name);
         let run = &agent.store.runs[id];
         let line = format!(
             "  append {} {}: {}",
@@ -1068,6 +1105,7 @@ impl World {
         }
         // The link's expiry check, on the callee's clock with the allowed skew.
         if self.clock(h) > issued_at + CALL_TTL + ALLOWED_SKEW {
+            self.stats.cover("envelope expired".into());
             self.log("  refused: envelope expired".into());
             return Some(CallOutcome::Refused(Refusal::BadEnvelope {
                 callee: me.to_owned(),
@@ -1077,6 +1115,7 @@ impl World {
         let spec = self.spec(me).clone();
         let store = &self.agents[me].store;
         if store.runs.contains_key(&child) {
+            self.stats.cover("replay finds the existing run".into());
             self.log("  replay finds the existing run".into());
             return Some(CallOutcome::Accepted {
                 child_run: child,
@@ -1094,6 +1133,8 @@ impl World {
             limits: spec.limits,
         };
         if let Err(refusal) = guards::check_inbound(&facts) {
+            self.stats
+                .cover(format!("inbound refused {}", refusal.code()));
             self.log(format!("  refused: {}", refusal.code()));
             return Some(CallOutcome::Refused(refusal));
         }
@@ -1165,13 +1206,17 @@ impl World {
         };
         match self.drive(agent, &parent, input) {
             Some(Verdict::Hold) => {
+                self.stats.cover("reply held".into());
                 self.log("  reply held until its call is recorded".into());
                 self.agent(agent)
                     .vol
                     .early_replies
                     .insert(reply.child_run.clone(), reply);
             }
-            Some(Verdict::Dropped(why)) => self.log(format!("  reply dropped: {why}")),
+            Some(Verdict::Dropped(why)) => {
+                self.stats.cover(format!("reply dropped: {why}"));
+                self.log(format!("  reply dropped: {why}"));
+            }
             _ => {}
         }
     }
