@@ -1,0 +1,31 @@
+//! The fleet simulation's parts: the fleet and its scripted models, the simulated world with
+//! its executor and scheduler, and the invariant checks.
+
+pub mod check;
+pub mod fleet;
+pub mod world;
+
+use check::Violation;
+use world::{Options, Stats, World};
+
+/// What one trial found.
+pub struct Trial {
+    pub seed: u64,
+    pub violations: Vec<Violation>,
+    pub stats: Stats,
+    pub trace: Vec<String>,
+}
+
+/// Runs one seeded trial and checks it.
+pub fn trial(seed: u64, opts: Options) -> Trial {
+    let mut world = World::new(seed, opts);
+    let quiesced = world.run();
+    world.check_views();
+    let violations = check::check(&world, quiesced);
+    Trial {
+        seed,
+        violations,
+        stats: world.stats,
+        trace: world.trace,
+    }
+}
