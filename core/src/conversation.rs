@@ -20,6 +20,21 @@ pub struct ToolUse {
     pub input: Value,
 }
 
+impl ToolUse {
+    /// For a `call_agent` use that asked to block (`wait_s` of at least one second): how
+    /// long it keeps the caller's turn open, capped at [`consort_config::MAX_WAIT_S`].
+    pub fn wait_s(&self) -> Option<u32> {
+        if self.name != "call_agent" {
+            return None;
+        }
+        let wait = self.input.get("wait_s")?.as_f64()?;
+        if !wait.is_finite() || wait < 1.0 {
+            return None;
+        }
+        Some((wait.ceil() as u32).min(consort_config::MAX_WAIT_S))
+    }
+}
+
 /// One message of a run's conversation, rebuilt from its event log.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Message {

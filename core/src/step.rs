@@ -674,21 +674,12 @@ fn take_reply(view: &RunView, reply: ReplyIn, placing: bool, cap: usize) -> Step
 }
 
 /// How long the `call_agent` use `tool_use_id` of the last turn keeps its turn open, if it
-/// asked to (`wait_s` above zero; at most [`consort_config::MAX_WAIT_S`]).
+/// asked to (see [`ToolUse::wait_s`]).
 fn wait_of(view: &RunView, tool_use_id: &str) -> Option<u32> {
     let Some((_, ModelStep::ToolUses(uses))) = &view.last_turn else {
         return None;
     };
-    let wait = uses
-        .iter()
-        .find(|u| u.id == tool_use_id && u.name == CALL_AGENT)?
-        .input
-        .get("wait_s")?
-        .as_f64()?;
-    if !wait.is_finite() || wait < 1.0 {
-        return None;
-    }
-    Some((wait.ceil() as u32).min(consort_config::MAX_WAIT_S))
+    uses.iter().find(|u| u.id == tool_use_id)?.wait_s()
 }
 
 /// A blocking call's wait is over without a reply: the model reads that the run goes on.

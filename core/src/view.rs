@@ -189,9 +189,11 @@ impl RunView {
             return true;
         }
         match step {
+            // A call's acceptance is no news; any other result is, including a blocking
+            // call's (its reply, or word that the run goes on).
             ModelStep::ToolUses(uses) => uses
                 .iter()
-                .any(|u| !self.calls_by_tool_use.contains_key(&u.id)),
+                .any(|u| !self.calls_by_tool_use.contains_key(&u.id) || u.wait_s().is_some()),
             ModelStep::Wait | ModelStep::Answer(_) => false,
         }
     }

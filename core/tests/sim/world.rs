@@ -989,6 +989,8 @@ impl World {
                     }
                 }
                 Effect::Settled => self.report_settled(h, agent_name, id),
+                // The simulated models never place blocking calls (`wait_s`).
+                Effect::AwaitReply { .. } => {}
             }
         }
         if again {
