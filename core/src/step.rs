@@ -498,7 +498,7 @@ fn place_call(
         can_call: policy.can_call,
         fleet_agents: policy.fleet_agents,
         caller_depth: view.hop_depth as usize,
-        calls_placed: view.calls_placed() + placing,
+        calls_placed: view.calls_counted() + placing,
         limits: policy.limits,
     };
     match guards::check_outbound(&facts) {

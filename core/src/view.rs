@@ -59,6 +59,9 @@ pub struct RunView {
     pub calls_by_tool_use: BTreeMap<String, RunId>,
     /// Approvals asked, by tool-use id.
     pub approvals: BTreeMap<String, ApprovalState>,
+    /// `call_agent` uses whose placement ended unreachable: the callee may have stored the
+    /// call all the same, so they count against the cap.
+    pub unreachable_calls: BTreeSet<String>,
 }
 
 impl RunView {
@@ -122,7 +125,11 @@ impl RunView {
                 self.calls_by_tool_use
                     .insert(placed.tool_use_id.clone(), placed.child_run.clone());
             }
-            RunEvent::CallRefused(_) => {}
+            RunEvent::CallRefused(refused) => {
+                if refused.code == "unreachable" {
+                    self.unreachable_calls.insert(refused.tool_use_id.clone());
+                }
+            }
             RunEvent::ReplyReceived(reply) => {
                 if let Some(call) = self.calls.get_mut(&reply.child_run) {
                     call.replied = true;
@@ -162,9 +169,16 @@ impl RunView {
         self.calls.iter().filter(|(_, c)| !c.replied)
     }
 
-    /// Calls placed so far (what the per-run cap counts).
+    /// Calls placed and recorded so far.
     pub fn calls_placed(&self) -> u64 {
         self.calls.len() as u64
+    }
+
+    /// What the per-run cap counts: calls recorded, and calls whose placement ended
+    /// unreachable (their callee may hold a child all the same, so a retry must not push the
+    /// run's children past the cap).
+    pub fn calls_counted(&self) -> u64 {
+        self.calls_placed() + self.unreachable_calls.len() as u64
     }
 
     /// The last turn's tool uses that have no result yet.

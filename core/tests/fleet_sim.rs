@@ -32,11 +32,11 @@
 //! no run left waiting on a reply nothing will send. The trials must also reach the paths these
 //! invariants are about (refusals on both sides, replays, held replies): the test counts them.
 //!
-//! A known gap, reported apart: a placement that times out (refused as `unreachable`) while its
-//! callee did accept it leaves a child run the caller never counts, and the model's retry
-//! places another, so a parent can hold more children in the fleet than its cap. The run prints
-//! the seeds where it happens; `CONSORT_SIM_STRICT=1` fails on it, and the test
-//! `a_timed_out_placement_leaves_an_orphan_child` keeps it on record.
+//! A placement that times out (refused as `unreachable`) while its callee did accept it leaves a
+//! child run its caller never recorded, and the model may retry with a new tool use. The
+//! simulation found that this let a parent hold more children than its cap; since then a
+//! placement that ended unreachable counts against the cap (`RunView::calls_counted`), and
+//! `a_timed_out_placement_still_counts_against_the_cap` keeps the case covered.
 //!
 //! Why a scheduler of our own and not turmoil: consort-core is pure (no sockets, no clock, no
 //! tasks), so the network here is a list of messages between plain functions, and a
@@ -46,11 +46,11 @@
 //! not have.
 //!
 //! The re-ask timer: a run that waits longer than `REASK_AFTER` (on its host's clock) steps
-//! with `Input::Resume`, asking its callees again for the replies it lacks. The runtime does not
-//! have this timer: without it, a reply lost on the way (a dropped message, or a callee host that
-//! crashed right after the child settled) leaves the caller waiting until its own host
-//! restarts. `CONSORT_SIM_NO_REASK=1` runs without the timer and shows that hang; the test
-//! `without_reask_a_lost_reply_hangs` keeps it on record.
+//! with `Input::Resume`, asking its callees again for the replies it lacks, as the agent actor
+//! does on its checkpoint tick. Without it, a reply lost on the way (a dropped message, or a
+//! callee host that crashed right after the child settled) leaves the caller waiting until its
+//! own host restarts: the simulation found that hang. `CONSORT_SIM_NO_REASK=1` runs without
+//! the timer and shows it; the test `without_reask_a_lost_reply_hangs` keeps it on record.
 //!
 //! `cargo test -p consort-core --test fleet_sim` runs 1,000 seeds; `CONSORT_SIM_SEEDS=N` runs N;
 //! `CONSORT_SIM_SEED=S` runs seed S and prints its trace. A failure prints the seed, the
@@ -221,15 +221,13 @@ fn without_reask_a_lost_reply_hangs() {
 /// its cap (and the orphan's reply is dropped as "a call this run never placed"). This keeps
 /// that gap on record.
 #[test]
-fn a_timed_out_placement_leaves_an_orphan_child() {
+fn a_timed_out_placement_still_counts_against_the_cap() {
+    // Seeds 0..300 held, before the fix, dozens of parents with more children than their cap.
     let found = (0..300).find(|seed| {
         sim::trial(*seed, Options::default())
             .violations
             .iter()
             .any(|v| v.class == ORPHANS_BEYOND_CAP)
     });
-    assert!(
-        found.is_some(),
-        "expected a seed with an orphan child beyond the cap"
-    );
+    assert_eq!(found, None, "a parent holds more children than its cap");
 }

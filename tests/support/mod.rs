@@ -374,6 +374,11 @@ impl ServeFleet {
 
     /// Starts `host` on its data folder and waits until it serves.
     pub fn start(&mut self, host: &str) {
+        self.start_with_env(host, &[]);
+    }
+
+    /// As [`ServeFleet::start`], with extra environment (e.g. `CONSORT_FAULT`).
+    pub fn start_with_env(&mut self, host: &str, env: &[(&str, &str)]) {
         let fleet_file = self.dir.path().join("fleet.yaml");
         let i = self.index(host);
         let h = &mut self.hosts[i];
@@ -392,6 +397,7 @@ impl ServeFleet {
             .arg(&h.data)
             .env("RUST_LOG", "info")
             .env_remove("CONSORT_FAULT")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::from(log))
             .spawn()
@@ -511,5 +517,17 @@ impl Drop for ServeFleet {
                 let _ = child.wait();
             }
         }
+    }
+}
+
+impl ServeFleet {
+    /// Waits (bounded) for `host`'s process to end on its own (a fault point's abort).
+    pub fn wait_exit(&mut self, host: &str, bound: Duration) {
+        let i = self.index(host);
+        let child = self.hosts[i].child.as_mut().expect("host is running");
+        eventually(&format!("{host} to exit"), bound, || {
+            child.try_wait().ok().flatten()
+        });
+        self.hosts[i].child = None;
     }
 }

@@ -19,7 +19,7 @@ mod tool_use;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tracing::{info, warn};
@@ -178,6 +178,9 @@ pub struct AgentState {
     thinking: HashSet<RunId>,
     /// Replies that arrived before the acceptance of their call was recorded, by child run.
     early_replies: HashMap<RunId, ReplyEnvelope>,
+    /// When each waiting run next asks its callees again for the replies it lacks, and the
+    /// backoff after that.
+    reask: HashMap<RunId, (Instant, Duration)>,
     /// Views of the unsettled runs touched since start, each updated with the events this
     /// actor appends: a step reads its run's view, never the whole log again.
     views: HashMap<RunId, RunView>,
@@ -327,6 +330,7 @@ impl Actor for AgentActor {
             awaiting: HashSet::new(),
             thinking: HashSet::new(),
             early_replies: HashMap::new(),
+            reask: HashMap::new(),
             views: HashMap::new(),
         })
     }
@@ -391,6 +395,7 @@ impl Actor for AgentActor {
                 if let Err(e) = state.store.checkpoint() {
                     warn!(agent = %state.config.name, error = %e, "checkpoint failed");
                 }
+                self.reask_lost_replies(&myself, state).await?;
             }
             AgentMsg::Accept { envelope, reply } => {
                 let outcome = self.accept(&myself, state, envelope);
@@ -459,6 +464,48 @@ impl Actor for AgentActor {
                 let input = engine::model_input(*asked, result);
                 self.drive(&myself, state, &run, input).await?;
             }
+        }
+        Ok(())
+    }
+}
+
+/// How long a run waits on its calls before it asks its callees again for their replies, and
+/// the longest the backoff between two asks grows.
+const REASK_AFTER: Duration = Duration::from_secs(10);
+const REASK_MAX: Duration = Duration::from_secs(300);
+
+impl AgentActor {
+    /// A reply can be lost on the way (a callee host that crashed right after its run settled,
+    /// a link that dropped it, a resend request that found the callee's host down): a run that
+    /// has waited `REASK_AFTER` asks again, with a backoff. Asking is idempotent; a callee
+    /// whose run has not settled does nothing. The fleet simulation found the hang this closes.
+    async fn reask_lost_replies(
+        &self,
+        myself: &ActorRef<AgentMsg>,
+        state: &mut AgentState,
+    ) -> Result<(), ActorsError> {
+        let now = Instant::now();
+        let waiting: Vec<RunId> = state
+            .views
+            .iter()
+            .filter(|(_, v)| {
+                v.status == Some(consort_core::RunStatus::Waiting) && v.pending_calls() > 0
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        state.reask.retain(|id, _| waiting.contains(id));
+        for id in waiting {
+            let (due, backoff) = *state
+                .reask
+                .entry(id.clone())
+                .or_insert((now + REASK_AFTER, REASK_AFTER));
+            if now < due {
+                continue;
+            }
+            let next = (backoff * 2).min(REASK_MAX);
+            state.reask.insert(id.clone(), (now + next, next));
+            info!(run_id = %id, "still waiting on calls: asking the callees again for their replies");
+            self.drive(myself, state, &id, Input::Resume).await?;
         }
         Ok(())
     }

@@ -567,7 +567,7 @@ proptest! {
                     }
                 }
             }
-            let out_or_recorded = run.view.calls_placed() + busy.iter().filter(|u| run.view.call_by_tool_use(u).is_none()).count() as u64;
+            let out_or_recorded = run.view.calls_counted() + busy.iter().filter(|u| run.view.call_by_tool_use(u).is_none()).count() as u64;
             prop_assert!(out_or_recorded <= u64::from(cap), "{} calls out or recorded, cap {}", out_or_recorded, cap);
             if depth >= 4 {
                 prop_assert!(busy.is_empty() && run.view.calls_placed() == 0, "a call placed past the depth limit");
