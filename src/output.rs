@@ -52,6 +52,7 @@ pub fn runs_table(runs: &[RunRecord]) -> String {
                 r.cost.tool_calls.to_string(),
                 r.cost.calls_placed.to_string(),
                 (r.cost.input_tokens + r.cost.output_tokens).to_string(),
+                tree_summary(&r.tree_cost),
                 format!("{}ms", r.cost.wall_ms),
             ]
         })
@@ -59,9 +60,20 @@ pub fn runs_table(runs: &[RunRecord]) -> String {
     table(
         &[
             "RUN", "AGENT", "STATUS", "CHANNEL", "PARENT", "DEPTH", "TURNS", "TOOLS", "CALLS",
-            "TOKENS", "WALL",
+            "TOKENS", "TREE", "WALL",
         ],
         &rows,
+    )
+}
+
+/// A run's tree cost in one cell: model turns / tool calls / calls placed / tokens.
+fn tree_summary(cost: &consort_actors::Cost) -> String {
+    format!(
+        "{}/{}/{}/{}",
+        cost.model_turns,
+        cost.tool_calls,
+        cost.calls_placed,
+        cost.input_tokens + cost.output_tokens
     )
 }
 
@@ -97,6 +109,17 @@ pub fn run_detail(run: &RunRecord, events: &[EventRecord]) -> String {
             c.calls_placed,
             c.input_tokens + c.output_tokens,
             c.wall_ms
+        ),
+    );
+    let t = run.tree_cost;
+    field(
+        "tree cost",
+        format!(
+            "{} model turns, {} tool calls, {} calls placed, {} tokens (this run and every descendant that replied)",
+            t.model_turns,
+            t.tool_calls,
+            t.calls_placed,
+            t.input_tokens + t.output_tokens
         ),
     );
     out.push_str("\nevents:\n");

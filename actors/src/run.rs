@@ -43,7 +43,12 @@ pub struct RunRecord {
     /// Unix milliseconds.
     pub created_at_ms: u64,
     pub settled_at_ms: Option<u64>,
+    /// The run's own work.
     pub cost: Cost,
+    /// The run's own work and every descendant's whose reply it took (carried back with the
+    /// replies, across hosts too). Its wall time is the run's own.
+    #[serde(default)]
+    pub tree_cost: Cost,
     /// Who the run acts for: `api:<token-name>`, `agent:<caller>` (from the verified chain),
     /// `anonymous` (no identity) or `unknown` (an identity hook could not answer).
     #[serde(default = "anonymous")]
@@ -71,6 +76,18 @@ pub fn identity_text(identity: &Identity) -> (String, Vec<String>) {
 }
 
 impl RunRecord {
+    /// The tree cost as the counts a reply carries.
+    pub fn tree_usage(&self) -> consort_core::step::CostDelta {
+        let c = self.tree_cost;
+        consort_core::step::CostDelta {
+            model_turns: c.model_turns,
+            tool_calls: c.tool_calls,
+            calls_placed: c.calls_placed,
+            input_tokens: c.input_tokens,
+            output_tokens: c.output_tokens,
+        }
+    }
+
     /// The run's identity as stored. Text that is not a principal reads as unknown: nothing is
     /// invented.
     pub fn identity(&self) -> Identity {

@@ -67,6 +67,12 @@ const RUN_COLUMNS: &str = "id, agent, status, channel, parent_run, parent_agent,
 const PRINCIPAL_COLUMNS: &str = "principal, principal_roles";
 const NO_PRINCIPAL_COLUMNS: &str = "NULL, NULL";
 
+/// The descendants' cost columns (what replies carried back), added to stores created before
+/// tree costs existed; a store without them (opened read-only) reads zeros.
+const DESCENDANT_COLUMNS: &str =
+    "desc_model_turns, desc_tool_calls, desc_calls_placed, desc_input_tokens, desc_output_tokens";
+const NO_DESCENDANT_COLUMNS: &str = "0, 0, 0, 0, 0";
+
 /// How hard each commit is pushed to disk.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Durability {
@@ -136,14 +142,16 @@ pub struct RunStore {
     path: PathBuf,
     /// Whether the runs table has the principal columns.
     has_principal: bool,
+    /// Whether the runs table has the descendants' cost columns.
+    has_descendants: bool,
 }
 
-fn has_principal_columns(conn: &Connection) -> rusqlite::Result<bool> {
+fn has_column(conn: &Connection, column: &str) -> rusqlite::Result<bool> {
     let mut stmt = conn.prepare("SELECT name FROM pragma_table_info('runs')")?;
     let names = stmt
         .query_map([], |row| row.get::<_, String>(0))?
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(names.iter().any(|n| n == "principal"))
+    Ok(names.iter().any(|n| n == column))
 }
 
 impl RunStore {
@@ -171,10 +179,20 @@ impl RunStore {
         ))
         .map_err(err)?;
         conn.execute_batch(SCHEMA).map_err(err)?;
-        if !has_principal_columns(&conn).map_err(err)? {
+        if !has_column(&conn, "principal").map_err(err)? {
             conn.execute_batch(
                 "ALTER TABLE runs ADD COLUMN principal TEXT; \
                  ALTER TABLE runs ADD COLUMN principal_roles TEXT;",
+            )
+            .map_err(err)?;
+        }
+        if !has_column(&conn, "desc_model_turns").map_err(err)? {
+            conn.execute_batch(
+                "ALTER TABLE runs ADD COLUMN desc_model_turns INTEGER NOT NULL DEFAULT 0; \
+                 ALTER TABLE runs ADD COLUMN desc_tool_calls INTEGER NOT NULL DEFAULT 0; \
+                 ALTER TABLE runs ADD COLUMN desc_calls_placed INTEGER NOT NULL DEFAULT 0; \
+                 ALTER TABLE runs ADD COLUMN desc_input_tokens INTEGER NOT NULL DEFAULT 0; \
+                 ALTER TABLE runs ADD COLUMN desc_output_tokens INTEGER NOT NULL DEFAULT 0;",
             )
             .map_err(err)?;
         }
@@ -182,6 +200,7 @@ impl RunStore {
             conn,
             path: path.to_owned(),
             has_principal: true,
+            has_descendants: true,
         })
     }
 
@@ -196,11 +215,13 @@ impl RunStore {
             source,
         })?;
         let _ = conn.busy_timeout(std::time::Duration::from_secs(5));
-        let has_principal = has_principal_columns(&conn).unwrap_or(false);
+        let has_principal = has_column(&conn, "principal").unwrap_or(false);
+        let has_descendants = has_column(&conn, "desc_model_turns").unwrap_or(false);
         Ok(RunStore {
             conn,
             path: path.to_owned(),
             has_principal,
+            has_descendants,
         })
     }
 
@@ -345,19 +366,27 @@ impl RunStore {
             )
             .map_err(e)?;
         }
-        let c = update.cost;
+        let (c, d) = (update.cost, update.descendants);
         exec(
             &tx,
             "UPDATE runs SET model_turns = model_turns + ?2, tool_calls = tool_calls + ?3, \
              calls_placed = calls_placed + ?4, input_tokens = input_tokens + ?5, \
-             output_tokens = output_tokens + ?6 WHERE id = ?1",
+             output_tokens = output_tokens + ?6, desc_model_turns = desc_model_turns + ?7, \
+             desc_tool_calls = desc_tool_calls + ?8, desc_calls_placed = desc_calls_placed + ?9, \
+             desc_input_tokens = desc_input_tokens + ?10, \
+             desc_output_tokens = desc_output_tokens + ?11 WHERE id = ?1",
             params![
                 id.as_str(),
                 c.model_turns as i64,
                 c.tool_calls as i64,
                 c.calls_placed as i64,
                 c.input_tokens as i64,
-                c.output_tokens as i64
+                c.output_tokens as i64,
+                d.model_turns as i64,
+                d.tool_calls as i64,
+                d.calls_placed as i64,
+                d.input_tokens as i64,
+                d.output_tokens as i64
             ],
         )
         .map_err(e)?;
@@ -522,12 +551,17 @@ impl RunStore {
     }
 
     fn columns(&self) -> String {
-        let extra = if self.has_principal {
+        let principal = if self.has_principal {
             PRINCIPAL_COLUMNS
         } else {
             NO_PRINCIPAL_COLUMNS
         };
-        format!("{RUN_COLUMNS}, {extra}")
+        let descendants = if self.has_descendants {
+            DESCENDANT_COLUMNS
+        } else {
+            NO_DESCENDANT_COLUMNS
+        };
+        format!("{RUN_COLUMNS}, {principal}, {descendants}")
     }
 
     fn decode(&self, raw: RawRun) -> Result<RunRecord, ActorsError> {
@@ -582,6 +616,14 @@ impl RunStore {
                 output_tokens: raw.cost[4],
                 wall_ms,
             },
+            tree_cost: Cost {
+                model_turns: raw.cost[0] + raw.descendants[0],
+                tool_calls: raw.cost[1] + raw.descendants[1],
+                calls_placed: raw.cost[2] + raw.descendants[2],
+                input_tokens: raw.cost[3] + raw.descendants[3],
+                output_tokens: raw.cost[4] + raw.descendants[4],
+                wall_ms,
+            },
         })
     }
 }
@@ -603,6 +645,7 @@ struct RawRun {
     cost: [u64; 5],
     principal: Option<String>,
     principal_roles: Option<String>,
+    descendants: [u64; 5],
 }
 
 fn raw_run(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRun> {
@@ -624,6 +667,7 @@ fn raw_run(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRun> {
         cost: [cost(13)?, cost(14)?, cost(15)?, cost(16)?, cost(17)?],
         principal: row.get(18)?,
         principal_roles: row.get(19)?,
+        descendants: [cost(20)?, cost(21)?, cost(22)?, cost(23)?, cost(24)?],
     })
 }
 

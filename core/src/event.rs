@@ -14,6 +14,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::step::CostDelta;
 use crate::{Channel, CoreError, ModelStep, Refusal, RunId, RunStatus};
 
 /// The version of the event encoding this crate writes and reads.
@@ -165,6 +166,10 @@ pub struct ReplyReceived {
     /// turn: the model read it as that tool use's result, not as a `[reply from …]` message.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub in_turn: bool,
+    /// The child's tree cost when it settled (its own and its descendants'); absent in logs
+    /// written before tree costs were carried.
+    #[serde(default, skip_serializing_if = "CostDelta::is_zero")]
+    pub tree_cost: CostDelta,
 }
 
 fn succeeded() -> ReplyOutcome {

@@ -106,6 +106,8 @@ pub struct ReplyIn {
     pub outcome: ReplyOutcome,
     /// Its answer or error.
     pub output: String,
+    /// The child's tree cost (its own and its descendants').
+    pub tree_cost: CostDelta,
 }
 
 /// What just happened to a run.
@@ -653,7 +655,9 @@ fn take_reply(view: &RunView, reply: ReplyIn, placing: bool, cap: usize) -> Step
         status: reply.outcome,
         output: output.clone(),
         in_turn,
+        tree_cost: reply.tree_cost,
     }));
+    write.descendants = reply.tree_cost;
     if in_turn {
         let failed = reply.outcome == ReplyOutcome::Failed;
         write = write.event(RunEvent::tool_result(

@@ -128,6 +128,7 @@ pub(crate) fn event() -> impl Strategy<Value = RunEvent> {
                 },
                 output,
                 in_turn: false,
+                tree_cost: Default::default(),
             })
         }),
         tool_use_id().prop_map(|id| RunEvent::ApprovalRequested(ApprovalRequested {

@@ -306,6 +306,7 @@ impl LinkRemote {
                     created_at_ms,
                     settled_at_ms: None,
                     cost: Cost::default(),
+                    tree_cost: Cost::default(),
                     principal: format!("agent:{caller_principal}"),
                     roles: Vec::new(),
                 })

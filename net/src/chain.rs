@@ -327,12 +327,14 @@ pub fn new_reply(hop: &Hop, status: ReplyStatus, output: impl Into<String>) -> R
         tool_use_id: hop.tool_use_id.clone(),
         status,
         output: output.into(),
+        tree_cost: Default::default(),
         signature: None,
     }
 }
 
 /// The bytes a reply's signature covers: domain tag, layout version, envelope version, the
-/// agents, run ids and tool use, the status, and the output's digest, length-prefixed.
+/// agents, run ids and tool use, the status, the output's digest and the tree cost,
+/// length-prefixed.
 pub fn reply_canonical_bytes(reply: &ReplyEnvelope) -> Vec<u8> {
     let mut out = Canonical::new(REPLY_DOMAIN);
     out.field(&reply.version.to_be_bytes());
@@ -346,6 +348,16 @@ pub fn reply_canonical_bytes(reply: &ReplyEnvelope) -> Vec<u8> {
         ReplyStatus::Failed => b"failed",
     });
     out.field(&input_digest(&reply.output));
+    let c = reply.tree_cost;
+    for count in [
+        c.model_turns,
+        c.tool_calls,
+        c.calls_placed,
+        c.input_tokens,
+        c.output_tokens,
+    ] {
+        out.field(&count.to_be_bytes());
+    }
     out.finish()
 }
 

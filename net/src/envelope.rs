@@ -8,10 +8,12 @@
 
 use serde::{Deserialize, Serialize};
 
+use consort_core::step::CostDelta;
+
 use crate::RunId;
 
-/// Current format version of envelopes and replies.
-pub const ENVELOPE_VERSION: u16 = 1;
+/// Current format version of envelopes and replies (2: replies carry the child's tree cost).
+pub const ENVELOPE_VERSION: u16 = 2;
 
 /// One hop of a call chain: `caller` (running `parent_run`) asked `callee` to run
 /// `child_run`, through the tool use `tool_use_id`.
@@ -102,6 +104,8 @@ pub struct ReplyEnvelope {
     pub status: ReplyStatus,
     /// The child's output, already capped by the callee's host.
     pub output: String,
+    /// The child's tree cost when it settled: its own work and its descendants'.
+    pub tree_cost: CostDelta,
     /// The signature of the host serving `callee`; `None` inside one host.
     pub signature: Option<HopSignature>,
 }

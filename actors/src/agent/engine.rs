@@ -359,6 +359,7 @@ impl AgentActor {
                     ReplyStatus::Failed => ReplyOutcome::Failed,
                 },
                 output: reply.output.clone(),
+                tree_cost: reply.tree_cost,
             },
             placing,
         };
@@ -566,6 +567,7 @@ pub(super) fn report_settled(state: &AgentState, record: &RunRecord) {
                 tool_use_id: tool_use_id.clone(),
                 status,
                 output: step::cap_output(&text, state.options.reply_cap),
+                tree_cost: record.tree_usage(),
                 signature: None,
             })
         }

@@ -302,6 +302,7 @@ fn replies_are_taken_once_held_when_early_and_dropped_when_foreign() {
         tool_use_id: "a".into(),
         outcome: ReplyOutcome::Succeeded,
         output: "x".repeat(500),
+        tree_cost: CostDelta::default(),
     };
     let early = run.step(
         Input::Reply {
@@ -550,7 +551,7 @@ proptest! {
                 }
                 Event::Reply(i) => {
                     let id = format!("u{i}");
-                    Input::Reply { placing: busy.contains(&id), reply: ReplyIn { parent_run: root(), child_run: RunId::child_of(&root(), &id), callee: "cfo".into(), tool_use_id: id, outcome: ReplyOutcome::Succeeded, output: "r".into() } }
+                    Input::Reply { placing: busy.contains(&id), reply: ReplyIn { parent_run: root(), child_run: RunId::child_of(&root(), &id), callee: "cfo".into(), tool_use_id: id, outcome: ReplyOutcome::Succeeded, output: "r".into(), tree_cost: CostDelta::default() } }
                 }
             };
             let mut pending = vec![input];

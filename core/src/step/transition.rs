@@ -4,8 +4,9 @@
 use crate::event::{Answer, Failed, StatusChanged};
 use crate::{RunEvent, RunStatus};
 
-/// Additions to a run's cost roll-up.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Counts of a run's work: additions to its cost roll-up, or a total (a delegation tree's
+/// cost, carried back with a reply).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CostDelta {
     /// Model turns taken (waits included).
     pub model_turns: u64,
@@ -17,6 +18,25 @@ pub struct CostDelta {
     pub input_tokens: u64,
     /// Tokens the model wrote, when it reports them.
     pub output_tokens: u64,
+}
+
+impl CostDelta {
+    /// The sum of two counts.
+    #[must_use]
+    pub fn plus(self, other: CostDelta) -> CostDelta {
+        CostDelta {
+            model_turns: self.model_turns + other.model_turns,
+            tool_calls: self.tool_calls + other.tool_calls,
+            calls_placed: self.calls_placed + other.calls_placed,
+            input_tokens: self.input_tokens + other.input_tokens,
+            output_tokens: self.output_tokens + other.output_tokens,
+        }
+    }
+
+    /// Whether every count is zero.
+    pub fn is_zero(&self) -> bool {
+        *self == CostDelta::default()
+    }
 }
 
 /// One atomic change to a run: events to append, and the run's new status, output, error and
@@ -33,6 +53,9 @@ pub struct Transition {
     pub error: Option<String>,
     /// Additions to the run's cost.
     pub cost: CostDelta,
+    /// Additions to the cost of the run's descendants (a reply's tree cost): the run's tree
+    /// cost is its own plus these.
+    pub descendants: CostDelta,
     /// Move a `queued` run to `running` first, in the same transaction (a fresh run's first
     /// turn), so its log still shows both status changes.
     pub start: bool,
@@ -140,6 +163,7 @@ impl Transition {
         self.cost.calls_placed += other.cost.calls_placed;
         self.cost.input_tokens += other.cost.input_tokens;
         self.cost.output_tokens += other.cost.output_tokens;
+        self.descendants = self.descendants.plus(other.descendants);
         self.start |= other.start;
     }
 }

@@ -56,6 +56,7 @@ fn reply(child: &RunId, output: &str) -> RunEvent {
         status: ReplyOutcome::Succeeded,
         output: output.into(),
         in_turn: false,
+        tree_cost: Default::default(),
     })
 }
 

@@ -1077,6 +1077,7 @@ impl World {
             tool_use_id: parent.tool_use_id,
             outcome,
             output: step::cap_output(&text.unwrap_or_default(), REPLY_CAP),
+            tree_cost: Default::default(),
         };
         self.send(
             h,
