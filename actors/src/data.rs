@@ -21,7 +21,7 @@ pub struct DataFolder {
 
 impl DataFolder {
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        DataFolder { root: root.into() }
+        Self { root: root.into() }
     }
 
     pub fn root(&self) -> &Path {

@@ -45,7 +45,7 @@ pub trait Guard: Send + Sync + 'static {
 }
 
 /// `{kind: feature, enabled, message}`: a switch.
-pub struct FeatureGuard {
+pub(crate) struct FeatureGuard {
     pub enabled: bool,
     pub message: String,
 }
@@ -65,19 +65,19 @@ impl Guard for FeatureGuard {
 
 /// `{kind: quota, max_uses}`: at most `max_uses` uses while this guard lives (an agent's
 /// config reload or a restart builds a fresh one).
-pub struct QuotaGuard {
+pub(crate) struct QuotaGuard {
     pub max_uses: u64,
     used: AtomicU64,
 }
 
 impl QuotaGuard {
-    pub fn new(max_uses: u64) -> QuotaGuard {
-        QuotaGuard {
+    pub(crate) fn new(max_uses: u64) -> Self {
+        Self {
             max_uses,
             used: AtomicU64::new(0),
         }
     }
-    pub fn used(&self) -> u64 {
+    pub(crate) fn used(&self) -> u64 {
         self.used.load(Ordering::SeqCst)
     }
 }
@@ -102,7 +102,7 @@ impl Guard for QuotaGuard {
 }
 
 /// The guard an agent.yaml `guard:` declares.
-pub fn declared_guard(config: &GuardConfig) -> Arc<dyn Guard> {
+pub(crate) fn declared_guard(config: &GuardConfig) -> Arc<dyn Guard> {
     match config {
         GuardConfig::Feature { enabled, message } => Arc::new(FeatureGuard {
             enabled: *enabled,

@@ -33,7 +33,7 @@ pub struct Host {
 
 impl Host {
     /// Starts a host as a root actor.
-    pub async fn spawn(spec: HostSpec) -> Result<(Host, tokio::task::JoinHandle<()>), ActorsError> {
+    pub async fn spawn(spec: HostSpec) -> Result<(Self, tokio::task::JoinHandle<()>), ActorsError> {
         Self::spawn_inner(spec, None).await
     }
 
@@ -41,20 +41,20 @@ impl Host {
     pub async fn spawn_linked(
         spec: HostSpec,
         parent: ActorCell,
-    ) -> Result<(Host, tokio::task::JoinHandle<()>), ActorsError> {
+    ) -> Result<(Self, tokio::task::JoinHandle<()>), ActorsError> {
         Self::spawn_inner(spec, Some(parent)).await
     }
 
     async fn spawn_inner(
         spec: HostSpec,
         parent: Option<ActorCell>,
-    ) -> Result<(Host, tokio::task::JoinHandle<()>), ActorsError> {
+    ) -> Result<(Self, tokio::task::JoinHandle<()>), ActorsError> {
         let (settled, _) = broadcast::channel(1024);
         let data = DataFolder::new(spec.data_dir.clone());
         let agents = spec.agents.names();
         let (supervisor, join) = spawn_supervisor(spec, settled.clone(), parent).await?;
         Ok((
-            Host {
+            Self {
                 supervisor,
                 data,
                 settled,

@@ -14,23 +14,23 @@
 //! envelopes from consort-net, and links to other hosts plug in through
 //! [`supervisor::RemoteCalls`].
 
-pub mod agent;
-pub mod data;
-pub mod error;
+mod agent;
+mod data;
+mod error;
 mod fault;
-pub mod guard;
-pub mod host;
-pub mod meta_tools;
+mod guard;
+mod host;
+mod meta_tools;
 pub mod model;
-pub mod restart;
-pub mod routing;
+mod restart;
+mod routing;
 pub mod run;
 pub mod script;
 pub mod store;
 pub mod supervisor;
-pub mod tool_guard;
+mod tool_guard;
 pub mod tools;
-pub mod visibility_files;
+mod visibility_files;
 
 /// Tool visibility's pure decisions live in consort-core; re-exported so
 /// `consort_actors::visibility::…` and `crate::visibility::…` keep working.
@@ -41,5 +41,7 @@ pub use consort_core::step::CallOutcome;
 pub use data::DataFolder;
 pub use error::ActorsError;
 pub use host::Host;
+pub use meta_tools::{AgentCatalog, MetaAnswer};
 pub use run::{Channel, Cost, EventRecord, RunRecord, RunStatus};
 pub use supervisor::HostSpec;
+pub use visibility_files::visibility_from_files;

@@ -47,7 +47,7 @@ pub struct ModelReply {
 
 impl ModelReply {
     pub fn new(step: ModelStep) -> Self {
-        ModelReply {
+        Self {
             step,
             input_tokens: 0,
             output_tokens: 0,

@@ -17,7 +17,7 @@ pub struct RestartBudget {
 
 impl Default for RestartBudget {
     fn default() -> Self {
-        RestartBudget {
+        Self {
             max_restarts: 5,
             window: Duration::from_secs(60),
         }

@@ -61,8 +61,6 @@ pub enum SupervisorMsg {
         record: Box<RunRecord>,
         reply: Option<ReplyEnvelope>,
     },
-    /// A reply that arrived from another host for a local caller.
-    DeliverReply(ReplyEnvelope),
     /// A reply that arrived from another host; `taken` says whether the caller's agent took
     /// it (it answers a call one of its runs placed).
     OfferReply {

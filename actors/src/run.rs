@@ -139,7 +139,7 @@ impl<'de> Deserialize<'de> for EventRecord {
         let stored = StoredEvent::deserialize(d)?;
         let event =
             RunEvent::decode(&stored.kind, stored.data).map_err(serde::de::Error::custom)?;
-        Ok(EventRecord {
+        Ok(Self {
             run_id: stored.run_id,
             seq: stored.seq,
             at_ms: stored.at_ms,

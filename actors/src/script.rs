@@ -35,7 +35,7 @@ pub struct ScriptModel {
 
 impl ScriptModel {
     pub fn new(steps: Vec<ScriptStep>) -> Self {
-        ScriptModel { steps }
+        Self { steps }
     }
 
     /// The step this conversation is at, decided without I/O.

@@ -56,7 +56,7 @@ pub struct HostSpec {
 
 impl HostSpec {
     pub fn new(agents: AgentSet, data_dir: impl Into<PathBuf>) -> Self {
-        HostSpec {
+        Self {
             agents,
             remote_agents: Vec::new(),
             data_dir: data_dir.into(),
@@ -242,7 +242,7 @@ impl Actor for HostSupervisor {
             .watch_config
             .unwrap_or(state.spec.checkpoint_every)
             .min(state.spec.checkpoint_every);
-        let me = myself.clone();
+        let me = myself;
         tokio::spawn(async move {
             let mut interval = tokio::time::interval(period);
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -316,7 +316,6 @@ impl Actor for HostSupervisor {
                     route_reply(state, reply);
                 }
             }
-            SupervisorMsg::DeliverReply(reply) => route_reply(state, reply),
             SupervisorMsg::OfferReply { reply, taken } => {
                 match state.slots.get(&reply.caller).and_then(|s| s.actor.clone()) {
                     Some(actor) => {

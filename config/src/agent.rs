@@ -67,7 +67,7 @@ impl Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits {
+        Self {
             max_depth: Self::DEFAULT_MAX_DEPTH,
             max_calls_per_run: Self::DEFAULT_MAX_CALLS_PER_RUN,
         }
@@ -151,11 +151,11 @@ pub struct AgentSet {
 }
 
 /// The file name of an agent's declaration inside its folder.
-pub const AGENT_FILE: &str = "agent.yaml";
+pub(crate) const AGENT_FILE: &str = "agent.yaml";
 
 /// Tool names the runtime gives every agent (peer calls and the visibility meta-tools); a
 /// declared tool may not shadow them.
-pub const RESERVED_TOOL_NAMES: &[&str] = &[
+pub(crate) const RESERVED_TOOL_NAMES: &[&str] = &[
     "call_agent",
     "check_run",
     "search_tools",
@@ -165,13 +165,13 @@ pub const RESERVED_TOOL_NAMES: &[&str] = &[
 
 /// Upper bound of `count` in a script `call` entry: a script is a test fixture, and a typo such
 /// as `count: 100000` should not become a fan-out storm.
-pub const MAX_CALL_COUNT: u64 = 1000;
+pub(crate) const MAX_CALL_COUNT: u64 = 1000;
 
 /// Longest agent (and host) name.
-pub const MAX_NAME_LEN: usize = 64;
+pub(crate) const MAX_NAME_LEN: usize = 64;
 
 /// Whether `name` is a valid agent or host name: 1..=64 of `[a-z0-9_-]`.
-pub fn is_valid_name(name: &str) -> bool {
+pub(crate) fn is_valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= MAX_NAME_LEN
         && name
@@ -308,7 +308,7 @@ struct PeerSpans {
 impl AgentConfig {
     /// Reads and checks `dir/agent.yaml` on its own (peer names are checked for form, not for
     /// existence: that needs the set, see [`AgentSet::load`]). Paths in the result are absolute.
-    pub fn load(dir: &Path) -> Result<AgentConfig, ConfigError> {
+    pub fn load(dir: &Path) -> Result<Self, ConfigError> {
         load_agent(dir).map(|(a, _)| a)
     }
 }
@@ -660,7 +660,7 @@ pub(crate) enum AddError {
 
 impl From<ConfigError> for AddError {
     fn from(e: ConfigError) -> Self {
-        AddError::Config(e)
+        Self::Config(e)
     }
 }
 
@@ -681,7 +681,7 @@ pub(crate) struct SetBuilder {
 
 impl SetBuilder {
     pub(crate) fn new() -> Self {
-        SetBuilder {
+        Self {
             agents: BTreeMap::new(),
             spans: BTreeMap::new(),
         }
@@ -769,7 +769,7 @@ impl AgentSet {
     /// or a folder of agent folders (each direct subfolder holding `agent.yaml`, in name order).
     /// Then checks the set: names are unique, and every `can_call` / `accept_from` entry names
     /// an agent of the set.
-    pub fn load(paths: &[PathBuf]) -> Result<AgentSet, ConfigError> {
+    pub fn load(paths: &[PathBuf]) -> Result<Self, ConfigError> {
         Self::load_with_peers(paths, &[])
     }
 
@@ -779,7 +779,7 @@ impl AgentSet {
     pub fn load_with_peers(
         paths: &[PathBuf],
         known_remote: &[String],
-    ) -> Result<AgentSet, ConfigError> {
+    ) -> Result<Self, ConfigError> {
         let mut b = SetBuilder::new();
         for p in paths {
             b.add_path(p).map_err(ConfigError::from)?;

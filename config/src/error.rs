@@ -70,20 +70,20 @@ impl ConfigError {
     /// The file the error points into, when it points into one.
     pub fn file(&self) -> Option<&std::path::Path> {
         match self {
-            ConfigError::Syntax { file, .. }
-            | ConfigError::Schema { file, .. }
-            | ConfigError::Invalid { file, .. } => Some(file),
-            ConfigError::Io { path, .. } | ConfigError::NoAgents { path } => Some(path),
-            ConfigError::UnknownAgent { .. } => None,
+            Self::Syntax { file, .. } | Self::Schema { file, .. } | Self::Invalid { file, .. } => {
+                Some(file)
+            }
+            Self::Io { path, .. } | Self::NoAgents { path } => Some(path),
+            Self::UnknownAgent { .. } => None,
         }
     }
 
     /// `(line, column)` when the error points at a spot in a file.
     pub fn position(&self) -> Option<(u64, u64)> {
         match self {
-            ConfigError::Syntax { line, column, .. }
-            | ConfigError::Schema { line, column, .. }
-            | ConfigError::Invalid { line, column, .. } => Some((*line, *column)),
+            Self::Syntax { line, column, .. }
+            | Self::Schema { line, column, .. }
+            | Self::Invalid { line, column, .. } => Some((*line, *column)),
             _ => None,
         }
     }
@@ -91,7 +91,7 @@ impl ConfigError {
     /// The dotted key path, for schema and semantic errors.
     pub fn key(&self) -> Option<&str> {
         match self {
-            ConfigError::Schema { key, .. } | ConfigError::Invalid { key, .. } => Some(key),
+            Self::Schema { key, .. } | Self::Invalid { key, .. } => Some(key),
             _ => None,
         }
     }

@@ -19,7 +19,7 @@ use crate::error::ConfigError;
 use crate::yaml::{Ctx, KeyPath, Pos, load_file};
 
 /// The prefix of a public key in `fleet.yaml`.
-pub const ED25519_PREFIX: &str = "ed25519:";
+pub(crate) const ED25519_PREFIX: &str = "ed25519:";
 
 /// One host of the fleet.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,7 +60,7 @@ struct RawHost {
 }
 
 /// Parses `ed25519:<64 hex chars>` into the 32 key bytes.
-pub fn parse_public_key(text: &str) -> Result<[u8; 32], String> {
+pub(crate) fn parse_public_key(text: &str) -> Result<[u8; 32], String> {
     let Some(hex) = text.strip_prefix(ED25519_PREFIX) else {
         return Err(format!(
             "expected `{ED25519_PREFIX}` followed by 64 hex characters"
@@ -89,7 +89,7 @@ pub fn parse_public_key(text: &str) -> Result<[u8; 32], String> {
 impl FleetConfig {
     /// Reads and checks `fleet.yaml` (agent folders are resolved, not yet loaded: see
     /// [`FleetConfig::agents`]).
-    pub fn load(path: &Path) -> Result<FleetConfig, ConfigError> {
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let file = std::fs::canonicalize(path).map_err(|source| ConfigError::Io {
             path: path.to_path_buf(),
             source,
@@ -155,7 +155,7 @@ impl FleetConfig {
                 agent_dirs,
             });
         }
-        Ok(FleetConfig {
+        Ok(Self {
             file,
             hosts,
             dir_positions,

@@ -39,8 +39,8 @@ pub enum TokenSecret {
 impl std::fmt::Debug for TokenSecret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            TokenSecret::Plain(_) => f.write_str("Plain(<redacted>)"),
-            TokenSecret::Sha256(_) => f.write_str("Sha256(..)"),
+            Self::Plain(_) => f.write_str("Plain(<redacted>)"),
+            Self::Sha256(_) => f.write_str("Sha256(..)"),
         }
     }
 }
@@ -95,11 +95,11 @@ struct RawHook {
 }
 
 /// Longest hook timeout accepted.
-pub const MAX_HOOK_TIMEOUT_MS: u64 = 60_000;
+pub(crate) const MAX_HOOK_TIMEOUT_MS: u64 = 60_000;
 
 impl HostAuthConfig {
     /// Reads and checks a host auth file.
-    pub fn load(file: &Path) -> Result<HostAuthConfig, ConfigError> {
+    pub fn load(file: &Path) -> Result<Self, ConfigError> {
         let raw: RawHostAuth = load_file(file, "a host auth file with `tokens`")?;
         let ctx = Ctx { file };
         let root = KeyPath::root();
@@ -220,7 +220,7 @@ impl HostAuthConfig {
                 })
             }
         };
-        Ok(HostAuthConfig {
+        Ok(Self {
             tokens,
             identity_hook,
             file: file.to_path_buf(),

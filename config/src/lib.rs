@@ -8,11 +8,11 @@
 //! never start anything, open a network connection or touch a run store: it is plain data in,
 //! plain data (or a typed error) out.
 
-pub mod agent;
-pub mod error;
-pub mod fleet;
-pub mod host_auth;
-pub mod visibility;
+mod agent;
+mod error;
+mod fleet;
+mod host_auth;
+mod visibility;
 mod yaml;
 
 pub use agent::{

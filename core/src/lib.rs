@@ -23,8 +23,8 @@
 //!   descriptor, caller facts, the seven-rule decision, the evaluation ladder with its probe
 //!   cache, and the meta-tool answers.
 
-pub mod consent;
-pub mod conversation;
+mod consent;
+mod conversation;
 mod error;
 pub mod event;
 pub mod guards;
@@ -34,7 +34,7 @@ mod run;
 pub mod step;
 #[cfg(test)]
 mod strategy;
-pub mod view;
+mod view;
 pub mod visibility;
 
 pub use consent::{ConsentGraph, Edge, EdgeStatus};
@@ -46,4 +46,4 @@ pub use ids::RunId;
 pub use refusal::Refusal;
 pub use run::{Channel, RunStatus};
 pub use step::{Effect, Input, Policy, Step, Transition, step};
-pub use view::RunView;
+pub use view::{ApprovalState, PlacedCall, RunView};

@@ -39,11 +39,11 @@ fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
 
 impl HostAuth {
     /// A host without an auth file: every HTTP caller is absent.
-    pub fn none() -> HostAuth {
-        HostAuth::default()
+    pub fn none() -> Self {
+        Self::default()
     }
 
-    pub fn new(config: &HostAuthConfig) -> HostAuth {
+    pub fn new(config: &HostAuthConfig) -> Self {
         let mut grants = RoleGrants::new();
         let tokens = config
             .tokens
@@ -57,7 +57,7 @@ impl HostAuth {
                 (t.name.clone(), d)
             })
             .collect();
-        HostAuth {
+        Self {
             tokens,
             grants,
             hook: config.identity_hook.clone(),

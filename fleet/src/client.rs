@@ -26,7 +26,7 @@ pub struct Client {
 impl Client {
     /// A client of the host at `base` (such as `http://127.0.0.1:7400`).
     pub fn new(base: &str) -> Self {
-        Client {
+        Self {
             base: base.trim_end_matches('/').to_owned(),
             http: reqwest::Client::new(),
             token: None,

@@ -37,7 +37,7 @@ pub struct DevHost {
 }
 
 impl DevHost {
-    pub async fn start(options: DevOptions) -> Result<DevHost, FleetError> {
+    pub async fn start(options: DevOptions) -> Result<Self, FleetError> {
         let agents = AgentSet::load(&options.dirs)?;
         let mut spec = HostSpec::new(agents, options.data_dir.clone());
         spec.options = options.agent_options;
@@ -67,6 +67,6 @@ impl DevHost {
         let note = serde_json::json!({"url": url, "pid": std::process::id()});
         let _ = std::fs::write(options.data_dir.join("serve.json"), note.to_string());
         info!(%url, agents = ?host.agents(), "serving");
-        Ok(DevHost { host, addr, server })
+        Ok(Self { host, addr, server })
     }
 }

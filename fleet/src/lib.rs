@@ -7,13 +7,16 @@
 //! no call rules itself (they live in consort-actors' guards) and never touches a run store
 //! except through the host handle or the read-only data folder.
 
-pub mod api;
-pub mod auth;
-pub mod client;
+mod api;
+mod auth;
+mod client;
 pub mod dev;
-pub mod error;
-pub mod remote;
-pub mod serve;
+mod error;
+mod remote;
+mod serve;
 
+pub use auth::HostAuth;
 pub use client::Client;
 pub use error::FleetError;
+pub use remote::LinkRemote;
+pub use serve::{ServeOptions, ServedHost, default_key_path, prepare};

@@ -114,7 +114,7 @@ pub fn prepare(
             .map_err(consort_net::NetError::from)?;
         addresses.insert(h.name.clone(), h.address);
     }
-    let mut local = set.clone();
+    let mut local = set;
     local
         .agents
         .retain(|name, _| placements.get(name).map(String::as_str) == Some(host));
@@ -139,7 +139,7 @@ pub fn prepare(
 
 impl ServedHost {
     /// Serves the host with the default [`InboundLimits`].
-    pub async fn start(options: ServeOptions) -> Result<ServedHost, FleetError> {
+    pub async fn start(options: ServeOptions) -> Result<Self, FleetError> {
         Self::start_with_limits(options, InboundLimits::default()).await
     }
 
@@ -149,7 +149,7 @@ impl ServedHost {
     pub async fn start_with_limits(
         options: ServeOptions,
         limits: InboundLimits,
-    ) -> Result<ServedHost, FleetError> {
+    ) -> Result<Self, FleetError> {
         let prepared = prepare(
             &options.fleet_file,
             &options.host,
@@ -221,7 +221,7 @@ impl ServedHost {
         });
         let _ = std::fs::write(options.data_dir.join("serve.json"), note.to_string());
         info!(%url, host = %options.host, link = %link_addr, agents = ?host.agents(), "serving");
-        Ok(ServedHost {
+        Ok(Self {
             host,
             name: options.host,
             http_addr,

@@ -19,11 +19,11 @@
 //! reads no configuration files.
 
 pub mod chain;
-pub mod codec;
-pub mod envelope;
-pub mod error;
-pub mod keys;
-pub mod link;
+mod codec;
+mod envelope;
+mod error;
+mod keys;
+mod link;
 #[cfg(test)]
 mod testing;
 
@@ -39,4 +39,4 @@ pub use consort_core::RunId;
 pub use envelope::{CallEnvelope, ENVELOPE_VERSION, Hop, HopSignature, ReplyEnvelope, ReplyStatus};
 pub use error::{ChainError, CodecError, KeyError, LinkError, NetError};
 pub use keys::{HostKey, KeyRing, PublicKey};
-pub use link::{FrameHandler, InboundRequest, LinkConfig, LinkEndpoint, channel_handler};
+pub use link::{FrameHandler, HandlerFuture, LinkConfig, LinkEndpoint};
