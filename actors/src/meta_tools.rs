@@ -41,7 +41,9 @@ pub(crate) const INVOKE_TOOL: &str = "invoke_tool";
 /// A meta-tool's answer: the text the model reads, and whether it is an error.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MetaAnswer {
+    /// The text the model reads.
     pub content: String,
+    /// True when the answer reports an error to the model.
     pub is_error: bool,
 }
 
@@ -165,18 +167,22 @@ impl AgentCatalog {
         }
     }
 
+    /// Bumped on every rebuild (config reload), so cached answers can tell they are stale.
     pub fn generation(&self) -> u64 {
         self.catalog.generation()
     }
 
+    /// Every tool of the agent, by name.
     pub fn tools(&self) -> &BTreeMap<String, Arc<dyn Tool>> {
         &self.tools
     }
 
+    /// The tool with this name, if the agent has it.
     pub fn tool(&self, name: &str) -> Option<&Arc<dyn Tool>> {
         self.tools.get(name)
     }
 
+    /// How many policy probes one search may spend (`visibility.probe_budget`).
     pub fn probe_budget(&self) -> usize {
         self.probe_budget
     }

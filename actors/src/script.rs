@@ -34,6 +34,7 @@ pub struct ScriptModel {
 }
 
 impl ScriptModel {
+    /// A model that plays `steps`, one per model turn.
     pub fn new(steps: Vec<ScriptStep>) -> Self {
         Self { steps }
     }

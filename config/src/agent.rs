@@ -22,13 +22,17 @@ use crate::yaml::{Ctx, KeyPath, Pos, SpannedPairs, load_file};
 /// One agent, as declared in its folder's `agent.yaml`, validated.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AgentConfig {
+    /// The agent's name (`name:`), unique in a fleet.
     pub name: String,
+    /// What the agent does, as its callers are told (`description:`).
     pub description: String,
     /// Peers this agent's model may call (`agents.can_call`).
     pub can_call: Vec<String>,
     /// Peers this agent consents to serve (`agents.accept_from`).
     pub accept_from: Vec<String>,
+    /// Which model drives it (`model:`).
     pub model: ModelConfig,
+    /// Its declared tools (`tools:`).
     pub tools: Vec<ToolConfig>,
     /// Visible to this agent's own tools only.
     pub env: BTreeMap<String, String>,
@@ -78,7 +82,10 @@ impl Default for Limits {
 #[derive(Clone, Debug, PartialEq)]
 pub enum ModelConfig {
     /// The deterministic script model: step `i` is played on the agent's `i`-th model turn.
-    Script { steps: Vec<ScriptStep> },
+    Script {
+        /// The steps, in turn order.
+        steps: Vec<ScriptStep>,
+    },
 }
 
 /// One turn of a script model. Text fields are templates rendered by the script model.
@@ -94,36 +101,53 @@ pub enum ScriptStep {
     Check(String),
     /// `search_tools {query, limit}` (the query is a template; the limit is passed as written,
     /// so a script can exercise the meta-tool's own range check).
-    Search { query: String, limit: Option<u64> },
+    Search {
+        /// The search text (a template).
+        query: String,
+        /// The most results asked for, if given.
+        limit: Option<u64>,
+    },
     /// `load_tool {name}`.
     Load(String),
     /// `invoke_tool {name, arguments}`; string values inside `arguments` are templates.
     Invoke {
+        /// The tool to invoke.
         name: String,
+        /// Its arguments.
         arguments: serde_json::Value,
     },
 }
 
 #[derive(Clone, Debug, PartialEq)]
+/// One `call:` entry of a script step.
 pub struct CallStep {
+    /// The agent to call.
     pub agent: String,
+    /// The call's input (a template).
     pub input: String,
     /// How many calls this entry places (default 1, at least 1).
     pub count: u32,
 }
 
 #[derive(Clone, Debug, PartialEq)]
+/// One `tool:` script step: a use of a declared tool.
 pub struct ToolStep {
+    /// The declared tool to use.
     pub name: String,
+    /// The tool's input (a template).
     pub input: String,
 }
 
 /// A tool declared in `agent.yaml`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ToolConfig {
+    /// The tool's name, unique within the agent.
     pub name: String,
+    /// What the tool does, for the model.
     pub description: String,
+    /// What the tool runs.
     pub kind: ToolKind,
+    /// Whether a use waits for an operator (`approval: required`).
     pub approval: Approval,
     /// The tool's `auth:` block (markers for visibility's T0), if any.
     pub auth: Option<ToolAuthConfig>,
@@ -132,21 +156,29 @@ pub struct ToolConfig {
 }
 
 #[derive(Clone, Debug, PartialEq)]
+/// What a declared tool runs.
 pub enum ToolKind {
     /// A read-only SQL query against a SQLite file that belongs to the agent.
-    Sql { database: PathBuf },
+    Sql {
+        /// The SQLite file, absolute; opened read-only.
+        database: PathBuf,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+/// Whether a tool use waits for an operator's decision.
 pub enum Approval {
     #[default]
+    /// Uses run at once.
     None,
+    /// Each use blocks the run until an operator approves or denies it.
     Required,
 }
 
 /// The agents one host serves (or one fleet declares), by name.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct AgentSet {
+    /// The agents, by name.
     pub agents: BTreeMap<String, AgentConfig>,
 }
 
@@ -787,6 +819,7 @@ impl AgentSet {
         b.finish(known_remote)
     }
 
+    /// The agent with this name, if the set holds it.
     pub fn get(&self, name: &str) -> Option<&AgentConfig> {
         self.agents.get(name)
     }
@@ -796,10 +829,12 @@ impl AgentSet {
         self.agents.keys().cloned().collect()
     }
 
+    /// How many agents the set holds.
     pub fn len(&self) -> usize {
         self.agents.len()
     }
 
+    /// True when the set holds no agent.
     pub fn is_empty(&self) -> bool {
         self.agents.is_empty()
     }

@@ -24,7 +24,9 @@ pub(crate) const ED25519_PREFIX: &str = "ed25519:";
 /// One host of the fleet.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostConfig {
+    /// The host's name, unique in the fleet.
     pub name: String,
+    /// Where its link listens (UDP, QUIC).
     pub address: SocketAddr,
     /// The host's ed25519 public key (pinned for TLS and envelope signatures).
     pub public_key: [u8; 32],
@@ -38,6 +40,7 @@ pub struct HostConfig {
 pub struct FleetConfig {
     /// The `fleet.yaml` file, absolute.
     pub file: PathBuf,
+    /// The hosts, in file order.
     pub hosts: Vec<HostConfig>,
     /// Where each host's `agents` entries were written (same indexes as `hosts`), so that
     /// [`FleetConfig::agents`] can point at the entry that caused an error.
@@ -162,6 +165,7 @@ impl FleetConfig {
         })
     }
 
+    /// The host with this name, if the fleet declares it.
     pub fn host(&self, name: &str) -> Option<&HostConfig> {
         self.hosts.iter().find(|h| h.name == name)
     }

@@ -48,8 +48,11 @@ impl std::fmt::Debug for TokenSecret {
 /// One bearer token: `api:<name>` with `roles`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TokenConfig {
+    /// The token's name; a caller using it is `api:<name>`.
     pub name: String,
+    /// The bearer secret.
     pub secret: TokenSecret,
+    /// Roles the caller holds (what `roles:` policies check).
     pub roles: Vec<String>,
 }
 
@@ -59,15 +62,20 @@ pub struct TokenConfig {
 /// means it could not answer, and identity is `unknown`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IdentityHookConfig {
+    /// The program and its arguments.
     pub command: Vec<String>,
+    /// How long it may take, in milliseconds, before identity is `unknown`.
     pub timeout_ms: u64,
 }
 
 /// The host auth file, checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostAuthConfig {
+    /// The configured tokens.
     pub tokens: Vec<TokenConfig>,
+    /// Asked about tokens that match none of `tokens`, if set.
     pub identity_hook: Option<IdentityHookConfig>,
+    /// The auth file, absolute.
     pub file: PathBuf,
 }
 

@@ -37,10 +37,18 @@ pub struct ToolAuthConfig {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum GuardConfig {
     /// A feature gate: `enabled: false` refuses every use with `message`.
-    Feature { enabled: bool, message: String },
+    Feature {
+        /// False refuses every use.
+        enabled: bool,
+        /// The refusal the model reads.
+        message: String,
+    },
     /// At most `max_uses` uses of the tool while the agent runs (counted in memory, reset by a
     /// config reload or a restart).
-    Quota { max_uses: u64 },
+    Quota {
+        /// The most uses allowed.
+        max_uses: u64,
+    },
 }
 
 /// A named policy: every requirement given must hold.

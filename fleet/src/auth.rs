@@ -43,6 +43,7 @@ impl HostAuth {
         Self::default()
     }
 
+    /// Authentication by the tokens and identity hook of a checked auth file.
     pub fn new(config: &HostAuthConfig) -> Self {
         let mut grants = RoleGrants::new();
         let tokens = config

@@ -40,24 +40,35 @@ pub fn default_key_path(fleet_file: &Path, host: &str) -> PathBuf {
 /// How to serve one host of a fleet.
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
+    /// The fleet declaration.
     pub fleet_file: PathBuf,
+    /// Which host of the fleet this process is.
     pub host: String,
+    /// Where the run stores live.
     pub data_dir: PathBuf,
     /// The host key file; `None` means [`default_key_path`].
     pub key_file: Option<PathBuf>,
     /// Address of the HTTP API (loopback).
     pub listen_http: SocketAddr,
+    /// Settings every agent actor is started with.
     pub agent_options: AgentOptions,
+    /// Timeouts of the link to other hosts.
     pub link: LinkConfig,
 }
 
 /// A fleet host serving its link and its API.
 pub struct ServedHost {
+    /// The running host.
     pub host: Host,
+    /// The host's name in the fleet.
     pub name: String,
+    /// Where the API listens.
     pub http_addr: SocketAddr,
+    /// Where the link listens.
     pub link_addr: SocketAddr,
+    /// The link endpoint (close it on shutdown).
     pub endpoint: LinkEndpoint,
+    /// The HTTP server task.
     pub server: tokio::task::JoinHandle<()>,
 }
 
