@@ -19,14 +19,18 @@ use crate::visibility::Identity;
 /// What a guard is told: never the arguments.
 #[derive(Clone, Copy, Debug)]
 pub struct GuardContext<'a> {
+    /// The agent whose tool is used.
     pub agent: &'a str,
+    /// The tool's name.
     pub tool: &'a str,
+    /// Who the run acts for.
     pub caller: &'a Identity,
 }
 
 /// A guard's answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum GuardVerdict {
+    /// The use may go on.
     Pass,
     /// The use is refused; the text is what the model reads.
     Refuse(String),
@@ -39,6 +43,7 @@ pub enum GuardVerdict {
 pub trait Guard: Send + Sync + 'static {
     /// A short label for logs (`feature`, `quota`, an app's own name).
     fn kind(&self) -> &str;
+    /// Decides on one use (or probe) from the context alone; cheap, never waits on I/O.
     fn check(&self, ctx: &GuardContext<'_>) -> GuardVerdict;
     /// Every check passed and the handler is about to run. Never called by a probe.
     fn record_use(&self, _ctx: &GuardContext<'_>) {}

@@ -1,13 +1,13 @@
 //! consort-actors: one host's agents, as supervised actors, and the runs they execute.
 //!
-//! The crate owns the host supervisor ([`supervisor`]), one actor per agent ([`agent`]), the
+//! The crate owns the host supervisor ([`supervisor`]), one actor per agent (`agent`), the
 //! run engine inside it, the model and tool seams ([`model`], [`tools`], [`script`]), the call
 //! guards (from consort-core),
-//! the restart budget ([`restart`]) and each agent's own SQLite run store ([`store`]). Tool
+//! the restart budget (`restart`) and each agent's own SQLite run store ([`store`]). Tool
 //! visibility: the pure decisions ([`visibility`], from consort-core; reading the operator
-//! command's files is [`visibility_files`]), tool guards ([`guard`]) and the one authorization
-//! pipeline with its T2 probe ([`tool_guard`]), and the meta-tools over an agent's catalog
-//! ([`meta_tools`]). The
+//! command's files is `visibility_files`), tool guards (`guard`) and the one authorization
+//! pipeline with its T2 probe (`tool_guard`), and the meta-tools over an agent's catalog
+//! (`meta_tools`). The
 //! typed handle [`Host`] is what apps, the CLI and the HTTP API drive.
 //!
 //! It never opens a network socket and never parses YAML: config comes from consort-config,
@@ -40,8 +40,10 @@ pub use agent::AgentOptions;
 pub use consort_core::step::CallOutcome;
 pub use data::DataFolder;
 pub use error::ActorsError;
+pub use guard::{Guard, GuardContext, GuardVerdict};
 pub use host::Host;
 pub use meta_tools::{AgentCatalog, MetaAnswer};
+pub use restart::RestartBudget;
 pub use run::{Channel, Cost, EventRecord, RunRecord, RunStatus};
 pub use supervisor::HostSpec;
 pub use visibility_files::visibility_from_files;

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 /// How many restarts are allowed in a sliding window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RestartBudget {
+    /// Restarts allowed within one window; one more leaves the agent down.
     pub max_restarts: usize,
+    /// The length of the sliding window.
     pub window: Duration,
 }
 

@@ -76,7 +76,7 @@ pub trait Tool: Send + Sync + 'static {
     fn auth_markers(&self) -> AuthMarkers {
         AuthMarkers::default()
     }
-    /// The guards that run before the handler (see [`crate::guard`]).
+    /// The guards that run before the handler (see `crate::guard`).
     fn guards(&self) -> Vec<Arc<dyn Guard>> {
         Vec::new()
     }

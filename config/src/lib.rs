@@ -2,7 +2,7 @@
 //!
 //! This crate owns `agent.yaml` (one agent: its peers, model, tools and env), `fleet.yaml`
 //! (hosts, their keys and the agents each serves), the tool-visibility declarations of
-//! agent.yaml ([`visibility`]) and the host auth file of HTTP bearer tokens ([`host_auth`]).
+//! agent.yaml (`visibility`) and the host auth file of HTTP bearer tokens (`host_auth`).
 //! It parses and validates; every error names the file, line, column and key. It decides
 //! nothing: what the declarations mean for a call (consent, guards) is consort-core's. It must
 //! never start anything, open a network connection or touch a run store: it is plain data in,

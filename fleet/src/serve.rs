@@ -149,7 +149,7 @@ pub fn prepare(
 }
 
 impl ServedHost {
-    /// Serves the host with the default [`InboundLimits`].
+    /// Serves the host with the default `InboundLimits`.
     pub async fn start(options: ServeOptions) -> Result<Self, FleetError> {
         Self::start_with_limits(options, InboundLimits::default()).await
     }
@@ -157,7 +157,7 @@ impl ServedHost {
     /// Serves the host, refusing chains from other hosts beyond `limits`. The chain depth
     /// checked on the link is at least the deepest `limits.max_depth` of this host's agents:
     /// each agent still refuses, with its own limit, a chain deeper than it allows.
-    pub async fn start_with_limits(
+    pub(crate) async fn start_with_limits(
         options: ServeOptions,
         limits: InboundLimits,
     ) -> Result<Self, FleetError> {

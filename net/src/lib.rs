@@ -8,11 +8,11 @@
 //! with what this crate proves (who signed which hop, how long the chain is, whether it
 //! expired).
 //!
-//! - [`codec`]: the one bincode configuration; [`Frame`], the link protocol's messages.
-//! - [`keys`]: [`HostKey`] (ed25519, PKCS#8 PEM on disk, mode 0600), [`PublicKey`]
+//! - `codec`: the one bincode configuration; [`Frame`], the link protocol's messages.
+//! - `keys`: [`HostKey`] (ed25519, PKCS#8 PEM on disk, mode 0600), [`PublicKey`]
 //!   (`ed25519:<hex>`), [`KeyRing`] (host -> key).
 //! - [`chain`]: canonical hop bytes, [`sign_pending_hops`], [`verify_chain`], reply signatures.
-//! - [`link`]: [`LinkEndpoint`], QUIC with mutual TLS pinned to host keys, one request frame
+//! - `link`: [`LinkEndpoint`], QUIC with mutual TLS pinned to host keys, one request frame
 //!   and one response frame per stream.
 //!
 //! Placements (agent -> host) are passed in as plain `BTreeMap<String, String>`; this crate

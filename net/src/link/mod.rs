@@ -17,7 +17,7 @@
 //! served *and* becomes the cached connection for our own requests to that peer, so a peer's
 //! new incarnation that dials in replaces a connection to its previous process at once.
 //! A link notices a peer that went away: an endpoint closes its connections with
-//! [`CLOSE_SHUTDOWN`] when it shuts down; a request the peer does not acknowledge (at the
+//! `CLOSE_SHUTDOWN` when it shuts down; a request the peer does not acknowledge (at the
 //! transport level) within [`LinkConfig::ack_timeout`], or that fails because the connection
 //! died, drops the cached connection and is sent once more on a fresh dial before the peer is
 //! called unreachable. Errors say what happened: refused at the handshake, no answer within the
@@ -331,7 +331,7 @@ impl LinkEndpoint {
         }
     }
 
-    /// Closes every connection with [`CLOSE_SHUTDOWN`] and stops serving; waits (at most
+    /// Closes every connection with `CLOSE_SHUTDOWN` and stops serving; waits (at most
     /// [`LinkConfig::shutdown_grace`]) until peers acknowledged, so that they drop their
     /// connections to this process at once instead of finding out by timeouts.
     pub async fn close(&self) {
