@@ -18,5 +18,5 @@ mod serve;
 pub use auth::HostAuth;
 pub use client::Client;
 pub use error::FleetError;
-pub use remote::LinkRemote;
-pub use serve::{ServeOptions, ServedHost, default_key_path, prepare};
+pub use remote::{FleetMap, LinkRemote};
+pub use serve::{Prepared, ServeOptions, ServedHost, default_key_path, prepare};

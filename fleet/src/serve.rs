@@ -75,10 +75,15 @@ pub struct ServedHost {
 /// The fleet's parts that concern one host, checked: its agents, the others' agents, the
 /// fleet map and its key.
 pub struct Prepared {
+    /// The agents this host serves.
     pub local: AgentSet,
+    /// The agents other hosts of the fleet serve.
     pub remote_agents: Vec<String>,
+    /// Which host serves each agent, and where each host listens.
     pub map: FleetMap,
+    /// This host's key.
     pub key: HostKey,
+    /// Where this host's link listens.
     pub link_addr: SocketAddr,
 }
 
