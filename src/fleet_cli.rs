@@ -15,13 +15,13 @@ use serde_json::json;
 use consort_actors::AgentOptions;
 use consort_actors::store::Durability;
 use consort_config::FleetConfig;
-use consort_fleet::serve::{ServeOptions, ServedHost, default_key_path};
+use consort_fleet::{ServeOptions, ServedHost, default_key_path};
 use consort_net::{HostKey, LinkConfig};
 
 use crate::output;
 
 #[derive(Args)]
-pub struct KeygenArgs {
+pub(crate) struct KeygenArgs {
     /// Folder to write the key into (made if missing).
     #[arg(long)]
     pub out: PathBuf,
@@ -33,7 +33,7 @@ pub struct KeygenArgs {
 }
 
 #[derive(Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// The fleet declaration.
     #[arg(long)]
     pub fleet: PathBuf,
@@ -54,7 +54,7 @@ pub struct ServeArgs {
     pub durability: String,
 }
 
-pub fn keygen(args: KeygenArgs) -> Result<ExitCode> {
+pub(crate) fn keygen(args: KeygenArgs) -> Result<ExitCode> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     let file = args
@@ -75,7 +75,7 @@ pub fn keygen(args: KeygenArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
+pub(crate) async fn serve(args: ServeArgs) -> Result<ExitCode> {
     let durability = Durability::parse(&args.durability).ok_or_else(|| {
         anyhow!(
             "--durability must be normal or full, not `{}`",
@@ -133,7 +133,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn edges(fleet_file: &std::path::Path, as_json: bool) -> Result<ExitCode> {
+pub(crate) fn edges(fleet_file: &std::path::Path, as_json: bool) -> Result<ExitCode> {
     let fleet = FleetConfig::load(fleet_file)?;
     let (set, placements) = fleet.agents()?;
     let edges = consort_core::ConsentGraph::of(&set).edges();

@@ -14,17 +14,16 @@ use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
-use consort_actors::meta_tools::{AgentCatalog, MetaAnswer};
 use consort_actors::visibility::{DecisionReport, Identity, Principal, ProbeCache};
-use consort_actors::visibility_files::visibility_from_files;
+use consort_actors::{AgentCatalog, MetaAnswer, visibility_from_files};
 use consort_config::{AgentSet, HostAuthConfig};
-use consort_fleet::auth::HostAuth;
+use consort_fleet::HostAuth;
 
 use crate::output;
 
 /// `consort visibility`.
 #[derive(Args)]
-pub struct VisibilityArgs {
+pub(crate) struct VisibilityArgs {
     /// A JSON auth descriptor (`$defs/Auth` of schemas/auth-descriptor.schema.json).
     #[arg(long)]
     auth: PathBuf,
@@ -37,7 +36,7 @@ pub struct VisibilityArgs {
 
 /// `consort tools`.
 #[derive(Subcommand)]
-pub enum ToolsCommand {
+pub(crate) enum ToolsCommand {
     /// Rank an agent's tools for a query, as a principal's runs would see them.
     Search {
         query: String,
@@ -60,7 +59,7 @@ pub enum ToolsCommand {
 
 /// Whose view, of which agent.
 #[derive(Args)]
-pub struct Who {
+pub(crate) struct Who {
     /// The agent whose tools to show.
     #[arg(long)]
     agent: String,
@@ -75,7 +74,7 @@ pub struct Who {
     auth: Option<PathBuf>,
 }
 
-pub fn visibility(args: VisibilityArgs) -> Result<ExitCode> {
+pub(crate) fn visibility(args: VisibilityArgs) -> Result<ExitCode> {
     let (decision, rule) = visibility_from_files(&args.auth, &args.caller)?;
     let report = DecisionReport { decision, rule };
     if args.json {
@@ -132,7 +131,7 @@ fn print_answer(answer: &MetaAnswer, json: bool, table: impl FnOnce(&Value)) -> 
     })
 }
 
-pub fn tools(command: ToolsCommand) -> Result<ExitCode> {
+pub(crate) fn tools(command: ToolsCommand) -> Result<ExitCode> {
     match command {
         ToolsCommand::Search {
             query,

@@ -56,7 +56,7 @@ struct Fleet {
 impl Fleet {
     /// A fleet of `hosts` (name, agent folders under `agents/`); agents must be written first
     /// with [`write_agent`] into `dir`.
-    fn new(dir: tempfile::TempDir, hosts: &[(&str, &[&str])]) -> Fleet {
+    fn new(dir: tempfile::TempDir, hosts: &[(&str, &[&str])]) -> Self {
         let mut yaml = String::from("hosts:\n");
         for (name, agents) in hosts {
             let out = Command::new(BIN)
@@ -85,7 +85,7 @@ impl Fleet {
                 url: String::new(),
             })
             .collect();
-        Fleet {
+        Self {
             dir,
             hosts,
             http: reqwest::blocking::Client::builder()

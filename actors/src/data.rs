@@ -20,10 +20,12 @@ pub struct DataFolder {
 }
 
 impl DataFolder {
+    /// A data folder rooted at `root` (nothing is created until a store opens).
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        DataFolder { root: root.into() }
+        Self { root: root.into() }
     }
 
+    /// The folder itself.
     pub fn root(&self) -> &Path {
         &self.root
     }

@@ -9,13 +9,20 @@ pub enum ActorsError {
     /// The run store (an agent's SQLite database) could not be opened or written.
     #[error("run store {path}: {source}")]
     Store {
+        /// The store file.
         path: PathBuf,
         #[source]
+        /// What SQLite said.
         source: rusqlite::Error,
     },
     /// A stored row did not decode (a corrupted or foreign database).
     #[error("run store {path}: corrupt row: {detail}")]
-    CorruptStore { path: PathBuf, detail: String },
+    CorruptStore {
+        /// The store file.
+        path: PathBuf,
+        /// What did not decode.
+        detail: String,
+    },
     /// No run with this id exists in the stores asked.
     #[error("no run with id {0}")]
     UnknownRun(String),
@@ -37,8 +44,10 @@ pub enum ActorsError {
     /// Reading a data folder failed.
     #[error("{path}: {source}")]
     Io {
+        /// The path that failed.
         path: PathBuf,
         #[source]
+        /// What the OS said.
         source: std::io::Error,
     },
 }

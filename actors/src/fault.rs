@@ -31,12 +31,12 @@ impl Point {
     /// The name `CONSORT_FAULT` uses for the point.
     pub(crate) fn name(self) -> &'static str {
         match self {
-            Point::RootStored => "after_root_stored",
-            Point::TurnRecorded => "after_turn_recorded",
-            Point::ChildStored => "after_child_stored",
-            Point::CallRecorded => "after_call_recorded",
-            Point::ChildSettled => "after_child_settled",
-            Point::ReplyRecorded => "after_reply_recorded",
+            Self::RootStored => "after_root_stored",
+            Self::TurnRecorded => "after_turn_recorded",
+            Self::ChildStored => "after_child_stored",
+            Self::CallRecorded => "after_call_recorded",
+            Self::ChildSettled => "after_child_settled",
+            Self::ReplyRecorded => "after_reply_recorded",
         }
     }
 }

@@ -19,14 +19,18 @@ use crate::visibility::Identity;
 /// What a guard is told: never the arguments.
 #[derive(Clone, Copy, Debug)]
 pub struct GuardContext<'a> {
+    /// The agent whose tool is used.
     pub agent: &'a str,
+    /// The tool's name.
     pub tool: &'a str,
+    /// Who the run acts for.
     pub caller: &'a Identity,
 }
 
 /// A guard's answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum GuardVerdict {
+    /// The use may go on.
     Pass,
     /// The use is refused; the text is what the model reads.
     Refuse(String),
@@ -39,13 +43,14 @@ pub enum GuardVerdict {
 pub trait Guard: Send + Sync + 'static {
     /// A short label for logs (`feature`, `quota`, an app's own name).
     fn kind(&self) -> &str;
+    /// Decides on one use (or probe) from the context alone; cheap, never waits on I/O.
     fn check(&self, ctx: &GuardContext<'_>) -> GuardVerdict;
     /// Every check passed and the handler is about to run. Never called by a probe.
     fn record_use(&self, _ctx: &GuardContext<'_>) {}
 }
 
 /// `{kind: feature, enabled, message}`: a switch.
-pub struct FeatureGuard {
+pub(crate) struct FeatureGuard {
     pub enabled: bool,
     pub message: String,
 }
@@ -65,19 +70,19 @@ impl Guard for FeatureGuard {
 
 /// `{kind: quota, max_uses}`: at most `max_uses` uses while this guard lives (an agent's
 /// config reload or a restart builds a fresh one).
-pub struct QuotaGuard {
+pub(crate) struct QuotaGuard {
     pub max_uses: u64,
     used: AtomicU64,
 }
 
 impl QuotaGuard {
-    pub fn new(max_uses: u64) -> QuotaGuard {
-        QuotaGuard {
+    pub(crate) fn new(max_uses: u64) -> Self {
+        Self {
             max_uses,
             used: AtomicU64::new(0),
         }
     }
-    pub fn used(&self) -> u64 {
+    pub(crate) fn used(&self) -> u64 {
         self.used.load(Ordering::SeqCst)
     }
 }
@@ -102,7 +107,7 @@ impl Guard for QuotaGuard {
 }
 
 /// The guard an agent.yaml `guard:` declares.
-pub fn declared_guard(config: &GuardConfig) -> Arc<dyn Guard> {
+pub(crate) fn declared_guard(config: &GuardConfig) -> Arc<dyn Guard> {
     match config {
         GuardConfig::Feature { enabled, message } => Arc::new(FeatureGuard {
             enabled: *enabled,

@@ -33,7 +33,7 @@ pub struct Host {
 
 impl Host {
     /// Starts a host as a root actor.
-    pub async fn spawn(spec: HostSpec) -> Result<(Host, tokio::task::JoinHandle<()>), ActorsError> {
+    pub async fn spawn(spec: HostSpec) -> Result<(Self, tokio::task::JoinHandle<()>), ActorsError> {
         Self::spawn_inner(spec, None).await
     }
 
@@ -41,20 +41,20 @@ impl Host {
     pub async fn spawn_linked(
         spec: HostSpec,
         parent: ActorCell,
-    ) -> Result<(Host, tokio::task::JoinHandle<()>), ActorsError> {
+    ) -> Result<(Self, tokio::task::JoinHandle<()>), ActorsError> {
         Self::spawn_inner(spec, Some(parent)).await
     }
 
     async fn spawn_inner(
         spec: HostSpec,
         parent: Option<ActorCell>,
-    ) -> Result<(Host, tokio::task::JoinHandle<()>), ActorsError> {
+    ) -> Result<(Self, tokio::task::JoinHandle<()>), ActorsError> {
         let (settled, _) = broadcast::channel(1024);
         let data = DataFolder::new(spec.data_dir.clone());
         let agents = spec.agents.names();
         let (supervisor, join) = spawn_supervisor(spec, settled.clone(), parent).await?;
         Ok((
-            Host {
+            Self {
                 supervisor,
                 data,
                 settled,
@@ -74,6 +74,7 @@ impl Host {
         &self.agents
     }
 
+    /// The data folder this host keeps its run stores in.
     pub fn data(&self) -> &DataFolder {
         &self.data
     }
@@ -151,10 +152,12 @@ impl Host {
         self.settled.subscribe()
     }
 
+    /// The run with this id from any local agent's store; `None` when no store holds it.
     pub fn run(&self, id: &RunId) -> Result<Option<RunRecord>, ActorsError> {
         self.data.run(id)
     }
 
+    /// The run's event log, oldest first.
     pub fn events(&self, id: &RunId) -> Result<Vec<EventRecord>, ActorsError> {
         self.data.events(id)
     }
@@ -204,6 +207,7 @@ impl Host {
         .map_err(|e| ActorsError::Actor(e.to_string()))?
     }
 
+    /// Every served agent, whether its actor is up, and how often it restarted.
     pub async fn agent_status(&self) -> Result<Vec<AgentStatus>, ActorsError> {
         ractor::call_t!(self.supervisor, SupervisorMsg::Agents, ASK_TIMEOUT_MS)
             .map_err(|e| ActorsError::Actor(e.to_string()))

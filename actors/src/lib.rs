@@ -1,36 +1,36 @@
 //! consort-actors: one host's agents, as supervised actors, and the runs they execute.
 //!
-//! The crate owns the host supervisor ([`supervisor`]), one actor per agent ([`agent`]), the
+//! The crate owns the host supervisor ([`supervisor`]), one actor per agent (`agent`), the
 //! run engine inside it, the model and tool seams ([`model`], [`tools`], [`script`]), the call
 //! guards (from consort-core),
-//! the restart budget ([`restart`]) and each agent's own SQLite run store ([`store`]). Tool
+//! the restart budget (`restart`) and each agent's own SQLite run store ([`store`]). Tool
 //! visibility: the pure decisions ([`visibility`], from consort-core; reading the operator
-//! command's files is [`visibility_files`]), tool guards ([`guard`]) and the one authorization
-//! pipeline with its T2 probe ([`tool_guard`]), and the meta-tools over an agent's catalog
-//! ([`meta_tools`]). The
+//! command's files is `visibility_files`), tool guards (`guard`) and the one authorization
+//! pipeline with its T2 probe (`tool_guard`), and the meta-tools over an agent's catalog
+//! (`meta_tools`). The
 //! typed handle [`Host`] is what apps, the CLI and the HTTP API drive.
 //!
 //! It never opens a network socket and never parses YAML: config comes from consort-config,
 //! envelopes from consort-net, and links to other hosts plug in through
 //! [`supervisor::RemoteCalls`].
 
-pub mod agent;
-pub mod data;
-pub mod error;
+mod agent;
+mod data;
+mod error;
 mod fault;
-pub mod guard;
-pub mod host;
-pub mod meta_tools;
+mod guard;
+mod host;
+mod meta_tools;
 pub mod model;
-pub mod restart;
-pub mod routing;
+mod restart;
+mod routing;
 pub mod run;
 pub mod script;
 pub mod store;
 pub mod supervisor;
-pub mod tool_guard;
+mod tool_guard;
 pub mod tools;
-pub mod visibility_files;
+mod visibility_files;
 
 /// Tool visibility's pure decisions live in consort-core; re-exported so
 /// `consort_actors::visibility::…` and `crate::visibility::…` keep working.
@@ -40,6 +40,10 @@ pub use agent::AgentOptions;
 pub use consort_core::step::CallOutcome;
 pub use data::DataFolder;
 pub use error::ActorsError;
+pub use guard::{Guard, GuardContext, GuardVerdict};
 pub use host::Host;
+pub use meta_tools::{AgentCatalog, MetaAnswer};
+pub use restart::RestartBudget;
 pub use run::{Channel, Cost, EventRecord, RunRecord, RunStatus};
 pub use supervisor::HostSpec;
+pub use visibility_files::visibility_from_files;

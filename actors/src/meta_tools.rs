@@ -34,38 +34,40 @@ use crate::visibility::{
     search_tools,
 };
 
-pub const SEARCH_TOOLS: &str = "search_tools";
-pub const LOAD_TOOL: &str = "load_tool";
-pub const INVOKE_TOOL: &str = "invoke_tool";
+pub(crate) const SEARCH_TOOLS: &str = "search_tools";
+pub(crate) const LOAD_TOOL: &str = "load_tool";
+pub(crate) const INVOKE_TOOL: &str = "invoke_tool";
 
 /// A meta-tool's answer: the text the model reads, and whether it is an error.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MetaAnswer {
+    /// The text the model reads.
     pub content: String,
+    /// True when the answer reports an error to the model.
     pub is_error: bool,
 }
 
 impl MetaAnswer {
     /// A typed error: `{"error": {"code", "message"}}`.
-    pub fn error(code: &str, message: impl Into<String>) -> MetaAnswer {
-        MetaAnswer {
+    pub fn error(code: &str, message: impl Into<String>) -> Self {
+        Self {
             content: json!({"error": {"code": code, "message": message.into()}}).to_string(),
             is_error: true,
         }
     }
 
     /// A tool refusal as a typed error (`forbidden`, `invalid_arguments`, `failed`).
-    pub fn from_tool_error(error: &ToolError) -> MetaAnswer {
+    pub fn from_tool_error(error: &ToolError) -> Self {
         match error {
-            ToolError::Forbidden(m) => MetaAnswer::error("forbidden", m.clone()),
-            ToolError::InvalidInput(m) => MetaAnswer::error("invalid_arguments", m.clone()),
-            ToolError::Failed(m) => MetaAnswer::error("failed", m.clone()),
+            ToolError::Forbidden(m) => Self::error("forbidden", m.clone()),
+            ToolError::InvalidInput(m) => Self::error("invalid_arguments", m.clone()),
+            ToolError::Failed(m) => Self::error("failed", m.clone()),
         }
     }
 }
 
 /// The specs of the three meta-tools, as the model is told about them.
-pub fn meta_specs() -> Vec<ToolSpec> {
+pub(crate) fn meta_specs() -> Vec<ToolSpec> {
     vec![
         ToolSpec {
             name: SEARCH_TOOLS.into(),
@@ -101,7 +103,7 @@ pub struct AgentCatalog {
 
 impl AgentCatalog {
     /// The catalog of `config`'s declared tools and an app's `extra` tools, at `generation`.
-    pub fn build(config: &AgentConfig, extra: &[Arc<dyn Tool>], generation: u64) -> AgentCatalog {
+    pub fn build(config: &AgentConfig, extra: &[Arc<dyn Tool>], generation: u64) -> Self {
         let mut tools: BTreeMap<String, Arc<dyn Tool>> = BTreeMap::new();
         for t in &config.tools {
             tools.insert(t.name.clone(), declared_tool(t));
@@ -154,7 +156,7 @@ impl AgentCatalog {
         for (agent, roles) in &vis.grants {
             grants.grant(Principal::Agent(agent.clone()), roles.iter().cloned());
         }
-        AgentCatalog {
+        Self {
             agent: config.name.clone(),
             tools,
             auths,
@@ -165,18 +167,22 @@ impl AgentCatalog {
         }
     }
 
+    /// Bumped on every rebuild (config reload), so cached answers can tell they are stale.
     pub fn generation(&self) -> u64 {
         self.catalog.generation()
     }
 
+    /// Every tool of the agent, by name.
     pub fn tools(&self) -> &BTreeMap<String, Arc<dyn Tool>> {
         &self.tools
     }
 
+    /// The tool with this name, if the agent has it.
     pub fn tool(&self, name: &str) -> Option<&Arc<dyn Tool>> {
         self.tools.get(name)
     }
 
+    /// How many policy probes one search may spend (`visibility.probe_budget`).
     pub fn probe_budget(&self) -> usize {
         self.probe_budget
     }
@@ -326,7 +332,7 @@ fn error_code(e: &VisibilityError) -> &'static str {
 }
 
 /// Reads an `invoke_tool` request: `{"name": <text>, "arguments": <object>}`.
-pub fn parse_invoke(input: &Value) -> Result<(String, Value), MetaAnswer> {
+pub(crate) fn parse_invoke(input: &Value) -> Result<(String, Value), MetaAnswer> {
     let bad = || {
         MetaAnswer::error(
             "invalid_request",
@@ -367,7 +373,7 @@ fn type_matches(kind: &str, value: &Value) -> bool {
 
 /// Checks `arguments` against a tool's input schema: an object, required keys present, no
 /// extra keys when `additionalProperties` is false, and each declared property of its type.
-pub fn validate_arguments(schema: &Value, arguments: &Value) -> Result<(), String> {
+pub(crate) fn validate_arguments(schema: &Value, arguments: &Value) -> Result<(), String> {
     let Value::Object(args) = arguments else {
         return Err("arguments must be an object".into());
     };

@@ -21,7 +21,9 @@ pub use consort_core::{Message, ModelStep, ToolUse};
 /// A tool as a model is told about it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ToolSpec {
+    /// The name the model uses to call the tool.
     pub name: String,
+    /// What the tool does, for the model.
     pub description: String,
     /// JSON Schema of the tool's input object.
     pub input_schema: Value,
@@ -30,24 +32,31 @@ pub struct ToolSpec {
 /// What a model is given for one turn.
 #[derive(Clone, Copy, Debug)]
 pub struct ModelRequest<'a> {
+    /// The agent the turn is for.
     pub agent: &'a str,
+    /// The run's conversation so far, oldest first.
     pub conversation: &'a [Message],
     /// Calls this run placed that have not replied yet.
     pub pending_calls: usize,
+    /// The tools the model may use this turn.
     pub tools: &'a [ToolSpec],
 }
 
 /// A model's answer for one turn, with token usage when the model reports it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelReply {
+    /// What the model decided.
     pub step: ModelStep,
+    /// Prompt tokens billed for the turn (0 when not reported).
     pub input_tokens: u64,
+    /// Completion tokens billed for the turn (0 when not reported).
     pub output_tokens: u64,
 }
 
 impl ModelReply {
+    /// A reply with no token usage reported.
     pub fn new(step: ModelStep) -> Self {
-        ModelReply {
+        Self {
             step,
             input_tokens: 0,
             output_tokens: 0,
@@ -67,6 +76,7 @@ pub type ModelFuture<'a> =
 /// An agent's model. Implementations must be deterministic enough that a replayed turn is
 /// safe: consort records each step before acting, and replays the recorded step, never a new one.
 pub trait Model: Send + Sync + 'static {
+    /// Decides the next step of a run, given its conversation and tools.
     fn respond<'a>(&'a self, request: ModelRequest<'a>) -> ModelFuture<'a>;
 
     /// True when [`Model::respond`] answers at once without waiting on anything (the script

@@ -11,13 +11,15 @@ use std::time::{Duration, Instant};
 /// How many restarts are allowed in a sliding window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RestartBudget {
+    /// Restarts allowed within one window; one more leaves the agent down.
     pub max_restarts: usize,
+    /// The length of the sliding window.
     pub window: Duration,
 }
 
 impl Default for RestartBudget {
     fn default() -> Self {
-        RestartBudget {
+        Self {
             max_restarts: 5,
             window: Duration::from_secs(60),
         }

@@ -44,51 +44,75 @@ pub trait RemoteCalls: Send + Sync + 'static {
 pub enum SupervisorMsg {
     /// Start a root run on one of this host's agents.
     Start {
+        /// The agent that runs it.
         agent: String,
+        /// The run's input text.
         input: String,
+        /// Where the request came from.
         channel: Channel,
         /// Who the run acts for.
         identity: crate::visibility::Identity,
+        /// Answered with the new run, or why it was refused.
         reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
     },
     /// Route a call to its callee (local actor or remote host).
     PlaceCall {
+        /// The signed call.
         envelope: CallEnvelope,
+        /// Answered with the callee's acceptance or refusal.
         reply: RpcReplyPort<CallOutcome>,
     },
     /// A run of a local agent settled; `reply` is set when it answers a caller.
     Settled {
+        /// The run as settled.
         record: Box<RunRecord>,
+        /// The signed reply for its caller, for a delegated run.
         reply: Option<ReplyEnvelope>,
     },
-    /// A reply that arrived from another host for a local caller.
-    DeliverReply(ReplyEnvelope),
     /// A reply that arrived from another host; `taken` says whether the caller's agent took
     /// it (it answers a call one of its runs placed).
     OfferReply {
+        /// The signed reply.
         reply: ReplyEnvelope,
+        /// Answered true when the caller's agent took the reply.
         taken: RpcReplyPort<bool>,
     },
     /// Ask a callee (local or remote) to send a settled run's reply again.
-    ResendReply { callee: String, child_run: RunId },
+    ResendReply {
+        /// The agent that ran the child run.
+        callee: String,
+        /// The settled child run whose reply is asked for again.
+        child_run: RunId,
+    },
     /// Read a run of a given agent (for `check_run`), placed by `caller`'s run `parent_run`.
     RunSummary {
+        /// The agent asking.
         caller: String,
+        /// The asking agent's run that placed the call.
         parent_run: RunId,
+        /// The callee agent that holds the run.
         agent: String,
+        /// The run asked about.
         run: RunId,
+        /// Answered with the run, or why it cannot be read.
         reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
     },
     /// An operator's approve or deny.
     Decide {
+        /// The agent whose run waits for the decision.
         agent: String,
+        /// The blocked run.
         run: RunId,
+        /// True approves the pending tool use, false denies it.
         approve: bool,
+        /// Answered with the run after the decision.
         reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
     },
     /// Re-read agent.yaml files: all of them, or only those whose file changed.
     Reload {
+        /// Re-read only agent.yaml files whose modification time changed.
         only_changed: bool,
+        /// Answered with the names of the agents reloaded (`None` for a timer-driven reload).
         reply: Option<RpcReplyPort<Result<Vec<String>, ActorsError>>>,
     },
     /// The agents and whether each is up.
@@ -100,7 +124,10 @@ pub enum SupervisorMsg {
 /// One agent as the supervisor sees it.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct AgentStatus {
+    /// The agent's name.
     pub name: String,
+    /// Whether its actor is running.
     pub up: bool,
+    /// How many times its actor was restarted since the host started.
     pub restarts: usize,
 }

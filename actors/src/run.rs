@@ -14,10 +14,15 @@ use crate::visibility::{Caller, Identity, Principal};
 /// A run's cost roll-up. Tokens are zero when the model does not report them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cost {
+    /// Model turns taken.
     pub model_turns: u64,
+    /// Tool uses executed.
     pub tool_calls: u64,
+    /// Calls placed to other agents.
     pub calls_placed: u64,
+    /// Prompt tokens over all turns (0 when the model does not report them).
     pub input_tokens: u64,
+    /// Completion tokens over all turns (0 when the model does not report them).
     pub output_tokens: u64,
     /// From creation to settlement (or to now, for an unsettled run, when read).
     pub wall_ms: u64,
@@ -26,10 +31,15 @@ pub struct Cost {
 /// One run as stored.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {
+    /// The run's id.
     pub id: RunId,
+    /// The agent that runs it.
     pub agent: String,
+    /// Where the run stands.
     pub status: RunStatus,
+    /// Where the run came from (API, CLI or a call).
     pub channel: Channel,
+    /// The caller's run, for a delegated run.
     pub parent_run: Option<RunId>,
     /// The agent that placed this run, for a delegated run.
     pub parent_agent: Option<String>,
@@ -37,11 +47,15 @@ pub struct RunRecord {
     pub tool_use_id: Option<String>,
     /// Hops from the root run: 0 for a run started by the API or CLI.
     pub hop_depth: u32,
+    /// The input text the run started with.
     pub input: String,
+    /// The final answer, once succeeded.
     pub output: Option<String>,
+    /// Why the run failed or was cancelled.
     pub error: Option<String>,
     /// Unix milliseconds.
     pub created_at_ms: u64,
+    /// Unix milliseconds when it settled; `None` while unsettled.
     pub settled_at_ms: Option<u64>,
     /// The run's own work.
     pub cost: Cost,
@@ -110,10 +124,13 @@ impl RunRecord {
 /// Serialized (API, CLI `--json`) as `{run_id, seq, at_ms, kind, data}`, the stored form.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EventRecord {
+    /// The run the event belongs to.
     pub run_id: RunId,
     /// 1-based position in the run's log.
     pub seq: u64,
+    /// Unix milliseconds when it was recorded.
     pub at_ms: u64,
+    /// The event itself.
     pub event: RunEvent,
 }
 
@@ -156,7 +173,7 @@ impl<'de> Deserialize<'de> for EventRecord {
         let stored = StoredEvent::deserialize(d)?;
         let event =
             RunEvent::decode(&stored.kind, stored.data).map_err(serde::de::Error::custom)?;
-        Ok(EventRecord {
+        Ok(Self {
             run_id: stored.run_id,
             seq: stored.seq,
             at_ms: stored.at_ms,

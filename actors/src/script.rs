@@ -34,8 +34,9 @@ pub struct ScriptModel {
 }
 
 impl ScriptModel {
+    /// A model that plays `steps`, one per model turn.
     pub fn new(steps: Vec<ScriptStep>) -> Self {
-        ScriptModel { steps }
+        Self { steps }
     }
 
     /// The step this conversation is at, decided without I/O.

@@ -40,13 +40,17 @@ pub struct HostSpec {
     pub agents: AgentSet,
     /// Agents of the fleet served by other hosts.
     pub remote_agents: Vec<String>,
+    /// The data folder (one run store per agent).
     pub data_dir: PathBuf,
+    /// Settings every agent actor is started with.
     pub options: AgentOptions,
+    /// How often an agent actor may be restarted before it is left down.
     pub restart: RestartBudget,
     /// Models set by an embedding app, by agent (instead of the declared one).
     pub models: BTreeMap<String, Arc<dyn Model>>,
     /// Tools registered by an embedding app, by agent.
     pub tools: BTreeMap<String, Vec<Arc<dyn Tool>>>,
+    /// How calls and replies reach agents on other hosts; `None` for a single host.
     pub remote: Option<Arc<dyn RemoteCalls>>,
     /// How often agent.yaml files are checked for changes; `None` turns watching off.
     pub watch_config: Option<Duration>,
@@ -55,8 +59,9 @@ pub struct HostSpec {
 }
 
 impl HostSpec {
+    /// A spec for `agents` with their stores under `data_dir` and default settings.
     pub fn new(agents: AgentSet, data_dir: impl Into<PathBuf>) -> Self {
-        HostSpec {
+        Self {
             agents,
             remote_agents: Vec::new(),
             data_dir: data_dir.into(),
@@ -79,6 +84,7 @@ struct AgentSlot {
     modified: Option<SystemTime>,
 }
 
+/// The supervisor's state: its spec and one slot per agent.
 pub struct SupervisorState {
     spec: HostSpec,
     slots: BTreeMap<String, AgentSlot>,
@@ -184,7 +190,9 @@ impl HostSupervisor {
 
 /// What the supervisor is started with.
 pub struct SupervisorArgs {
+    /// What the host serves.
     pub spec: HostSpec,
+    /// Where every settled run is announced.
     pub settled: broadcast::Sender<RunRecord>,
 }
 
@@ -242,7 +250,7 @@ impl Actor for HostSupervisor {
             .watch_config
             .unwrap_or(state.spec.checkpoint_every)
             .min(state.spec.checkpoint_every);
-        let me = myself.clone();
+        let me = myself;
         tokio::spawn(async move {
             let mut interval = tokio::time::interval(period);
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -316,7 +324,6 @@ impl Actor for HostSupervisor {
                     route_reply(state, reply);
                 }
             }
-            SupervisorMsg::DeliverReply(reply) => route_reply(state, reply),
             SupervisorMsg::OfferReply { reply, taken } => {
                 match state.slots.get(&reply.caller).and_then(|s| s.actor.clone()) {
                     Some(actor) => {

@@ -21,9 +21,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use serde_json::Value;
 
-pub use crate::guard::{
-    FeatureGuard, Guard, GuardContext, GuardVerdict, QuotaGuard, declared_guard,
-};
+use crate::guard::{GuardContext, GuardVerdict};
 use crate::tools::{Tool, ToolError};
 use crate::visibility::{
     Anonymity, Auth, Identity, PolicyRef, PolicyRegistry, PolicyResult, ProbeOutcome,
@@ -31,7 +29,7 @@ use crate::visibility::{
 
 /// Who asks, and the policies the agent defines.
 #[derive(Clone, Copy)]
-pub struct Access<'a> {
+pub(crate) struct Access<'a> {
     pub agent: &'a str,
     pub identity: &'a Identity,
     pub registry: &'a PolicyRegistry,
@@ -116,7 +114,12 @@ fn before_cut(
 /// T2: a synthetic request with no arguments, through the stages before the cut. A refusal
 /// reads `Refused`, reaching the cut `ReachedCut`, a guard that cannot tell (or panics) `Other`.
 /// The resource check and the handler are out of reach.
-pub fn probe(tool_name: &str, tool: &dyn Tool, auth: &Auth, access: &Access<'_>) -> ProbeOutcome {
+pub(crate) fn probe(
+    tool_name: &str,
+    tool: &dyn Tool,
+    auth: &Auth,
+    access: &Access<'_>,
+) -> ProbeOutcome {
     match before_cut(tool_name, tool, auth, access) {
         Ok(()) => ProbeOutcome::ReachedCut,
         Err(Stop::Refused(_)) => ProbeOutcome::Refused,
@@ -126,7 +129,7 @@ pub fn probe(tool_name: &str, tool: &dyn Tool, auth: &Auth, access: &Access<'_>)
 
 /// The real authorization of one use, with its arguments: the stages before the cut, then the
 /// tool's resource-dependent check. A refusal is [`ToolError::Forbidden`].
-pub fn authorize(
+pub(crate) fn authorize(
     tool_name: &str,
     tool: &dyn Tool,
     auth: &Auth,
@@ -147,7 +150,7 @@ pub fn authorize(
 }
 
 /// Tells every guard of `tool` that a use passed and its handler runs now.
-pub fn record_use(tool_name: &str, tool: &dyn Tool, access: &Access<'_>) {
+pub(crate) fn record_use(tool_name: &str, tool: &dyn Tool, access: &Access<'_>) {
     let ctx = GuardContext {
         agent: access.agent,
         tool: tool_name,

@@ -34,7 +34,9 @@ use crate::visibility::{AuthMarkers, Identity, PolicyRef};
 /// What a tool may know about the run that uses it.
 #[derive(Clone, Copy, Debug)]
 pub struct ToolContext<'a> {
+    /// The agent whose run uses the tool.
     pub agent: &'a str,
+    /// The run that uses the tool.
     pub run_id: &'a RunId,
     /// The run's input text.
     pub input: &'a str,
@@ -46,10 +48,13 @@ pub struct ToolContext<'a> {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ToolError {
     #[error("invalid input: {0}")]
+    /// The input does not match the tool's schema.
     InvalidInput(String),
     #[error("forbidden: {0}")]
+    /// The use is not allowed.
     Forbidden(String),
     #[error("{0}")]
+    /// The tool ran and failed.
     Failed(String),
 }
 
@@ -64,13 +69,14 @@ pub trait Tool: Send + Sync + 'static {
     fn approval(&self) -> Approval {
         Approval::None
     }
+    /// Runs the tool on `input`; the text answered goes back to the model.
     fn invoke<'a>(&'a self, ctx: ToolContext<'a>, input: &'a Value) -> ToolFuture<'a>;
     /// The markers visibility's T0 reads: an anonymous marker and the declared policies (the
     /// agent's fallback policy and the guard flag are added by the engine).
     fn auth_markers(&self) -> AuthMarkers {
         AuthMarkers::default()
     }
-    /// The guards that run before the handler (see [`crate::guard`]).
+    /// The guards that run before the handler (see `crate::guard`).
     fn guards(&self) -> Vec<Arc<dyn Guard>> {
         Vec::new()
     }
@@ -153,9 +159,13 @@ const SQL_MAX_ROWS: usize = 200;
 /// are bound, never spliced: `:input` is the run's input text and `:NAME` an entry of the
 /// agent's env, so a query can use what the caller asked without the caller writing SQL.
 pub struct SqlTool {
+    /// The tool's name.
     pub name: String,
+    /// What the tool does, for the model.
     pub description: String,
+    /// The SQLite file, opened read-only.
     pub database: PathBuf,
+    /// Whether a use waits for an operator's approval.
     pub approval: Approval,
 }
 

@@ -22,12 +22,12 @@ fn read_json(file: &Path) -> Result<Value, VisibilityError> {
 }
 
 /// Reads and validates an auth descriptor file.
-pub fn read_auth_file(file: &Path) -> Result<Auth, VisibilityError> {
+pub(crate) fn read_auth_file(file: &Path) -> Result<Auth, VisibilityError> {
     validate_auth_value(&read_json(file)?, file)
 }
 
 /// Reads and validates a caller-facts file.
-pub fn read_caller_file(file: &Path) -> Result<CallerFacts, VisibilityError> {
+pub(crate) fn read_caller_file(file: &Path) -> Result<CallerFacts, VisibilityError> {
     validate_caller_value(&read_json(file)?, file)
 }
 
@@ -54,8 +54,8 @@ mod tests {
     }
 
     impl Files {
-        fn new() -> Files {
-            Files {
+        fn new() -> Self {
+            Self {
                 dir: tempfile::tempdir().unwrap(),
             }
         }

@@ -22,13 +22,17 @@ use crate::yaml::{Ctx, KeyPath, Pos, SpannedPairs, load_file};
 /// One agent, as declared in its folder's `agent.yaml`, validated.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AgentConfig {
+    /// The agent's name (`name:`), unique in a fleet.
     pub name: String,
+    /// What the agent does, as its callers are told (`description:`).
     pub description: String,
     /// Peers this agent's model may call (`agents.can_call`).
     pub can_call: Vec<String>,
     /// Peers this agent consents to serve (`agents.accept_from`).
     pub accept_from: Vec<String>,
+    /// Which model drives it (`model:`).
     pub model: ModelConfig,
+    /// Its declared tools (`tools:`).
     pub tools: Vec<ToolConfig>,
     /// Visible to this agent's own tools only.
     pub env: BTreeMap<String, String>,
@@ -67,7 +71,7 @@ impl Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits {
+        Self {
             max_depth: Self::DEFAULT_MAX_DEPTH,
             max_calls_per_run: Self::DEFAULT_MAX_CALLS_PER_RUN,
         }
@@ -78,7 +82,10 @@ impl Default for Limits {
 #[derive(Clone, Debug, PartialEq)]
 pub enum ModelConfig {
     /// The deterministic script model: step `i` is played on the agent's `i`-th model turn.
-    Script { steps: Vec<ScriptStep> },
+    Script {
+        /// The steps, in turn order.
+        steps: Vec<ScriptStep>,
+    },
 }
 
 /// One turn of a script model. Text fields are templates rendered by the script model.
@@ -94,19 +101,29 @@ pub enum ScriptStep {
     Check(String),
     /// `search_tools {query, limit}` (the query is a template; the limit is passed as written,
     /// so a script can exercise the meta-tool's own range check).
-    Search { query: String, limit: Option<u64> },
+    Search {
+        /// The search text (a template).
+        query: String,
+        /// The most results asked for, if given.
+        limit: Option<u64>,
+    },
     /// `load_tool {name}`.
     Load(String),
     /// `invoke_tool {name, arguments}`; string values inside `arguments` are templates.
     Invoke {
+        /// The tool to invoke.
         name: String,
+        /// Its arguments.
         arguments: serde_json::Value,
     },
 }
 
 #[derive(Clone, Debug, PartialEq)]
+/// One `call:` entry of a script step.
 pub struct CallStep {
+    /// The agent to call.
     pub agent: String,
+    /// The call's input (a template).
     pub input: String,
     /// How many calls this entry places (default 1, at least 1).
     pub count: u32,
@@ -115,17 +132,24 @@ pub struct CallStep {
 }
 
 #[derive(Clone, Debug, PartialEq)]
+/// One `tool:` script step: a use of a declared tool.
 pub struct ToolStep {
+    /// The declared tool to use.
     pub name: String,
+    /// The tool's input (a template).
     pub input: String,
 }
 
 /// A tool declared in `agent.yaml`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ToolConfig {
+    /// The tool's name, unique within the agent.
     pub name: String,
+    /// What the tool does, for the model.
     pub description: String,
+    /// What the tool runs.
     pub kind: ToolKind,
+    /// Whether a use waits for an operator (`approval: required`).
     pub approval: Approval,
     /// The tool's `auth:` block (markers for visibility's T0), if any.
     pub auth: Option<ToolAuthConfig>,
@@ -134,30 +158,38 @@ pub struct ToolConfig {
 }
 
 #[derive(Clone, Debug, PartialEq)]
+/// What a declared tool runs.
 pub enum ToolKind {
     /// A read-only SQL query against a SQLite file that belongs to the agent.
-    Sql { database: PathBuf },
+    Sql {
+        /// The SQLite file, absolute; opened read-only.
+        database: PathBuf,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+/// Whether a tool use waits for an operator's decision.
 pub enum Approval {
     #[default]
+    /// Uses run at once.
     None,
+    /// Each use blocks the run until an operator approves or denies it.
     Required,
 }
 
 /// The agents one host serves (or one fleet declares), by name.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct AgentSet {
+    /// The agents, by name.
     pub agents: BTreeMap<String, AgentConfig>,
 }
 
 /// The file name of an agent's declaration inside its folder.
-pub const AGENT_FILE: &str = "agent.yaml";
+pub(crate) const AGENT_FILE: &str = "agent.yaml";
 
 /// Tool names the runtime gives every agent (peer calls and the visibility meta-tools); a
 /// declared tool may not shadow them.
-pub const RESERVED_TOOL_NAMES: &[&str] = &[
+pub(crate) const RESERVED_TOOL_NAMES: &[&str] = &[
     "call_agent",
     "check_run",
     "search_tools",
@@ -167,16 +199,16 @@ pub const RESERVED_TOOL_NAMES: &[&str] = &[
 
 /// Upper bound of `count` in a script `call` entry: a script is a test fixture, and a typo such
 /// as `count: 100000` should not become a fan-out storm.
-pub const MAX_CALL_COUNT: u64 = 1000;
+pub(crate) const MAX_CALL_COUNT: u64 = 1000;
 
 /// The longest a `call_agent` may keep its caller's turn open for the reply, in seconds.
 pub const MAX_WAIT_S: u32 = 300;
 
 /// Longest agent (and host) name.
-pub const MAX_NAME_LEN: usize = 64;
+pub(crate) const MAX_NAME_LEN: usize = 64;
 
 /// Whether `name` is a valid agent or host name: 1..=64 of `[a-z0-9_-]`.
-pub fn is_valid_name(name: &str) -> bool {
+pub(crate) fn is_valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= MAX_NAME_LEN
         && name
@@ -314,7 +346,7 @@ struct PeerSpans {
 impl AgentConfig {
     /// Reads and checks `dir/agent.yaml` on its own (peer names are checked for form, not for
     /// existence: that needs the set, see [`AgentSet::load`]). Paths in the result are absolute.
-    pub fn load(dir: &Path) -> Result<AgentConfig, ConfigError> {
+    pub fn load(dir: &Path) -> Result<Self, ConfigError> {
         load_agent(dir).map(|(a, _)| a)
     }
 }
@@ -683,7 +715,7 @@ pub(crate) enum AddError {
 
 impl From<ConfigError> for AddError {
     fn from(e: ConfigError) -> Self {
-        AddError::Config(e)
+        Self::Config(e)
     }
 }
 
@@ -704,7 +736,7 @@ pub(crate) struct SetBuilder {
 
 impl SetBuilder {
     pub(crate) fn new() -> Self {
-        SetBuilder {
+        Self {
             agents: BTreeMap::new(),
             spans: BTreeMap::new(),
         }
@@ -792,7 +824,7 @@ impl AgentSet {
     /// or a folder of agent folders (each direct subfolder holding `agent.yaml`, in name order).
     /// Then checks the set: names are unique, and every `can_call` / `accept_from` entry names
     /// an agent of the set.
-    pub fn load(paths: &[PathBuf]) -> Result<AgentSet, ConfigError> {
+    pub fn load(paths: &[PathBuf]) -> Result<Self, ConfigError> {
         Self::load_with_peers(paths, &[])
     }
 
@@ -802,7 +834,7 @@ impl AgentSet {
     pub fn load_with_peers(
         paths: &[PathBuf],
         known_remote: &[String],
-    ) -> Result<AgentSet, ConfigError> {
+    ) -> Result<Self, ConfigError> {
         let mut b = SetBuilder::new();
         for p in paths {
             b.add_path(p).map_err(ConfigError::from)?;
@@ -810,6 +842,7 @@ impl AgentSet {
         b.finish(known_remote)
     }
 
+    /// The agent with this name, if the set holds it.
     pub fn get(&self, name: &str) -> Option<&AgentConfig> {
         self.agents.get(name)
     }
@@ -819,10 +852,12 @@ impl AgentSet {
         self.agents.keys().cloned().collect()
     }
 
+    /// How many agents the set holds.
     pub fn len(&self) -> usize {
         self.agents.len()
     }
 
+    /// True when the set holds no agent.
     pub fn is_empty(&self) -> bool {
         self.agents.is_empty()
     }

@@ -21,26 +21,37 @@ pub enum ConfigError {
     /// A file or folder could not be read.
     #[error("{}: {source}", path.display())]
     Io {
+        /// The file or folder.
         path: PathBuf,
         #[source]
+        /// What the OS said.
         source: std::io::Error,
     },
     /// The file is not well-formed YAML (or not UTF-8).
     #[error("{}:{line}:{column}: {message}", file.display())]
     Syntax {
+        /// The file, as given.
         file: PathBuf,
+        /// 1-based line.
         line: u64,
+        /// 1-based column.
         column: u64,
+        /// What is wrong.
         message: String,
     },
     /// Well-formed YAML that does not have the expected shape: unknown key, wrong type,
     /// missing required key, unknown variant, duplicate key.
     #[error("{}", located(file, *line, *column, key, message))]
     Schema {
+        /// The file, as given.
         file: PathBuf,
+        /// 1-based line.
         line: u64,
+        /// 1-based column.
         column: u64,
+        /// The key path, e.g. `tools[0].name`.
         key: String,
+        /// What is wrong.
         message: String,
     },
     /// The right shape, but a value that does not make sense: a bad name, a duplicate, a
@@ -48,10 +59,15 @@ pub enum ConfigError {
     /// name, a number out of range.
     #[error("{}", located(file, *line, *column, key, message))]
     Invalid {
+        /// The file, as given.
         file: PathBuf,
+        /// 1-based line.
         line: u64,
+        /// 1-based column.
         column: u64,
+        /// The key path, e.g. `tools[0].name`.
         key: String,
+        /// What is wrong.
         message: String,
     },
     /// A folder given as an agent folder (or a folder of agent folders) holds no `agent.yaml`
@@ -60,30 +76,38 @@ pub enum ConfigError {
         "{}: no agents here (expected an agent.yaml, or subfolders that each contain one)",
         path.display()
     )]
-    NoAgents { path: PathBuf },
+    NoAgents {
+        /// The folder given.
+        path: PathBuf,
+    },
     /// [`crate::AgentSet::reload_one`] was asked for an agent the set does not hold.
     #[error("no agent named `{name}` (known agents: {})", known_list(known))]
-    UnknownAgent { name: String, known: Vec<String> },
+    UnknownAgent {
+        /// The name asked for.
+        name: String,
+        /// The agents the set holds.
+        known: Vec<String>,
+    },
 }
 
 impl ConfigError {
     /// The file the error points into, when it points into one.
     pub fn file(&self) -> Option<&std::path::Path> {
         match self {
-            ConfigError::Syntax { file, .. }
-            | ConfigError::Schema { file, .. }
-            | ConfigError::Invalid { file, .. } => Some(file),
-            ConfigError::Io { path, .. } | ConfigError::NoAgents { path } => Some(path),
-            ConfigError::UnknownAgent { .. } => None,
+            Self::Syntax { file, .. } | Self::Schema { file, .. } | Self::Invalid { file, .. } => {
+                Some(file)
+            }
+            Self::Io { path, .. } | Self::NoAgents { path } => Some(path),
+            Self::UnknownAgent { .. } => None,
         }
     }
 
     /// `(line, column)` when the error points at a spot in a file.
     pub fn position(&self) -> Option<(u64, u64)> {
         match self {
-            ConfigError::Syntax { line, column, .. }
-            | ConfigError::Schema { line, column, .. }
-            | ConfigError::Invalid { line, column, .. } => Some((*line, *column)),
+            Self::Syntax { line, column, .. }
+            | Self::Schema { line, column, .. }
+            | Self::Invalid { line, column, .. } => Some((*line, *column)),
             _ => None,
         }
     }
@@ -91,7 +115,7 @@ impl ConfigError {
     /// The dotted key path, for schema and semantic errors.
     pub fn key(&self) -> Option<&str> {
         match self {
-            ConfigError::Schema { key, .. } | ConfigError::Invalid { key, .. } => Some(key),
+            Self::Schema { key, .. } | Self::Invalid { key, .. } => Some(key),
             _ => None,
         }
     }

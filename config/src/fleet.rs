@@ -19,12 +19,14 @@ use crate::error::ConfigError;
 use crate::yaml::{Ctx, KeyPath, Pos, load_file};
 
 /// The prefix of a public key in `fleet.yaml`.
-pub const ED25519_PREFIX: &str = "ed25519:";
+pub(crate) const ED25519_PREFIX: &str = "ed25519:";
 
 /// One host of the fleet.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostConfig {
+    /// The host's name, unique in the fleet.
     pub name: String,
+    /// Where its link listens (UDP, QUIC).
     pub address: SocketAddr,
     /// The host's ed25519 public key (pinned for TLS and envelope signatures).
     pub public_key: [u8; 32],
@@ -38,6 +40,7 @@ pub struct HostConfig {
 pub struct FleetConfig {
     /// The `fleet.yaml` file, absolute.
     pub file: PathBuf,
+    /// The hosts, in file order.
     pub hosts: Vec<HostConfig>,
     /// Where each host's `agents` entries were written (same indexes as `hosts`), so that
     /// [`FleetConfig::agents`] can point at the entry that caused an error.
@@ -60,7 +63,7 @@ struct RawHost {
 }
 
 /// Parses `ed25519:<64 hex chars>` into the 32 key bytes.
-pub fn parse_public_key(text: &str) -> Result<[u8; 32], String> {
+pub(crate) fn parse_public_key(text: &str) -> Result<[u8; 32], String> {
     let Some(hex) = text.strip_prefix(ED25519_PREFIX) else {
         return Err(format!(
             "expected `{ED25519_PREFIX}` followed by 64 hex characters"
@@ -89,7 +92,7 @@ pub fn parse_public_key(text: &str) -> Result<[u8; 32], String> {
 impl FleetConfig {
     /// Reads and checks `fleet.yaml` (agent folders are resolved, not yet loaded: see
     /// [`FleetConfig::agents`]).
-    pub fn load(path: &Path) -> Result<FleetConfig, ConfigError> {
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let file = std::fs::canonicalize(path).map_err(|source| ConfigError::Io {
             path: path.to_path_buf(),
             source,
@@ -155,13 +158,14 @@ impl FleetConfig {
                 agent_dirs,
             });
         }
-        Ok(FleetConfig {
+        Ok(Self {
             file,
             hosts,
             dir_positions,
         })
     }
 
+    /// The host with this name, if the fleet declares it.
     pub fn host(&self, name: &str) -> Option<&HostConfig> {
         self.hosts.iter().find(|h| h.name == name)
     }

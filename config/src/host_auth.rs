@@ -39,8 +39,8 @@ pub enum TokenSecret {
 impl std::fmt::Debug for TokenSecret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            TokenSecret::Plain(_) => f.write_str("Plain(<redacted>)"),
-            TokenSecret::Sha256(_) => f.write_str("Sha256(..)"),
+            Self::Plain(_) => f.write_str("Plain(<redacted>)"),
+            Self::Sha256(_) => f.write_str("Sha256(..)"),
         }
     }
 }
@@ -48,8 +48,11 @@ impl std::fmt::Debug for TokenSecret {
 /// One bearer token: `api:<name>` with `roles`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TokenConfig {
+    /// The token's name; a caller using it is `api:<name>`.
     pub name: String,
+    /// The bearer secret.
     pub secret: TokenSecret,
+    /// Roles the caller holds (what `roles:` policies check).
     pub roles: Vec<String>,
 }
 
@@ -59,15 +62,20 @@ pub struct TokenConfig {
 /// means it could not answer, and identity is `unknown`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IdentityHookConfig {
+    /// The program and its arguments.
     pub command: Vec<String>,
+    /// How long it may take, in milliseconds, before identity is `unknown`.
     pub timeout_ms: u64,
 }
 
 /// The host auth file, checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostAuthConfig {
+    /// The configured tokens.
     pub tokens: Vec<TokenConfig>,
+    /// Asked about tokens that match none of `tokens`, if set.
     pub identity_hook: Option<IdentityHookConfig>,
+    /// The auth file, absolute.
     pub file: PathBuf,
 }
 
@@ -95,11 +103,11 @@ struct RawHook {
 }
 
 /// Longest hook timeout accepted.
-pub const MAX_HOOK_TIMEOUT_MS: u64 = 60_000;
+pub(crate) const MAX_HOOK_TIMEOUT_MS: u64 = 60_000;
 
 impl HostAuthConfig {
     /// Reads and checks a host auth file.
-    pub fn load(file: &Path) -> Result<HostAuthConfig, ConfigError> {
+    pub fn load(file: &Path) -> Result<Self, ConfigError> {
         let raw: RawHostAuth = load_file(file, "a host auth file with `tokens`")?;
         let ctx = Ctx { file };
         let root = KeyPath::root();
@@ -220,7 +228,7 @@ impl HostAuthConfig {
                 })
             }
         };
-        Ok(HostAuthConfig {
+        Ok(Self {
             tokens,
             identity_hook,
             file: file.to_path_buf(),

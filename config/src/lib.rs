@@ -2,17 +2,17 @@
 //!
 //! This crate owns `agent.yaml` (one agent: its peers, model, tools and env), `fleet.yaml`
 //! (hosts, their keys and the agents each serves), the tool-visibility declarations of
-//! agent.yaml ([`visibility`]) and the host auth file of HTTP bearer tokens ([`host_auth`]).
+//! agent.yaml (`visibility`) and the host auth file of HTTP bearer tokens (`host_auth`).
 //! It parses and validates; every error names the file, line, column and key. It decides
 //! nothing: what the declarations mean for a call (consent, guards) is consort-core's. It must
 //! never start anything, open a network connection or touch a run store: it is plain data in,
 //! plain data (or a typed error) out.
 
-pub mod agent;
-pub mod error;
-pub mod fleet;
-pub mod host_auth;
-pub mod visibility;
+mod agent;
+mod error;
+mod fleet;
+mod host_auth;
+mod visibility;
 mod yaml;
 
 pub use agent::{

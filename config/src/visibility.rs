@@ -18,10 +18,10 @@ use crate::error::ConfigError;
 use crate::yaml::{Ctx, KeyPath, Pos};
 
 /// The prefix of the role form of a policy name.
-pub const ROLE_POLICY_PREFIX: &str = "roles:";
+pub(crate) const ROLE_POLICY_PREFIX: &str = "roles:";
 
 /// The most probes one search may run, when an agent sets none.
-pub const DEFAULT_PROBE_BUDGET: usize = 25;
+pub(crate) const DEFAULT_PROBE_BUDGET: usize = 25;
 
 /// A tool's `auth:` block: the markers visibility's T0 reads.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -37,10 +37,18 @@ pub struct ToolAuthConfig {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum GuardConfig {
     /// A feature gate: `enabled: false` refuses every use with `message`.
-    Feature { enabled: bool, message: String },
+    Feature {
+        /// False refuses every use.
+        enabled: bool,
+        /// The refusal the model reads.
+        message: String,
+    },
     /// At most `max_uses` uses of the tool while the agent runs (counted in memory, reset by a
     /// config reload or a restart).
-    Quota { max_uses: u64 },
+    Quota {
+        /// The most uses allowed.
+        max_uses: u64,
+    },
 }
 
 /// A named policy: every requirement given must hold.
@@ -70,7 +78,7 @@ pub struct VisibilityConfig {
 
 impl Default for VisibilityConfig {
     fn default() -> Self {
-        VisibilityConfig {
+        Self {
             policies: BTreeMap::new(),
             fallback_policy: None,
             grants: BTreeMap::new(),
@@ -122,10 +130,10 @@ pub(crate) struct RawAgentVisibility {
 }
 
 /// Largest `probe_budget` accepted.
-pub const MAX_PROBE_BUDGET: u64 = 1000;
+pub(crate) const MAX_PROBE_BUDGET: u64 = 1000;
 
 /// A role or policy name: starts with a letter or digit, then letters, digits, `_`, `.`, `-`.
-pub fn is_policy_word(text: &str) -> bool {
+pub(crate) fn is_policy_word(text: &str) -> bool {
     let mut chars = text.chars();
     match chars.next() {
         Some(first) if first.is_ascii_alphanumeric() => {
@@ -136,7 +144,7 @@ pub fn is_policy_word(text: &str) -> bool {
 }
 
 /// Why `text` is not a principal (`api:<name>`, `agent:<name>` or `anonymous`), if it is not.
-pub fn principal_problem(text: &str) -> Option<String> {
+pub(crate) fn principal_problem(text: &str) -> Option<String> {
     if text == "anonymous" {
         return None;
     }

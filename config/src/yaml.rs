@@ -30,15 +30,15 @@ pub(crate) struct Pos {
 }
 
 impl Pos {
-    pub(crate) const START: Pos = Pos { line: 1, column: 1 };
+    pub(crate) const START: Self = Self { line: 1, column: 1 };
 
-    pub(crate) fn of<T>(s: &Spanned<T>) -> Pos {
-        Pos::from_location(s.referenced)
+    pub(crate) fn of<T>(s: &Spanned<T>) -> Self {
+        Self::from_location(s.referenced)
     }
 
-    fn from_location(l: serde_saphyr::Location) -> Pos {
+    fn from_location(l: serde_saphyr::Location) -> Self {
         // Location::UNKNOWN is (0, 0); clamp so every reported position stays 1-based.
-        Pos {
+        Self {
             line: l.line().max(1),
             column: l.column().max(1),
         }
@@ -57,7 +57,7 @@ enum Seg {
 
 impl KeyPath {
     pub(crate) fn root() -> Self {
-        KeyPath(Vec::new())
+        Self(Vec::new())
     }
     pub(crate) fn key(&self, k: &str) -> Self {
         let mut p = self.clone();
@@ -373,25 +373,25 @@ fn describe_type(t: &str) -> Cow<'_, str> {
 pub(crate) enum Node {
     Null,
     Scalar(String),
-    Seq(Vec<Spanned<Node>>),
-    Map(Vec<(Spanned<Node>, Spanned<Node>)>),
+    Seq(Vec<Spanned<Self>>),
+    Map(Vec<(Spanned<Self>, Spanned<Self>)>),
 }
 
 impl Node {
     fn kind(&self) -> &'static str {
         match self {
-            Node::Null => "nothing",
-            Node::Scalar(_) => "a scalar",
-            Node::Seq(_) => "a list",
-            Node::Map(_) => "a mapping",
+            Self::Null => "nothing",
+            Self::Scalar(_) => "a scalar",
+            Self::Seq(_) => "a list",
+            Self::Map(_) => "a mapping",
         }
     }
     fn key_text(&self) -> String {
         match self {
-            Node::Scalar(s) => s.clone(),
-            Node::Null => "null".to_owned(),
-            Node::Seq(_) => "[list]".to_owned(),
-            Node::Map(_) => "{mapping}".to_owned(),
+            Self::Scalar(s) => s.clone(),
+            Self::Null => "null".to_owned(),
+            Self::Seq(_) => "[list]".to_owned(),
+            Self::Map(_) => "{mapping}".to_owned(),
         }
     }
 }

@@ -16,12 +16,12 @@ use serde::{Deserialize, Serialize};
 use consort_config::AgentSet;
 
 /// The caller's half of consent: `can_call` (the caller's current list) names `callee`.
-pub fn caller_consents(can_call: &[String], callee: &str) -> bool {
+pub(crate) fn caller_consents(can_call: &[String], callee: &str) -> bool {
     can_call.iter().any(|name| name == callee)
 }
 
 /// The callee's half of consent: `accept_from` (the callee's current list) names `caller`.
-pub fn callee_consents(accept_from: &[String], caller: &str) -> bool {
+pub(crate) fn callee_consents(accept_from: &[String], caller: &str) -> bool {
     accept_from.iter().any(|name| name == caller)
 }
 
@@ -41,9 +41,9 @@ impl EdgeStatus {
     /// The serialized name: `connected`, `caller_only`, `callee_only`.
     pub fn as_str(self) -> &'static str {
         match self {
-            EdgeStatus::Connected => "connected",
-            EdgeStatus::CallerOnly => "caller_only",
-            EdgeStatus::CalleeOnly => "callee_only",
+            Self::Connected => "connected",
+            Self::CallerOnly => "caller_only",
+            Self::CalleeOnly => "callee_only",
         }
     }
 }
@@ -88,7 +88,7 @@ impl ConsentGraph {
     pub fn from_declarations(
         decls: impl IntoIterator<Item = (String, Vec<String>, Vec<String>)>,
     ) -> Self {
-        let mut g = ConsentGraph::default();
+        let mut g = Self::default();
         for (name, can_call, accept_from) in decls {
             g.can_call.entry(name.clone()).or_default().extend(can_call);
             g.accept_from.entry(name).or_default().extend(accept_from);

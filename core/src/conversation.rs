@@ -73,18 +73,18 @@ impl Message {
     /// The text a model reads for this message.
     pub fn render(&self) -> String {
         match self {
-            Message::User(text) => text.clone(),
-            Message::Assistant { tool_uses } => tool_uses
+            Self::User(text) => text.clone(),
+            Self::Assistant { tool_uses } => tool_uses
                 .iter()
                 .map(|t| format!("[tool use {} {}] {}", t.id, t.name, t.input))
                 .collect::<Vec<_>>()
                 .join("\n"),
-            Message::ToolResult {
+            Self::ToolResult {
                 tool_use_id,
                 content,
                 ..
             } => format!("[tool result {tool_use_id}] {content}"),
-            Message::Reply {
+            Self::Reply {
                 from, text, failed, ..
             } => {
                 if *failed {

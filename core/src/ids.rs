@@ -24,13 +24,13 @@ impl RunId {
     /// A fresh random id for a root run.
     pub fn random() -> Self {
         let bytes: [u8; 16] = rand::random();
-        RunId(format!("run_{}", hex::encode(bytes)))
+        Self(format!("run_{}", hex::encode(bytes)))
     }
 
     /// The id of the child run placed by `parent` through the tool use `tool_use_id`.
     ///
     /// Length-prefixing both parts keeps `("ab", "c")` and `("a", "bc")` apart.
-    pub fn child_of(parent: &RunId, tool_use_id: &str) -> Self {
+    pub fn child_of(parent: &Self, tool_use_id: &str) -> Self {
         let mut hasher = Sha256::new();
         hasher.update(CHILD_RUN_DOMAIN);
         for part in [parent.0.as_bytes(), tool_use_id.as_bytes()] {
@@ -38,7 +38,7 @@ impl RunId {
             hasher.update(part);
         }
         let digest = hasher.finalize();
-        RunId(format!("run_{}", hex::encode(&digest[..16])))
+        Self(format!("run_{}", hex::encode(&digest[..16])))
     }
 
     /// Parses an id given by a user, a peer or a file.
@@ -49,7 +49,7 @@ impl RunId {
                 .bytes()
                 .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
         if ok {
-            Ok(RunId(text.to_owned()))
+            Ok(Self(text.to_owned()))
         } else {
             Err(CoreError::MalformedRunId(text.chars().take(80).collect()))
         }
@@ -64,7 +64,7 @@ impl RunId {
 impl TryFrom<String> for RunId {
     type Error = CoreError;
     fn try_from(value: String) -> Result<Self, Self::Error> {
-        RunId::parse(&value)
+        Self::parse(&value)
     }
 }
 
@@ -83,7 +83,7 @@ impl fmt::Display for RunId {
 impl std::str::FromStr for RunId {
     type Err = CoreError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        RunId::parse(s)
+        Self::parse(s)
     }
 }
 

@@ -1,7 +1,7 @@
 //! consort-core: the rules of consort, as plain data and pure functions.
 //!
 //! Everything consort *decides* about a call lives here, once: who may call whom
-//! ([`consent`]), how deep a chain may grow and how many calls a run may place ([`guards`]),
+//! (`consent`), how deep a chain may grow and how many calls a run may place ([`guards`]),
 //! what a refusal is called and what the calling model reads ([`Refusal`]), what a run records
 //! ([`RunEvent`]) and what its log means ([`RunView`]). The actors, the links and the HTTP API
 //! gather facts, call these functions, and execute what they return.
@@ -12,22 +12,19 @@
 //! else's, and the same functions drive a real host and the seeded fleet simulation.
 //!
 //! - [`RunId`]: run ids, and the derivation that makes delegation effectively-once.
-//! - [`consent`]: the two halves of consent and the [`ConsentGraph`] `consort edges` prints.
+//! - `consent`: the two halves of consent and the [`ConsentGraph`] `consort edges` prints.
 //! - [`guards`]: the caller's and the callee's checks of a call, over [`Limits`].
 //! - [`Refusal`]: every refusal, with a stable code, the sentence the model reads and its wire
 //!   form.
 //! - [`RunEvent`] and [`RunView`]: a run's typed, versioned event log and its incremental fold.
-//! - [`conversation`]: what a model is shown and what it may answer.
+//! - `conversation`: what a model is shown and what it may answer.
 //! - [`step()`]: the run state machine: what a run writes and does next, given what happened.
 //! - [`visibility`]: which tools a caller is shown (allow / deny / unknown): the auth
 //!   descriptor, caller facts, the seven-rule decision, the evaluation ladder with its probe
 //!   cache, and the meta-tool answers.
 
-#![forbid(unsafe_code)]
-#![warn(missing_docs, unreachable_pub)]
-
-pub mod consent;
-pub mod conversation;
+mod consent;
+mod conversation;
 mod error;
 pub mod event;
 pub mod guards;
@@ -37,7 +34,7 @@ mod run;
 pub mod step;
 #[cfg(test)]
 mod strategy;
-pub mod view;
+mod view;
 pub mod visibility;
 
 pub use consent::{ConsentGraph, Edge, EdgeStatus};
@@ -49,4 +46,4 @@ pub use ids::RunId;
 pub use refusal::Refusal;
 pub use run::{Channel, RunStatus};
 pub use step::{Effect, Input, Policy, Step, Transition, step};
-pub use view::RunView;
+pub use view::{ApprovalState, PlacedCall, RunView};

@@ -116,19 +116,19 @@ impl Refusal {
     /// A stable machine name for the refusal, for event logs, typed outcomes and the wire.
     pub fn code(&self) -> &'static str {
         match self {
-            Refusal::NoPeers { .. } => "no_peers",
-            Refusal::NotInCanCall { .. } => "not_in_can_call",
-            Refusal::UnknownAgent { .. } => "unknown_agent",
-            Refusal::NotAccepted { .. } => "not_accepted",
-            Refusal::DepthLimit { .. } => "depth_limit",
-            Refusal::CallCap { .. } => "call_cap",
-            Refusal::Saturated { .. } => "saturated",
-            Refusal::AgentDown { .. } => "agent_down",
-            Refusal::Unreachable { .. } => "unreachable",
-            Refusal::BadEnvelope { .. } => "bad_envelope",
-            Refusal::MalformedCall => "malformed_call",
-            Refusal::EmptyInput => "empty_input",
-            Refusal::NotAwaitingApproval { .. } => "not_awaiting_approval",
+            Self::NoPeers { .. } => "no_peers",
+            Self::NotInCanCall { .. } => "not_in_can_call",
+            Self::UnknownAgent { .. } => "unknown_agent",
+            Self::NotAccepted { .. } => "not_accepted",
+            Self::DepthLimit { .. } => "depth_limit",
+            Self::CallCap { .. } => "call_cap",
+            Self::Saturated { .. } => "saturated",
+            Self::AgentDown { .. } => "agent_down",
+            Self::Unreachable { .. } => "unreachable",
+            Self::BadEnvelope { .. } => "bad_envelope",
+            Self::MalformedCall => "malformed_call",
+            Self::EmptyInput => "empty_input",
+            Self::NotAwaitingApproval { .. } => "not_awaiting_approval",
         }
     }
 
@@ -140,7 +140,7 @@ impl Refusal {
     }
 
     /// Reads a refusal's wire form; `None` when the text is not one (an older host's free text).
-    pub fn from_wire(text: &str) -> Option<Refusal> {
+    pub fn from_wire(text: &str) -> Option<Self> {
         serde_json::from_str(text).ok()
     }
 }

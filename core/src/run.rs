@@ -26,31 +26,31 @@ impl RunStatus {
     /// The stored text form.
     pub fn as_str(self) -> &'static str {
         match self {
-            RunStatus::Queued => "queued",
-            RunStatus::Running => "running",
-            RunStatus::Waiting => "waiting",
-            RunStatus::Blocked => "blocked",
-            RunStatus::Succeeded => "succeeded",
-            RunStatus::Failed => "failed",
+            Self::Queued => "queued",
+            Self::Running => "running",
+            Self::Waiting => "waiting",
+            Self::Blocked => "blocked",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
         }
     }
 
     /// Reads the stored text form.
     pub fn parse(text: &str) -> Option<Self> {
         Some(match text {
-            "queued" => RunStatus::Queued,
-            "running" => RunStatus::Running,
-            "waiting" => RunStatus::Waiting,
-            "blocked" => RunStatus::Blocked,
-            "succeeded" => RunStatus::Succeeded,
-            "failed" => RunStatus::Failed,
+            "queued" => Self::Queued,
+            "running" => Self::Running,
+            "waiting" => Self::Waiting,
+            "blocked" => Self::Blocked,
+            "succeeded" => Self::Succeeded,
+            "failed" => Self::Failed,
             _ => return None,
         })
     }
 
     /// True once the run can no longer change.
     pub fn is_settled(self) -> bool {
-        matches!(self, RunStatus::Succeeded | RunStatus::Failed)
+        matches!(self, Self::Succeeded | Self::Failed)
     }
 }
 
@@ -75,12 +75,12 @@ impl Channel {
     /// Reads the stored text form.
     pub fn parse(text: &str) -> Option<Self> {
         match text {
-            "api" => Some(Channel::Api),
-            "cli" => Some(Channel::Cli),
+            "api" => Some(Self::Api),
+            "cli" => Some(Self::Cli),
             other => other
                 .strip_prefix("agent:")
                 .filter(|name| !name.is_empty())
-                .map(|name| Channel::Agent(name.to_owned())),
+                .map(|name| Self::Agent(name.to_owned())),
         }
     }
 }
@@ -88,9 +88,9 @@ impl Channel {
 impl std::fmt::Display for Channel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Channel::Api => f.write_str("api"),
-            Channel::Cli => f.write_str("cli"),
-            Channel::Agent(name) => write!(f, "agent:{name}"),
+            Self::Api => f.write_str("api"),
+            Self::Cli => f.write_str("cli"),
+            Self::Agent(name) => write!(f, "agent:{name}"),
         }
     }
 }
@@ -104,7 +104,7 @@ impl Serialize for Channel {
 impl<'de> Deserialize<'de> for Channel {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = String::deserialize(d)?;
-        Channel::parse(&text)
+        Self::parse(&text)
             .ok_or_else(|| serde::de::Error::custom(format!("unknown channel `{text}`")))
     }
 }

@@ -39,7 +39,7 @@ const MAX_INPUT_BYTES: usize = 256 * 1024;
 /// The body of `POST /runs`.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct StartRun {
+pub(crate) struct StartRun {
     pub agent: String,
     pub input: String,
     /// `api` (default) or `cli`.
@@ -50,7 +50,7 @@ pub struct StartRun {
 /// The body of `POST /runs/{id}/approve`.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Decision {
+pub(crate) struct Decision {
     pub approve: bool,
 }
 
@@ -66,7 +66,7 @@ struct JobsQuery {
 
 /// An API error: a status, a stable code and a message for people.
 #[derive(Debug)]
-pub struct ApiError {
+pub(crate) struct ApiError {
     status: StatusCode,
     code: &'static str,
     message: String,
@@ -74,7 +74,7 @@ pub struct ApiError {
 
 impl ApiError {
     fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        ApiError {
+        Self {
             status,
             code,
             message: message.into(),
@@ -93,17 +93,17 @@ impl From<ActorsError> for ApiError {
     fn from(e: ActorsError) -> Self {
         match &e {
             ActorsError::UnknownRun(_) => {
-                ApiError::new(StatusCode::NOT_FOUND, "unknown_run", e.to_string())
+                Self::new(StatusCode::NOT_FOUND, "unknown_run", e.to_string())
             }
             ActorsError::UnknownAgent(_) => {
-                ApiError::new(StatusCode::NOT_FOUND, "unknown_agent", e.to_string())
+                Self::new(StatusCode::NOT_FOUND, "unknown_agent", e.to_string())
             }
             ActorsError::Refused(refusal) => {
-                ApiError::new(StatusCode::CONFLICT, refusal.code(), e.to_string())
+                Self::new(StatusCode::CONFLICT, refusal.code(), e.to_string())
             }
             _ => {
                 tracing::error!("API request failed: {e}");
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
             }
         }
     }
@@ -111,7 +111,7 @@ impl From<ActorsError> for ApiError {
 
 impl From<JsonRejection> for ApiError {
     fn from(e: JsonRejection) -> Self {
-        ApiError::new(
+        Self::new(
             StatusCode::BAD_REQUEST,
             "bad_json",
             format!("the body must be a JSON object: {}", e.body_text()),
@@ -132,25 +132,25 @@ pub struct ApiState {
 }
 
 impl FromRef<ApiState> for Host {
-    fn from_ref(state: &ApiState) -> Host {
+    fn from_ref(state: &ApiState) -> Self {
         state.host.clone()
     }
 }
 
 impl FromRef<ApiState> for Arc<HostAuth> {
-    fn from_ref(state: &ApiState) -> Arc<HostAuth> {
+    fn from_ref(state: &ApiState) -> Self {
         state.auth.clone()
     }
 }
 
 /// The router for one host without an auth file: every run it starts has no identity.
-pub fn router(host: Host) -> Router {
+pub(crate) fn router(host: Host) -> Router {
     router_with_auth(host, Arc::new(HostAuth::none()))
 }
 
 /// The router for one host; `POST /runs` starts runs that act for the bearer token's
 /// principal (see [`crate::auth`]).
-pub fn router_with_auth(host: Host, auth: Arc<HostAuth>) -> Router {
+pub(crate) fn router_with_auth(host: Host, auth: Arc<HostAuth>) -> Router {
     Router::new()
         .route("/runs", post(start_run))
         .route("/runs/{id}", get(get_run))

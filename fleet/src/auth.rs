@@ -39,11 +39,12 @@ fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
 
 impl HostAuth {
     /// A host without an auth file: every HTTP caller is absent.
-    pub fn none() -> HostAuth {
-        HostAuth::default()
+    pub fn none() -> Self {
+        Self::default()
     }
 
-    pub fn new(config: &HostAuthConfig) -> HostAuth {
+    /// Authentication by the tokens and identity hook of a checked auth file.
+    pub fn new(config: &HostAuthConfig) -> Self {
         let mut grants = RoleGrants::new();
         let tokens = config
             .tokens
@@ -57,7 +58,7 @@ impl HostAuth {
                 (t.name.clone(), d)
             })
             .collect();
-        HostAuth {
+        Self {
             tokens,
             grants,
             hook: config.identity_hook.clone(),

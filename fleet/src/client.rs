@@ -26,7 +26,7 @@ pub struct Client {
 impl Client {
     /// A client of the host at `base` (such as `http://127.0.0.1:7400`).
     pub fn new(base: &str) -> Self {
-        Client {
+        Self {
             base: base.trim_end_matches('/').to_owned(),
             http: reqwest::Client::new(),
             token: None,
@@ -39,6 +39,7 @@ impl Client {
         self
     }
 
+    /// The host's base URL.
     pub fn base(&self) -> &str {
         &self.base
     }
@@ -58,6 +59,7 @@ impl Client {
         self.send(request).await
     }
 
+    /// The run with this id.
     pub async fn run(&self, id: &str) -> Result<RunRecord, FleetError> {
         self.send(self.http.get(self.url(&format!("/runs/{id}"))))
             .await
@@ -83,11 +85,13 @@ impl Client {
         }
     }
 
+    /// The run's event log, oldest first.
     pub async fn events(&self, id: &str) -> Result<Vec<EventRecord>, FleetError> {
         self.send(self.http.get(self.url(&format!("/runs/{id}/events"))))
             .await
     }
 
+    /// Runs not yet settled, of one agent or of all.
     pub async fn jobs(&self, agent: Option<&str>) -> Result<Vec<RunRecord>, FleetError> {
         let mut req = self.http.get(self.url("/jobs"));
         if let Some(agent) = agent {
@@ -96,6 +100,7 @@ impl Client {
         self.send(req).await
     }
 
+    /// Approves (`true`) or denies the tool use a blocked run waits on.
     pub async fn decide(&self, id: &str, approve: bool) -> Result<RunRecord, FleetError> {
         let req = self
             .http
@@ -117,6 +122,7 @@ impl Client {
             .unwrap_or_default())
     }
 
+    /// The host's agents and whether each is up.
     pub async fn agents(&self) -> Result<Vec<AgentStatus>, FleetError> {
         self.send(self.http.get(self.url("/agents"))).await
     }

@@ -21,9 +21,13 @@ use crate::auth::HostAuth;
 /// How to serve.
 #[derive(Clone, Debug)]
 pub struct DevOptions {
+    /// Agent folders, or folders of agent folders.
     pub dirs: Vec<PathBuf>,
+    /// Where the run stores live.
     pub data_dir: PathBuf,
+    /// Address of the HTTP API.
     pub listen: SocketAddr,
+    /// Settings every agent actor is started with.
     pub agent_options: AgentOptions,
     /// The host auth file (bearer tokens of HTTP callers), if any.
     pub auth: Option<consort_config::HostAuthConfig>,
@@ -31,13 +35,17 @@ pub struct DevOptions {
 
 /// A host serving its API.
 pub struct DevHost {
+    /// The running host.
     pub host: Host,
+    /// Where the API listens (the port is known once bound).
     pub addr: SocketAddr,
+    /// The HTTP server task.
     pub server: tokio::task::JoinHandle<()>,
 }
 
 impl DevHost {
-    pub async fn start(options: DevOptions) -> Result<DevHost, FleetError> {
+    /// Loads the agents, starts the host and serves its API.
+    pub async fn start(options: DevOptions) -> Result<Self, FleetError> {
         let agents = AgentSet::load(&options.dirs)?;
         let mut spec = HostSpec::new(agents, options.data_dir.clone());
         spec.options = options.agent_options;
@@ -67,6 +75,6 @@ impl DevHost {
         let note = serde_json::json!({"url": url, "pid": std::process::id()});
         let _ = std::fs::write(options.data_dir.join("serve.json"), note.to_string());
         info!(%url, agents = ?host.agents(), "serving");
-        Ok(DevHost { host, addr, server })
+        Ok(Self { host, addr, server })
     }
 }

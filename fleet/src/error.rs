@@ -5,24 +5,36 @@
 #[non_exhaustive]
 pub enum FleetError {
     #[error(transparent)]
+    /// An agent.yaml, fleet.yaml or auth file is invalid.
     Config(#[from] consort_config::ConfigError),
     #[error(transparent)]
+    /// The host (stores, actors) failed.
     Actors(#[from] consort_actors::ActorsError),
     /// The HTTP listener could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
+        /// The address asked for.
         addr: String,
         #[source]
+        /// What the OS said.
         source: std::io::Error,
     },
     /// The host at this URL could not be reached.
     #[error("cannot reach a consort host at {url}: {detail}")]
-    Unreachable { url: String, detail: String },
+    Unreachable {
+        /// The URL tried.
+        url: String,
+        /// Why it failed.
+        detail: String,
+    },
     /// The host answered with an error.
     #[error("{message} (HTTP {status}, {code})")]
     Api {
+        /// HTTP status.
         status: u16,
+        /// The API's stable error code.
         code: String,
+        /// The API's error message.
         message: String,
     },
     /// Links, keys or envelopes (consort-net).
@@ -31,8 +43,11 @@ pub enum FleetError {
     /// `--host` names no host of fleet.yaml.
     #[error("{file}: there is no host named `{host}` (hosts: {known})")]
     UnknownHost {
+        /// The host asked for.
         host: String,
+        /// The fleet.yaml file.
         file: String,
+        /// The hosts it declares.
         known: String,
     },
     /// The host key does not match the key fleet.yaml pins for the host.
@@ -40,22 +55,38 @@ pub enum FleetError {
         "key file {key_file} holds the key {actual}, but {file} pins another key for host `{host}`"
     )]
     WrongKey {
+        /// The host.
         host: String,
+        /// The key file read.
         key_file: String,
+        /// The fleet.yaml file.
         file: String,
+        /// The public key the key file holds.
         actual: String,
     },
     /// A pinned key in fleet.yaml is not a valid ed25519 point.
     #[error("{file}: the public_key of host `{host}` is not a valid ed25519 key")]
-    BadPin { host: String, file: String },
+    BadPin {
+        /// The host whose pin is bad.
+        host: String,
+        /// The fleet.yaml file.
+        file: String,
+    },
     /// A data folder could not be made.
     #[error("{path}: {source}")]
     Io {
+        /// The folder.
         path: String,
         #[source]
+        /// What the OS said.
         source: std::io::Error,
     },
     /// The host answered something that is not consort's API.
     #[error("unexpected answer from {url}: {detail}")]
-    BadResponse { url: String, detail: String },
+    BadResponse {
+        /// The URL asked.
+        url: String,
+        /// What was wrong with the answer.
+        detail: String,
+    },
 }

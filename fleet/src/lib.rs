@@ -1,19 +1,22 @@
 //! consort-fleet: a consort host put together, and the surfaces that reach it.
 //!
 //! This crate assembles a [`consort_actors::Host`] from agent folders ([`dev`]), serves its
-//! HTTP API on loopback ([`api`]) and offers the Rust client SDK that talks to that API
-//! ([`client`]). A host of a multi-host fleet is assembled by [`serve`], whose links to the
-//! other hosts are [`remote`]. The CLI is one user of these; an embedding app is another. The crate decides
+//! HTTP API on loopback (`api`) and offers the Rust client SDK that talks to that API
+//! (`client`). A host of a multi-host fleet is assembled by `serve`, whose links to the
+//! other hosts are `remote`. The CLI is one user of these; an embedding app is another. The crate decides
 //! no call rules itself (they live in consort-actors' guards) and never touches a run store
 //! except through the host handle or the read-only data folder.
 
-pub mod api;
-pub mod auth;
-pub mod client;
+mod api;
+mod auth;
+mod client;
 pub mod dev;
-pub mod error;
-pub mod remote;
-pub mod serve;
+mod error;
+mod remote;
+mod serve;
 
+pub use auth::HostAuth;
 pub use client::Client;
 pub use error::FleetError;
+pub use remote::{FleetMap, LinkRemote};
+pub use serve::{Prepared, ServeOptions, ServedHost, default_key_path, prepare};

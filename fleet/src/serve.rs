@@ -40,34 +40,50 @@ pub fn default_key_path(fleet_file: &Path, host: &str) -> PathBuf {
 /// How to serve one host of a fleet.
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
+    /// The fleet declaration.
     pub fleet_file: PathBuf,
+    /// Which host of the fleet this process is.
     pub host: String,
+    /// Where the run stores live.
     pub data_dir: PathBuf,
     /// The host key file; `None` means [`default_key_path`].
     pub key_file: Option<PathBuf>,
     /// Address of the HTTP API (loopback).
     pub listen_http: SocketAddr,
+    /// Settings every agent actor is started with.
     pub agent_options: AgentOptions,
+    /// Timeouts of the link to other hosts.
     pub link: LinkConfig,
 }
 
 /// A fleet host serving its link and its API.
 pub struct ServedHost {
+    /// The running host.
     pub host: Host,
+    /// The host's name in the fleet.
     pub name: String,
+    /// Where the API listens.
     pub http_addr: SocketAddr,
+    /// Where the link listens.
     pub link_addr: SocketAddr,
+    /// The link endpoint (close it on shutdown).
     pub endpoint: LinkEndpoint,
+    /// The HTTP server task.
     pub server: tokio::task::JoinHandle<()>,
 }
 
 /// The fleet's parts that concern one host, checked: its agents, the others' agents, the
 /// fleet map and its key.
 pub struct Prepared {
+    /// The agents this host serves.
     pub local: AgentSet,
+    /// The agents other hosts of the fleet serve.
     pub remote_agents: Vec<String>,
+    /// Which host serves each agent, and where each host listens.
     pub map: FleetMap,
+    /// This host's key.
     pub key: HostKey,
+    /// Where this host's link listens.
     pub link_addr: SocketAddr,
 }
 
@@ -114,7 +130,7 @@ pub fn prepare(
             .map_err(consort_net::NetError::from)?;
         addresses.insert(h.name.clone(), h.address);
     }
-    let mut local = set.clone();
+    let mut local = set;
     local
         .agents
         .retain(|name, _| placements.get(name).map(String::as_str) == Some(host));
@@ -138,18 +154,18 @@ pub fn prepare(
 }
 
 impl ServedHost {
-    /// Serves the host with the default [`InboundLimits`].
-    pub async fn start(options: ServeOptions) -> Result<ServedHost, FleetError> {
+    /// Serves the host with the default `InboundLimits`.
+    pub async fn start(options: ServeOptions) -> Result<Self, FleetError> {
         Self::start_with_limits(options, InboundLimits::default()).await
     }
 
     /// Serves the host, refusing chains from other hosts beyond `limits`. The chain depth
     /// checked on the link is at least the deepest `limits.max_depth` of this host's agents:
     /// each agent still refuses, with its own limit, a chain deeper than it allows.
-    pub async fn start_with_limits(
+    pub(crate) async fn start_with_limits(
         options: ServeOptions,
         limits: InboundLimits,
-    ) -> Result<ServedHost, FleetError> {
+    ) -> Result<Self, FleetError> {
         let prepared = prepare(
             &options.fleet_file,
             &options.host,
@@ -221,7 +237,7 @@ impl ServedHost {
         });
         let _ = std::fs::write(options.data_dir.join("serve.json"), note.to_string());
         info!(%url, host = %options.host, link = %link_addr, agents = ?host.agents(), "serving");
-        Ok(ServedHost {
+        Ok(Self {
             host,
             name: options.host,
             http_addr,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use consort_actors::AgentOptions;
 use consort_actors::run::now_ms;
-use consort_fleet::serve::{ServeOptions, ServedHost};
+use consort_fleet::{ServeOptions, ServedHost};
 use consort_net::{
     CallEnvelope, Frame, HostKey, KeyRing, LinkConfig, LinkEndpoint, LinkError, MAX_FRAME, NextHop,
     RefusalReason, ReplyStatus, RunId, encode_frame,

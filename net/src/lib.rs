@@ -8,25 +8,22 @@
 //! with what this crate proves (who signed which hop, how long the chain is, whether it
 //! expired).
 //!
-//! - [`codec`]: the one bincode configuration; [`Frame`], the link protocol's messages.
-//! - [`keys`]: [`HostKey`] (ed25519, PKCS#8 PEM on disk, mode 0600), [`PublicKey`]
+//! - `codec`: the one bincode configuration; [`Frame`], the link protocol's messages.
+//! - `keys`: [`HostKey`] (ed25519, PKCS#8 PEM on disk, mode 0600), [`PublicKey`]
 //!   (`ed25519:<hex>`), [`KeyRing`] (host -> key).
 //! - [`chain`]: canonical hop bytes, [`sign_pending_hops`], [`verify_chain`], reply signatures.
-//! - [`link`]: [`LinkEndpoint`], QUIC with mutual TLS pinned to host keys, one request frame
+//! - `link`: [`LinkEndpoint`], QUIC with mutual TLS pinned to host keys, one request frame
 //!   and one response frame per stream.
 //!
 //! Placements (agent -> host) are passed in as plain `BTreeMap<String, String>`; this crate
 //! reads no configuration files.
 
-#![forbid(unsafe_code)]
-#![warn(missing_docs, unreachable_pub)]
-
 pub mod chain;
-pub mod codec;
-pub mod envelope;
-pub mod error;
-pub mod keys;
-pub mod link;
+mod codec;
+mod envelope;
+mod error;
+mod keys;
+mod link;
 #[cfg(test)]
 mod testing;
 
@@ -42,4 +39,4 @@ pub use consort_core::RunId;
 pub use envelope::{CallEnvelope, ENVELOPE_VERSION, Hop, HopSignature, ReplyEnvelope, ReplyStatus};
 pub use error::{ChainError, CodecError, KeyError, LinkError, NetError};
 pub use keys::{HostKey, KeyRing, PublicKey};
-pub use link::{FrameHandler, InboundRequest, LinkConfig, LinkEndpoint, channel_handler};
+pub use link::{FrameHandler, HandlerFuture, LinkConfig, LinkEndpoint};

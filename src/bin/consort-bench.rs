@@ -19,8 +19,7 @@ use tokio::task::JoinSet;
 
 use consort_actors::supervisor::{RemoteCalls, SupervisorMsg};
 use consort_actors::{AgentOptions, CallOutcome, Channel};
-use consort_fleet::remote::LinkRemote;
-use consort_fleet::serve::{ServeOptions, ServedHost, prepare};
+use consort_fleet::{LinkRemote, ServeOptions, ServedHost, prepare};
 use consort_net::{
     CallEnvelope, Frame, HostKey, KeyRing, LinkConfig, LinkEndpoint, NextHop, RunId,
 };
@@ -48,7 +47,7 @@ async fn measure<F, Fut>(
 ) -> Result<Stats>
 where
     F: Fn(u64) -> Fut + Clone + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Result<()>> + Send + 'static,
+    Fut: Future<Output = Result<()>> + Send + 'static,
 {
     for i in 0..(seq / 10).max(5) {
         op(u64::MAX - i as u64).await?; // warm-up

@@ -12,30 +12,30 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_consort");
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_consort");
 
 /// A temporary folder holding agent folders and a data folder.
-pub struct Fleet {
+pub(crate) struct Fleet {
     pub dir: tempfile::TempDir,
 }
 
 impl Fleet {
-    pub fn new() -> Fleet {
-        Fleet {
+    pub(crate) fn new() -> Self {
+        Self {
             dir: tempfile::tempdir().expect("temp dir"),
         }
     }
 
-    pub fn agents(&self) -> PathBuf {
+    pub(crate) fn agents(&self) -> PathBuf {
         self.dir.path().join("agents")
     }
 
-    pub fn data(&self) -> PathBuf {
+    pub(crate) fn data(&self) -> PathBuf {
         self.dir.path().join("data")
     }
 
     /// Writes `agents/<name>/agent.yaml`.
-    pub fn agent(&self, name: &str, yaml: &str) -> PathBuf {
+    pub(crate) fn agent(&self, name: &str, yaml: &str) -> PathBuf {
         let dir = self.agents().join(name);
         std::fs::create_dir_all(&dir).expect("agent dir");
         let file = dir.join("agent.yaml");
@@ -44,7 +44,7 @@ impl Fleet {
     }
 
     /// Writes a ledger database into `agents/<name>/ledger.db`.
-    pub fn ledger(&self, name: &str) {
+    pub(crate) fn ledger(&self, name: &str) {
         let path = self.agents().join(name).join("ledger.db");
         let conn = rusqlite::Connection::open(path).expect("ledger");
         conn.execute_batch(
@@ -56,23 +56,23 @@ impl Fleet {
     }
 
     /// `consort dev agents --data data`, serving on a free loopback port.
-    pub fn serve(&self, env: &[(&str, &str)]) -> Served {
+    pub(crate) fn serve(&self, env: &[(&str, &str)]) -> Served {
         Served::start(&[self.agents()], &self.data(), env)
     }
 
     /// Runs the binary to the end with these arguments.
-    pub fn consort(&self, args: &[&str]) -> Output {
+    pub(crate) fn consort(&self, args: &[&str]) -> Output {
         consort(args)
     }
 
     /// `jobs list --data <data> --json`.
-    pub fn jobs(&self) -> Vec<Value> {
+    pub(crate) fn jobs(&self) -> Vec<Value> {
         let out = consort(&["jobs", "list", "--data", path_str(&self.data()), "--json"]);
         assert!(out.status.success(), "jobs list failed: {}", stderr(&out));
         serde_json::from_slice::<Vec<Value>>(&out.stdout).expect("jobs json")
     }
 
-    pub fn events(&self, run: &str) -> Vec<Value> {
+    pub(crate) fn events(&self, run: &str) -> Vec<Value> {
         let out = consort(&[
             "runs",
             "show",
@@ -87,11 +87,11 @@ impl Fleet {
     }
 }
 
-pub fn path_str(p: &Path) -> &str {
+pub(crate) fn path_str(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
 
-pub fn consort(args: &[&str]) -> Output {
+pub(crate) fn consort(args: &[&str]) -> Output {
     Command::new(BIN)
         .args(args)
         .env_remove("CONSORT_AT")
@@ -100,33 +100,33 @@ pub fn consort(args: &[&str]) -> Output {
         .expect("run consort")
 }
 
-pub fn stderr(out: &Output) -> String {
+pub(crate) fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-pub fn stdout(out: &Output) -> String {
+pub(crate) fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// A `consort dev` process serving on loopback; killed when dropped.
-pub struct Served {
+pub(crate) struct Served {
     pub child: Child,
     pub url: String,
     lines: mpsc::Receiver<String>,
 }
 
 impl Served {
-    pub fn start(dirs: &[PathBuf], data: &Path, env: &[(&str, &str)]) -> Served {
-        Served::start_with(dirs, data, env, &[])
+    pub(crate) fn start(dirs: &[PathBuf], data: &Path, env: &[(&str, &str)]) -> Self {
+        Self::start_with(dirs, data, env, &[])
     }
 
     /// As [`Served::start`], with extra `consort dev` arguments (e.g. `--auth FILE`).
-    pub fn start_with(
+    pub(crate) fn start_with(
         dirs: &[PathBuf],
         data: &Path,
         env: &[(&str, &str)],
         args: &[&str],
-    ) -> Served {
+    ) -> Self {
         let mut cmd = Command::new(BIN);
         cmd.arg("dev");
         for d in dirs {
@@ -151,7 +151,7 @@ impl Served {
                 }
             }
         });
-        let mut served = Served {
+        let mut served = Self {
             child,
             url: String::new(),
             lines: rx,
@@ -169,7 +169,7 @@ impl Served {
     }
 
     /// Waits for a stderr line containing `needle`.
-    pub fn wait_for_line(&mut self, needle: &str, timeout: Duration) -> Option<String> {
+    pub(crate) fn wait_for_line(&mut self, needle: &str, timeout: Duration) -> Option<String> {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.checked_duration_since(Instant::now())?;
@@ -182,14 +182,14 @@ impl Served {
     }
 
     /// Runs a CLI command against this host (`--at URL` appended).
-    pub fn cli(&self, args: &[&str]) -> Output {
+    pub(crate) fn cli(&self, args: &[&str]) -> Output {
         let mut all: Vec<&str> = args.to_vec();
         all.extend(["--at", &self.url]);
         consort(&all)
     }
 
     /// `consort run AGENT INPUT --wait --json` against this host.
-    pub fn run_wait(&self, agent: &str, input: &str) -> Value {
+    pub(crate) fn run_wait(&self, agent: &str, input: &str) -> Value {
         let out = self.cli(&[
             "run",
             agent,
@@ -208,13 +208,13 @@ impl Served {
     }
 
     /// `runs show ID --json` against this host: `{run, events}`, if the run is there.
-    pub fn show(&self, id: &str) -> Option<Value> {
+    pub(crate) fn show(&self, id: &str) -> Option<Value> {
         let out = self.cli(&["runs", "show", id, "--json"]);
         serde_json::from_slice(&out.stdout).ok()
     }
 
     /// Polls until run `id` has `status`; returns `{run, events}`.
-    pub fn wait_status(&self, id: &str, status: &str) -> Value {
+    pub(crate) fn wait_status(&self, id: &str, status: &str) -> Value {
         eventually(
             &format!("run {id} to be {status}"),
             Duration::from_secs(30),
@@ -222,7 +222,7 @@ impl Served {
         )
     }
 
-    pub fn http(&self) -> reqwest::blocking::Client {
+    pub(crate) fn http(&self) -> reqwest::blocking::Client {
         reqwest::blocking::Client::builder()
             .timeout(Duration::from_secs(30))
             .build()
@@ -230,7 +230,7 @@ impl Served {
     }
 
     /// SIGKILL, no cleanup: what a crash looks like.
-    pub fn kill(mut self) {
+    pub(crate) fn kill(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -244,7 +244,7 @@ impl Drop for Served {
 }
 
 /// Polls `f` until it returns `Some`, or panics after `timeout` with `what`.
-pub fn eventually<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+pub(crate) fn eventually<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(v) = f() {
@@ -256,7 +256,7 @@ pub fn eventually<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Optio
 }
 
 /// Event kinds of a run's log, in order.
-pub fn kinds(events: &[Value]) -> Vec<String> {
+pub(crate) fn kinds(events: &[Value]) -> Vec<String> {
     events
         .iter()
         .filter_map(|e| e["kind"].as_str().map(str::to_owned))
@@ -264,14 +264,18 @@ pub fn kinds(events: &[Value]) -> Vec<String> {
 }
 
 /// Runs of one agent from a jobs listing.
-pub fn runs_of<'a>(jobs: &'a [Value], agent: &str) -> Vec<&'a Value> {
+pub(crate) fn runs_of<'a>(jobs: &'a [Value], agent: &str) -> Vec<&'a Value> {
     jobs.iter().filter(|r| r["agent"] == agent).collect()
 }
 
 impl Served {
     /// Waits (bounded) for a host started with `CONSORT_FAULT=<point>` to reach that fault
     /// point and die there on its own (an abort, as a crash would); returns how it ended.
-    pub fn wait_for_crash(&mut self, point: &str, timeout: Duration) -> std::process::ExitStatus {
+    pub(crate) fn wait_for_crash(
+        &mut self,
+        point: &str,
+        timeout: Duration,
+    ) -> std::process::ExitStatus {
         let marker = format!("consort: fault point {point} reached");
         self.wait_for_line(&marker, timeout)
             .unwrap_or_else(|| panic!("the host never reached fault point {point}"));
@@ -282,7 +286,7 @@ impl Served {
 }
 
 /// A free UDP port on loopback (for a host's link address in a generated fleet.yaml).
-pub fn free_udp_port() -> u16 {
+pub(crate) fn free_udp_port() -> u16 {
     std::net::UdpSocket::bind("127.0.0.1:0")
         .and_then(|socket| socket.local_addr())
         .expect("a free loopback UDP port")
@@ -290,7 +294,7 @@ pub fn free_udp_port() -> u16 {
 }
 
 /// One `consort serve` process of a [`ServeFleet`].
-pub struct ServeHost {
+pub(crate) struct ServeHost {
     pub name: String,
     pub child: Option<Child>,
     pub data: PathBuf,
@@ -301,7 +305,7 @@ pub struct ServeHost {
 /// A fleet of `consort serve` processes on loopback: keys made by `consort keygen`, a
 /// generated fleet.yaml, one data folder per host that survives restarts. Every process is
 /// killed when the fleet is dropped.
-pub struct ServeFleet {
+pub(crate) struct ServeFleet {
     pub dir: tempfile::TempDir,
     pub hosts: Vec<ServeHost>,
     pub http: reqwest::blocking::Client,
@@ -310,7 +314,7 @@ pub struct ServeFleet {
 impl ServeFleet {
     /// The marketing-finance example: cmo on `alpha`, cfo on `beta`. `edit` may change the
     /// copied agent folders before the fleet starts.
-    pub fn example(edit: impl FnOnce(&Path)) -> ServeFleet {
+    pub(crate) fn example(edit: impl FnOnce(&Path)) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/marketing-finance");
         for agent in ["cmo", "cfo"] {
@@ -322,11 +326,11 @@ impl ServeFleet {
             }
         }
         edit(dir.path());
-        ServeFleet::new(dir, &[("alpha", &["cmo"]), ("beta", &["cfo"])])
+        Self::new(dir, &[("alpha", &["cmo"]), ("beta", &["cfo"])])
     }
 
     /// A fleet of `hosts` (name, agent folders under `agents/` of `dir`).
-    pub fn new(dir: tempfile::TempDir, hosts: &[(&str, &[&str])]) -> ServeFleet {
+    pub(crate) fn new(dir: tempfile::TempDir, hosts: &[(&str, &[&str])]) -> Self {
         let mut yaml = String::from("hosts:\n");
         for (name, agents) in hosts {
             let out = Command::new(BIN)
@@ -355,7 +359,7 @@ impl ServeFleet {
                 url: String::new(),
             })
             .collect();
-        ServeFleet {
+        Self {
             dir,
             hosts,
             http: reqwest::blocking::Client::builder()
@@ -373,12 +377,12 @@ impl ServeFleet {
     }
 
     /// Starts `host` on its data folder and waits until it serves.
-    pub fn start(&mut self, host: &str) {
+    pub(crate) fn start(&mut self, host: &str) {
         self.start_with_env(host, &[]);
     }
 
     /// As [`ServeFleet::start`], with extra environment (e.g. `CONSORT_FAULT`).
-    pub fn start_with_env(&mut self, host: &str, env: &[(&str, &str)]) {
+    pub(crate) fn start_with_env(&mut self, host: &str, env: &[(&str, &str)]) {
         let fleet_file = self.dir.path().join("fleet.yaml");
         let i = self.index(host);
         let h = &mut self.hosts[i];
@@ -412,7 +416,7 @@ impl ServeFleet {
     }
 
     /// Stops `host` with SIGTERM (an operator's stop) and waits for it to exit.
-    pub fn terminate(&mut self, host: &str) {
+    pub(crate) fn terminate(&mut self, host: &str) {
         let i = self.index(host);
         if let Some(mut child) = self.hosts[i].child.take() {
             let status = Command::new("kill")
@@ -436,7 +440,7 @@ impl ServeFleet {
     }
 
     /// SIGKILL: what a crash looks like.
-    pub fn kill(&mut self, host: &str) {
+    pub(crate) fn kill(&mut self, host: &str) {
         let i = self.index(host);
         if let Some(mut child) = self.hosts[i].child.take() {
             let _ = child.kill();
@@ -444,16 +448,16 @@ impl ServeFleet {
         }
     }
 
-    pub fn url(&self, host: &str) -> &str {
+    pub(crate) fn url(&self, host: &str) -> &str {
         &self.hosts[self.index(host)].url
     }
 
-    pub fn host_stderr(&self, host: &str) -> String {
+    pub(crate) fn host_stderr(&self, host: &str) -> String {
         std::fs::read_to_string(&self.hosts[self.index(host)].stderr).unwrap_or_default()
     }
 
     /// `POST /runs` on `host`; the new run's id.
-    pub fn start_run(&self, host: &str, agent: &str, input: &str) -> String {
+    pub(crate) fn start_run(&self, host: &str, agent: &str, input: &str) -> String {
         let r: Value = self
             .http
             .post(format!("{}/runs", self.url(host)))
@@ -469,7 +473,7 @@ impl ServeFleet {
     }
 
     /// `GET /runs/{id}` on `host`, if it answers.
-    pub fn run(&self, host: &str, id: &str) -> Option<Value> {
+    pub(crate) fn run(&self, host: &str, id: &str) -> Option<Value> {
         self.http
             .get(format!("{}/runs/{id}", self.url(host)))
             .send()
@@ -479,7 +483,7 @@ impl ServeFleet {
     }
 
     /// Waits (at most `bound`) for a run to settle.
-    pub fn wait_settled(&self, host: &str, id: &str, bound: Duration) -> Value {
+    pub(crate) fn wait_settled(&self, host: &str, id: &str, bound: Duration) -> Value {
         eventually("the run to settle", bound, || {
             self.run(host, id)
                 .filter(|r| matches!(r["status"].as_str(), Some("succeeded" | "failed")))
@@ -487,7 +491,7 @@ impl ServeFleet {
     }
 
     /// `GET /jobs` on `host`.
-    pub fn jobs_of(&self, host: &str) -> Vec<Value> {
+    pub(crate) fn jobs_of(&self, host: &str) -> Vec<Value> {
         self.http
             .get(format!("{}/jobs", self.url(host)))
             .send()
@@ -498,7 +502,7 @@ impl ServeFleet {
     }
 
     /// `GET /runs/{id}/events` on `host`.
-    pub fn events_of(&self, host: &str, id: &str) -> Vec<Value> {
+    pub(crate) fn events_of(&self, host: &str, id: &str) -> Vec<Value> {
         self.http
             .get(format!("{}/runs/{id}/events", self.url(host)))
             .send()
@@ -522,7 +526,7 @@ impl Drop for ServeFleet {
 
 impl ServeFleet {
     /// Waits (bounded) for `host`'s process to end on its own (a fault point's abort).
-    pub fn wait_exit(&mut self, host: &str, bound: Duration) {
+    pub(crate) fn wait_exit(&mut self, host: &str, bound: Duration) {
         let i = self.index(host);
         let child = self.hosts[i].child.as_mut().expect("host is running");
         eventually(&format!("{host} to exit"), bound, || {

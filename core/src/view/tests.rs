@@ -149,7 +149,7 @@ proptest! {
     #[test]
     fn a_replayed_call_never_counts_twice(log in crate::strategy::log()) {
         let view = RunView::from_events(&log);
-        let distinct: std::collections::BTreeSet<_> = log
+        let distinct: BTreeSet<_> = log
             .iter()
             .filter_map(|e| match e {
                 RunEvent::CallPlaced(p) => Some(p.child_run.clone()),

@@ -57,7 +57,7 @@ pub struct Catalog {
 
 impl Catalog {
     /// A catalog; tool names must be unique.
-    pub fn new(generation: u64, entries: Vec<CatalogEntry>) -> Result<Catalog, VisibilityError> {
+    pub fn new(generation: u64, entries: Vec<CatalogEntry>) -> Result<Self, VisibilityError> {
         let mut names = BTreeSet::new();
         for entry in &entries {
             if !names.insert(entry.name.as_str()) {
@@ -66,15 +66,15 @@ impl Catalog {
                 });
             }
         }
-        Ok(Catalog {
+        Ok(Self {
             generation,
             entries,
         })
     }
 
     /// A catalog with no tools.
-    pub fn empty(generation: u64) -> Catalog {
-        Catalog {
+    pub fn empty(generation: u64) -> Self {
+        Self {
             generation,
             entries: Vec::new(),
         }
@@ -175,8 +175,8 @@ pub enum LoadToolAnswer {
 }
 
 impl LoadToolAnswer {
-    fn no_such_tool(name: &str) -> LoadToolAnswer {
-        LoadToolAnswer::NoSuchTool {
+    fn no_such_tool(name: &str) -> Self {
+        Self::NoSuchTool {
             error: format!(
                 "no tool named `{name}`; use search_tools to find the tools you can use"
             ),
@@ -706,7 +706,7 @@ mod tests {
             .map(|i| entry(&format!("gate{i:02}"), "a gated report", gated.clone()))
             .collect();
         entries.push(entry("report_1", "a gated report", gated.clone()));
-        entries.push(entry("report_2", "a gated report", gated.clone()));
+        entries.push(entry("report_2", "a gated report", gated));
         let catalog = Catalog::new(9, entries).unwrap();
         let registry = registry();
         let identity = cmo_finance();

@@ -44,15 +44,15 @@ impl Decision {
     /// The decision as the schema and the CLI spell it.
     pub fn as_str(self) -> &'static str {
         match self {
-            Decision::Allow => "allow",
-            Decision::Deny => "deny",
-            Decision::Unknown => "unknown",
+            Self::Allow => "allow",
+            Self::Deny => "deny",
+            Self::Unknown => "unknown",
         }
     }
 
     /// Whether `search_tools` shows a tool with this decision.
     pub fn is_shown(self) -> bool {
-        self != Decision::Deny
+        self != Self::Deny
     }
 }
 
@@ -83,43 +83,43 @@ pub enum Rule {
 
 impl Rule {
     /// Every rule, in order.
-    pub const ALL: [Rule; 7] = [
-        Rule::AbsentIdentity,
-        Rule::PolicyDenied,
-        Rule::ImperativeCheck,
-        Rule::UnknownAnonymity,
-        Rule::UnknownIdentity,
-        Rule::UnresolvedPolicy,
-        Rule::Otherwise,
+    pub const ALL: [Self; 7] = [
+        Self::AbsentIdentity,
+        Self::PolicyDenied,
+        Self::ImperativeCheck,
+        Self::UnknownAnonymity,
+        Self::UnknownIdentity,
+        Self::UnresolvedPolicy,
+        Self::Otherwise,
     ];
 
     /// The rule's number, 1 to 7.
     pub fn number(self) -> u8 {
         match self {
-            Rule::AbsentIdentity => 1,
-            Rule::PolicyDenied => 2,
-            Rule::ImperativeCheck => 3,
-            Rule::UnknownAnonymity => 4,
-            Rule::UnknownIdentity => 5,
-            Rule::UnresolvedPolicy => 6,
-            Rule::Otherwise => 7,
+            Self::AbsentIdentity => 1,
+            Self::PolicyDenied => 2,
+            Self::ImperativeCheck => 3,
+            Self::UnknownAnonymity => 4,
+            Self::UnknownIdentity => 5,
+            Self::UnresolvedPolicy => 6,
+            Self::Otherwise => 7,
         }
     }
 
     /// The rule with this number.
-    pub fn from_number(number: u8) -> Option<Rule> {
-        Rule::ALL.into_iter().find(|rule| rule.number() == number)
+    pub fn from_number(number: u8) -> Option<Self> {
+        Self::ALL.into_iter().find(|rule| rule.number() == number)
     }
 
     /// The decision this rule produces.
     pub fn decision(self) -> Decision {
         match self {
-            Rule::AbsentIdentity | Rule::PolicyDenied => Decision::Deny,
-            Rule::ImperativeCheck
-            | Rule::UnknownAnonymity
-            | Rule::UnknownIdentity
-            | Rule::UnresolvedPolicy => Decision::Unknown,
-            Rule::Otherwise => Decision::Allow,
+            Self::AbsentIdentity | Self::PolicyDenied => Decision::Deny,
+            Self::ImperativeCheck
+            | Self::UnknownAnonymity
+            | Self::UnknownIdentity
+            | Self::UnresolvedPolicy => Decision::Unknown,
+            Self::Otherwise => Decision::Allow,
         }
     }
 }
@@ -139,7 +139,7 @@ impl Serialize for Rule {
 impl<'de> Deserialize<'de> for Rule {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let number = u8::deserialize(deserializer)?;
-        Rule::from_number(number)
+        Self::from_number(number)
             .ok_or_else(|| serde::de::Error::custom(format!("no visibility rule {number}")))
     }
 }

@@ -48,14 +48,14 @@ pub enum Anonymity {
 
 impl Anonymity {
     /// Every value, in schema order.
-    pub const ALL: [Anonymity; 3] = [Anonymity::Yes, Anonymity::No, Anonymity::Unknown];
+    pub const ALL: [Self; 3] = [Self::Yes, Self::No, Self::Unknown];
 
     /// The value as the schema spells it.
     pub fn as_str(self) -> &'static str {
         match self {
-            Anonymity::Yes => "yes",
-            Anonymity::No => "no",
-            Anonymity::Unknown => "unknown",
+            Self::Yes => "yes",
+            Self::No => "no",
+            Self::Unknown => "unknown",
         }
     }
 }
@@ -112,7 +112,7 @@ pub(crate) fn is_name(text: &str) -> bool {
 
 impl PolicyRef {
     /// Parses a policy name; the error says which rule it broke.
-    pub fn parse(text: &str) -> Result<PolicyRef, VisibilityError> {
+    pub fn parse(text: &str) -> Result<Self, VisibilityError> {
         parse_policy_ref(text).map_err(|problem| VisibilityError::InvalidPolicyName {
             policy: text.to_owned(),
             reason: match problem {
@@ -129,8 +129,8 @@ impl PolicyRef {
 impl fmt::Display for PolicyRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PolicyRef::Named(name) => f.write_str(name),
-            PolicyRef::Roles(roles) => write!(f, "{ROLE_POLICY_PREFIX}{}", roles.join(",")),
+            Self::Named(name) => f.write_str(name),
+            Self::Roles(roles) => write!(f, "{ROLE_POLICY_PREFIX}{}", roles.join(",")),
         }
     }
 }
@@ -138,19 +138,19 @@ impl fmt::Display for PolicyRef {
 impl FromStr for PolicyRef {
     type Err = VisibilityError;
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        PolicyRef::parse(text)
+        Self::parse(text)
     }
 }
 
 impl TryFrom<String> for PolicyRef {
     type Error = VisibilityError;
     fn try_from(text: String) -> Result<Self, Self::Error> {
-        PolicyRef::parse(&text)
+        Self::parse(&text)
     }
 }
 
 impl From<PolicyRef> for String {
-    fn from(policy: PolicyRef) -> String {
+    fn from(policy: PolicyRef) -> Self {
         policy.to_string()
     }
 }
@@ -385,7 +385,7 @@ mod tests {
         }
 
         // An extra key fails both ways.
-        let mut extra = written.clone();
+        let mut extra = written;
         extra["scopes"] = json!([]);
         assert!(serde_json::from_value::<Auth>(extra.clone()).is_err());
         assert!(matches!(

@@ -36,11 +36,11 @@ impl Principal {
     /// Parses the three forms; anything else is [`VisibilityError::UnknownPrincipalForm`], and
     /// a known prefix with an empty or malformed name is
     /// [`VisibilityError::InvalidPrincipalName`].
-    pub fn parse(text: &str) -> Result<Principal, VisibilityError> {
+    pub fn parse(text: &str) -> Result<Self, VisibilityError> {
         if text == "anonymous" {
-            return Ok(Principal::Anonymous);
+            return Ok(Self::Anonymous);
         }
-        let (prefix, name, build): (&'static str, &str, fn(String) -> Principal) =
+        let (prefix, name, build): (&'static str, &str, fn(String) -> Self) =
             if let Some(name) = text.strip_prefix("api:") {
                 ("api:", name, Principal::Api)
             } else if let Some(name) = text.strip_prefix("agent:") {
@@ -71,9 +71,9 @@ impl Principal {
 impl fmt::Display for Principal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Principal::Api(name) => write!(f, "api:{name}"),
-            Principal::Agent(name) => write!(f, "agent:{name}"),
-            Principal::Anonymous => f.write_str("anonymous"),
+            Self::Api(name) => write!(f, "api:{name}"),
+            Self::Agent(name) => write!(f, "agent:{name}"),
+            Self::Anonymous => f.write_str("anonymous"),
         }
     }
 }
@@ -81,19 +81,19 @@ impl fmt::Display for Principal {
 impl FromStr for Principal {
     type Err = VisibilityError;
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        Principal::parse(text)
+        Self::parse(text)
     }
 }
 
 impl TryFrom<String> for Principal {
     type Error = VisibilityError;
     fn try_from(text: String) -> Result<Self, Self::Error> {
-        Principal::parse(&text)
+        Self::parse(&text)
     }
 }
 
 impl From<Principal> for String {
-    fn from(principal: Principal) -> String {
+    fn from(principal: Principal) -> Self {
         principal.to_string()
     }
 }
@@ -107,12 +107,12 @@ pub struct RoleGrants {
 
 impl RoleGrants {
     /// No grants.
-    pub fn new() -> RoleGrants {
-        RoleGrants::default()
+    pub fn new() -> Self {
+        Self::default()
     }
 
     /// Grants `roles` to `principal` (adding to what it already has).
-    pub fn grant<I, S>(&mut self, principal: Principal, roles: I) -> &mut RoleGrants
+    pub fn grant<I, S>(&mut self, principal: Principal, roles: I) -> &mut Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
@@ -169,10 +169,10 @@ pub enum BearerCheck {
 impl Identity {
     /// The identity an operator names with `--as PRINCIPAL`: `anonymous` is absent identity;
     /// any other principal is present, with the roles `grants` gives it.
-    pub fn from_principal(principal: &Principal, grants: &RoleGrants) -> Identity {
+    pub fn from_principal(principal: &Principal, grants: &RoleGrants) -> Self {
         match principal {
-            Principal::Anonymous => Identity::Absent,
-            named => Identity::Present(Caller {
+            Principal::Anonymous => Self::Absent,
+            named => Self::Present(Caller {
                 principal: named.clone(),
                 roles: grants.roles_of(named),
             }),
@@ -182,28 +182,28 @@ impl Identity {
     /// An HTTP caller: a valid bearer token is present (principal `api:<token-name>`, roles from
     /// the host config); no token or an invalid one is absent; a hook that cannot answer is
     /// unknown.
-    pub fn from_bearer(check: &BearerCheck, host_grants: &RoleGrants) -> Identity {
+    pub fn from_bearer(check: &BearerCheck, host_grants: &RoleGrants) -> Self {
         match check {
             BearerCheck::Valid { token_name } => {
-                Identity::from_principal(&Principal::Api(token_name.clone()), host_grants)
+                Self::from_principal(&Principal::Api(token_name.clone()), host_grants)
             }
-            BearerCheck::Missing | BearerCheck::Invalid => Identity::Absent,
-            BearerCheck::HookCannotAnswer => Identity::Unknown,
+            BearerCheck::Missing | BearerCheck::Invalid => Self::Absent,
+            BearerCheck::HookCannotAnswer => Self::Unknown,
         }
     }
 
     /// A peer run: principal `agent:<caller>`, present, with the roles the callee's own config
     /// grants that agent.
-    pub fn peer(caller_agent: &str, callee_grants: &RoleGrants) -> Identity {
-        Identity::from_principal(&Principal::Agent(caller_agent.to_owned()), callee_grants)
+    pub fn peer(caller_agent: &str, callee_grants: &RoleGrants) -> Self {
+        Self::from_principal(&Principal::Agent(caller_agent.to_owned()), callee_grants)
     }
 
     /// The identity without the caller.
     pub fn state(&self) -> IdentityState {
         match self {
-            Identity::Present(_) => IdentityState::Present,
-            Identity::Absent => IdentityState::Absent,
-            Identity::Unknown => IdentityState::Unknown,
+            Self::Present(_) => IdentityState::Present,
+            Self::Absent => IdentityState::Absent,
+            Self::Unknown => IdentityState::Unknown,
         }
     }
 }
@@ -222,18 +222,14 @@ pub enum IdentityState {
 
 impl IdentityState {
     /// Every value, in schema order.
-    pub const ALL: [IdentityState; 3] = [
-        IdentityState::Present,
-        IdentityState::Absent,
-        IdentityState::Unknown,
-    ];
+    pub const ALL: [Self; 3] = [Self::Present, Self::Absent, Self::Unknown];
 
     /// The value as the caller-facts file spells it.
     pub fn as_str(self) -> &'static str {
         match self {
-            IdentityState::Present => "present",
-            IdentityState::Absent => "absent",
-            IdentityState::Unknown => "unknown",
+            Self::Present => "present",
+            Self::Absent => "absent",
+            Self::Unknown => "unknown",
         }
     }
 }
@@ -254,20 +250,15 @@ pub enum PolicyResult {
 
 impl PolicyResult {
     /// Every value, in schema order.
-    pub const ALL: [PolicyResult; 4] = [
-        PolicyResult::Allow,
-        PolicyResult::Deny,
-        PolicyResult::Unknown,
-        PolicyResult::NoResult,
-    ];
+    pub const ALL: [Self; 4] = [Self::Allow, Self::Deny, Self::Unknown, Self::NoResult];
 
     /// The value as the caller-facts file spells it.
     pub fn as_str(self) -> &'static str {
         match self {
-            PolicyResult::Allow => "allow",
-            PolicyResult::Deny => "deny",
-            PolicyResult::Unknown => "unknown",
-            PolicyResult::NoResult => "no_result",
+            Self::Allow => "allow",
+            Self::Deny => "deny",
+            Self::Unknown => "unknown",
+            Self::NoResult => "no_result",
         }
     }
 }
@@ -281,32 +272,32 @@ pub struct CallerFacts {
 
 impl CallerFacts {
     /// Identity present, with the policy results found.
-    pub fn present(policy_results: BTreeMap<PolicyRef, PolicyResult>) -> CallerFacts {
-        CallerFacts {
+    pub fn present(policy_results: BTreeMap<PolicyRef, PolicyResult>) -> Self {
+        Self {
             identity: IdentityState::Present,
             policy_results,
         }
     }
 
     /// Identity absent: no policy results (they are not requested).
-    pub fn absent() -> CallerFacts {
-        CallerFacts {
+    pub fn absent() -> Self {
+        Self {
             identity: IdentityState::Absent,
             policy_results: BTreeMap::new(),
         }
     }
 
     /// Identity unknown: no policy results (they are not requested).
-    pub fn unknown() -> CallerFacts {
-        CallerFacts {
+    pub fn unknown() -> Self {
+        Self {
             identity: IdentityState::Unknown,
             policy_results: BTreeMap::new(),
         }
     }
 
     /// Facts with `identity` and no policy results.
-    pub fn without_results(identity: IdentityState) -> CallerFacts {
-        CallerFacts {
+    pub fn without_results(identity: IdentityState) -> Self {
+        Self {
             identity,
             policy_results: BTreeMap::new(),
         }

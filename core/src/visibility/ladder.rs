@@ -75,8 +75,8 @@ pub struct PolicyRegistry {
 
 impl PolicyRegistry {
     /// A registry with no policies.
-    pub fn new() -> PolicyRegistry {
-        PolicyRegistry::default()
+    pub fn new() -> Self {
+        Self::default()
     }
 
     /// Defines (or redefines) `name`. The name must be a named-policy name (not the role form)
@@ -85,7 +85,7 @@ impl PolicyRegistry {
         &mut self,
         name: &str,
         definition: PolicyDefinition,
-    ) -> Result<&mut PolicyRegistry, VisibilityError> {
+    ) -> Result<&mut Self, VisibilityError> {
         if !is_name(name) {
             return Err(VisibilityError::InvalidPolicyName {
                 policy: name.to_owned(),
@@ -161,9 +161,9 @@ impl ProbeOutcome {
     /// The decision this outcome stands for: refused is deny, reaching the cut allow, anything else unknown.
     pub fn decision(self) -> Decision {
         match self {
-            ProbeOutcome::Refused => Decision::Deny,
-            ProbeOutcome::ReachedCut => Decision::Allow,
-            ProbeOutcome::Other => Decision::Unknown,
+            Self::Refused => Decision::Deny,
+            Self::ReachedCut => Decision::Allow,
+            Self::Other => Decision::Unknown,
         }
     }
 }
@@ -210,7 +210,7 @@ pub struct Visibility<'a> {
 
 impl<'a> Visibility<'a> {
     /// T0/T1 only, with the default probe budget and no probe.
-    pub fn without_probe(identity: &'a Identity, registry: &'a PolicyRegistry) -> Visibility<'a> {
+    pub fn without_probe(identity: &'a Identity, registry: &'a PolicyRegistry) -> Self {
         Visibility {
             identity,
             registry,
@@ -302,8 +302,8 @@ mod tests {
     }
 
     impl CountingProbe {
-        fn new(answers: &[(&str, ProbeOutcome)]) -> CountingProbe {
-            CountingProbe {
+        fn new(answers: &[(&str, ProbeOutcome)]) -> Self {
+            Self {
                 calls: Cell::new(0),
                 seen: RefCell::new(Vec::new()),
                 answers: answers

@@ -22,10 +22,10 @@ pub struct ProbeCache {
 
 impl ProbeCache {
     /// An empty cache for catalog `generation`.
-    pub fn new(generation: u64) -> ProbeCache {
-        ProbeCache {
+    pub fn new(generation: u64) -> Self {
+        Self {
             generation,
-            ..ProbeCache::default()
+            ..Self::default()
         }
     }
 
@@ -39,7 +39,7 @@ impl ProbeCache {
         if generation == self.generation {
             return false;
         }
-        *self = ProbeCache::new(generation);
+        *self = Self::new(generation);
         true
     }
 

@@ -253,7 +253,7 @@ fn a_hop_from_another_chain_is_refused() {
     let mut first = fleet.chain(&["cmo", "cfo", "cdo"]);
     let second = fleet.chain(&["cmo", "cfo", "cdo"]);
     first.hops[1] = second.hops[1].clone();
-    first.input = second.input.clone();
+    first.input = second.input;
     assert_eq!(
         verify(&fleet, &first),
         Err(ChainError::BrokenLink { hop: 1 })
@@ -276,7 +276,7 @@ fn a_callee_that_is_not_the_next_caller_is_refused() {
         expires_at_ms: NOW_MS + TTL_MS,
     };
     assert_eq!(extend(&chain, next), Err(ChainError::BrokenLink { hop: 1 }));
-    let mut envelope = chain.clone();
+    let mut envelope = chain;
     envelope.hops.push(new_hop(Some(&last), next));
     envelope.input = "x".into();
     fleet.sign_all(&mut envelope);

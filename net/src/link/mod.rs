@@ -17,7 +17,7 @@
 //! served *and* becomes the cached connection for our own requests to that peer, so a peer's
 //! new incarnation that dials in replaces a connection to its previous process at once.
 //! A link notices a peer that went away: an endpoint closes its connections with
-//! [`CLOSE_SHUTDOWN`] when it shuts down; a request the peer does not acknowledge (at the
+//! `CLOSE_SHUTDOWN` when it shuts down; a request the peer does not acknowledge (at the
 //! transport level) within [`LinkConfig::ack_timeout`], or that fails because the connection
 //! died, drops the cached connection and is sent once more on a fresh dial before the peer is
 //! called unreachable. Errors say what happened: refused at the handshake, no answer within the
@@ -36,7 +36,6 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
-use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 
 use crate::codec::{Frame, MAX_FRAME, RefusalReason, decode_frame, encode_frame};
@@ -74,7 +73,7 @@ pub struct LinkConfig {
 }
 
 /// The application close code of a connection whose host is shutting down.
-pub const CLOSE_SHUTDOWN: u32 = 2;
+pub(crate) const CLOSE_SHUTDOWN: u32 = 2;
 /// The application close code of a connection dropped by its own side (reset or re-keyed).
 const CLOSE_RESET: u32 = 0;
 /// The application close code of a connection whose peer's key is not (or no longer) pinned.
@@ -100,8 +99,7 @@ impl Default for LinkConfig {
 pub type HandlerFuture = Pin<Box<dyn Future<Output = Frame> + Send + 'static>>;
 
 /// What a host does with a request frame from an authenticated peer host: answer it with one
-/// response frame. Closures `Fn(String, Frame) -> impl Future<Output = Frame>` implement it;
-/// [`channel_handler`] turns it into a bounded channel for an actor to drain.
+/// response frame. Closures `Fn(String, Frame) -> impl Future<Output = Frame>` implement it.
 pub trait FrameHandler: Send + Sync + 'static {
     /// Answers `frame`, sent by the host `peer_host` (authenticated by its pinned key).
     fn handle(&self, peer_host: String, frame: Frame) -> HandlerFuture;
@@ -115,49 +113,6 @@ where
     fn handle(&self, peer_host: String, frame: Frame) -> HandlerFuture {
         Box::pin(self(peer_host, frame))
     }
-}
-
-/// A request waiting in the channel of a [`channel_handler`].
-#[derive(Debug)]
-pub struct InboundRequest {
-    /// The authenticated host that sent it.
-    pub peer_host: String,
-    /// The request frame.
-    pub frame: Frame,
-    /// Where the response goes. Dropping it answers `Refused { reason: Internal, .. }`.
-    pub respond: oneshot::Sender<Frame>,
-}
-
-/// A handler that forwards requests into a bounded channel (for an actor, e.g. the host
-/// supervisor, to drain). When the channel is full the peer is answered
-/// `Refused { reason: Saturated, .. }` at once instead of queueing without end.
-pub fn channel_handler(capacity: usize) -> (Arc<dyn FrameHandler>, mpsc::Receiver<InboundRequest>) {
-    let (sender, receiver) = mpsc::channel(capacity.max(1));
-    let handler = move |peer_host: String, frame: Frame| {
-        let (respond, response) = oneshot::channel();
-        let queued = sender.try_send(InboundRequest {
-            peer_host,
-            frame,
-            respond,
-        });
-        async move {
-            match queued {
-                Ok(()) => response.await.unwrap_or_else(|_| Frame::Refused {
-                    reason: RefusalReason::Internal,
-                    text: "the host dropped the request without answering".into(),
-                }),
-                Err(mpsc::error::TrySendError::Full(_)) => Frame::Refused {
-                    reason: RefusalReason::Saturated,
-                    text: "the host is saturated; try again later".into(),
-                },
-                Err(mpsc::error::TrySendError::Closed(_)) => Frame::Refused {
-                    reason: RefusalReason::Internal,
-                    text: "the host is shutting down".into(),
-                },
-            }
-        }
-    };
-    (Arc::new(handler), receiver)
 }
 
 /// One host's end of its links: the server for its peers and the client to them. Cheap to
@@ -376,7 +331,7 @@ impl LinkEndpoint {
         }
     }
 
-    /// Closes every connection with [`CLOSE_SHUTDOWN`] and stops serving; waits (at most
+    /// Closes every connection with `CLOSE_SHUTDOWN` and stops serving; waits (at most
     /// [`LinkConfig::shutdown_grace`]) until peers acknowledged, so that they drop their
     /// connections to this process at once instead of finding out by timeouts.
     pub async fn close(&self) {
@@ -635,9 +590,9 @@ impl Exchange {
     /// than that the peer answered badly or dropped this one stream.
     fn connection_is_dead(&self, connection: &quinn::Connection) -> bool {
         match self {
-            Exchange::NotSent(_) | Exchange::Unacknowledged(_) => true,
-            Exchange::Lost(_) => connection.close_reason().is_some(),
-            Exchange::BadResponse(_) => false,
+            Self::NotSent(_) | Self::Unacknowledged(_) => true,
+            Self::Lost(_) => connection.close_reason().is_some(),
+            Self::BadResponse(_) => false,
         }
     }
 }
@@ -645,13 +600,13 @@ impl Exchange {
 impl std::fmt::Display for Exchange {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Exchange::NotSent(reason) => write!(f, "the request could not be sent: {reason}"),
-            Exchange::Unacknowledged(within) => write!(
+            Self::NotSent(reason) => write!(f, "the request could not be sent: {reason}"),
+            Self::Unacknowledged(within) => write!(
                 f,
                 "the peer did not acknowledge the request within {within:?} (it stopped or restarted)"
             ),
-            Exchange::Lost(reason) => write!(f, "connection lost before the response: {reason}"),
-            Exchange::BadResponse(error) => write!(f, "bad response: {error}"),
+            Self::Lost(reason) => write!(f, "connection lost before the response: {reason}"),
+            Self::BadResponse(error) => write!(f, "bad response: {error}"),
         }
     }
 }

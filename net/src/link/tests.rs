@@ -1,5 +1,3 @@
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use super::*;
 use consort_core::RunId;
 
@@ -466,38 +464,6 @@ async fn a_peer_that_dials_in_replaces_the_cached_connection_and_is_served_on_it
     assert!(matches!(answer, Frame::RunStatus { .. }), "{answer:?}");
     assert_eq!(pair.alpha.inner.endpoint.open_connections(), 1);
     assert_eq!(pair.beta.inner.endpoint.open_connections(), 1);
-}
-
-#[tokio::test]
-async fn a_channel_handler_answers_through_its_receiver_and_refuses_when_full() {
-    let (handler, mut receiver) = channel_handler(1);
-    let served = Arc::new(AtomicUsize::new(0));
-    let counter = served.clone();
-    tokio::spawn(async move {
-        while let Some(request) = receiver.recv().await {
-            counter.fetch_add(1, Ordering::SeqCst);
-            let _ = request.respond.send(Frame::Accepted {
-                child_run: RunId::random(),
-                existing: request.peer_host == "alpha",
-            });
-        }
-    });
-    let response = handler.handle("alpha".into(), Frame::Ack).await;
-    assert!(matches!(response, Frame::Accepted { existing: true, .. }));
-    assert_eq!(served.load(Ordering::SeqCst), 1);
-
-    // A full channel answers Saturated at once.
-    let (handler, _receiver) = channel_handler(1);
-    let first = handler.handle("alpha".into(), Frame::Ack);
-    let second = handler.handle("alpha".into(), Frame::Ack).await;
-    assert!(matches!(
-        second,
-        Frame::Refused {
-            reason: RefusalReason::Saturated,
-            ..
-        }
-    ));
-    drop(first);
 }
 
 #[tokio::test]
