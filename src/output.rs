@@ -4,7 +4,7 @@
 use consort_actors::{EventRecord, RunRecord};
 
 /// A left-aligned text table with a header row.
-pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in rows {
         for (i, cell) in row.iter().enumerate() {
@@ -34,7 +34,7 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-pub fn runs_table(runs: &[RunRecord]) -> String {
+pub(crate) fn runs_table(runs: &[RunRecord]) -> String {
     let rows: Vec<Vec<String>> = runs
         .iter()
         .map(|r| {
@@ -77,7 +77,7 @@ fn tree_summary(cost: &consort_actors::Cost) -> String {
     )
 }
 
-pub fn run_detail(run: &RunRecord, events: &[EventRecord]) -> String {
+pub(crate) fn run_detail(run: &RunRecord, events: &[EventRecord]) -> String {
     let mut out = String::new();
     let mut field = |k: &str, v: String| out.push_str(&format!("{k:<12}{v}\n"));
     field("run", run.id.to_string());

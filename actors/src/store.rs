@@ -84,10 +84,11 @@ pub enum Durability {
 }
 
 impl Durability {
+    /// Reads `normal` or `full`.
     pub fn parse(text: &str) -> Option<Self> {
         match text {
-            "normal" => Some(Durability::Normal),
-            "full" => Some(Durability::Full),
+            "normal" => Some(Self::Normal),
+            "full" => Some(Self::Full),
             _ => None,
         }
     }
@@ -96,14 +97,21 @@ impl Durability {
 /// A run to create: what the API or an accepted call knows about it.
 #[derive(Clone, Debug)]
 pub struct NewRun {
+    /// The run's id (random for a root run, derived for a child run).
     pub id: RunId,
+    /// The agent that runs it.
     pub agent: String,
+    /// Who started it.
     pub channel: Channel,
+    /// The run that placed it, for a delegated run.
     pub parent_run: Option<RunId>,
+    /// The agent that placed it, for a delegated run.
     pub parent_agent: Option<String>,
+    /// The caller's tool use that placed it, for a delegated run.
     pub tool_use_id: Option<String>,
     /// The chain of hops that led here (empty for a root run); its length is the hop depth.
     pub chain: Vec<Hop>,
+    /// What it is asked.
     pub input: String,
     /// Who the run acts for (see [`RunRecord::principal`]).
     pub identity: Identity,
@@ -112,15 +120,17 @@ pub struct NewRun {
 /// What [`RunStore::insert_run`] found.
 #[derive(Clone, Debug)]
 pub enum Inserted {
+    /// The run was created.
     Created(RunRecord),
     /// A run with this id already existed (a replayed call): nothing was written.
     Existing(RunRecord),
 }
 
 impl Inserted {
+    /// The run, created or found.
     pub fn record(&self) -> &RunRecord {
         match self {
-            Inserted::Created(r) | Inserted::Existing(r) => r,
+            Self::Created(r) | Self::Existing(r) => r,
         }
     }
 }
@@ -196,7 +206,7 @@ impl RunStore {
             )
             .map_err(err)?;
         }
-        Ok(RunStore {
+        Ok(Self {
             conn,
             path: path.to_owned(),
             has_principal: true,
@@ -217,7 +227,7 @@ impl RunStore {
         let _ = conn.busy_timeout(std::time::Duration::from_secs(5));
         let has_principal = has_column(&conn, "principal").unwrap_or(false);
         let has_descendants = has_column(&conn, "desc_model_turns").unwrap_or(false);
-        Ok(RunStore {
+        Ok(Self {
             conn,
             path: path.to_owned(),
             has_principal,
@@ -225,6 +235,7 @@ impl RunStore {
         })
     }
 
+    /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -290,7 +301,7 @@ impl RunStore {
                 input: new.input.clone(),
                 parent_run: new.parent_run.clone(),
                 hop_depth: new.chain.len() as u32,
-                principal: principal.clone(),
+                principal,
             });
             exec(
                 &tx,

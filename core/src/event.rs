@@ -233,41 +233,41 @@ impl RunEvent {
     /// The event's stable kind (the store's `kind` column).
     pub fn kind(&self) -> &'static str {
         match self {
-            RunEvent::Created(_) => "created",
-            RunEvent::Status(_) => "status",
-            RunEvent::ModelTurn(_) => "model_turn",
-            RunEvent::ToolResult(_) => "tool_result",
-            RunEvent::CallPlaced(_) => "call_placed",
-            RunEvent::CallRefused(_) => "call_refused",
-            RunEvent::ReplyReceived(_) => "reply_received",
-            RunEvent::ApprovalRequested(_) => "approval_requested",
-            RunEvent::ApprovalDecided(_) => "approval_decided",
-            RunEvent::Answer(_) => "answer",
-            RunEvent::Failed(_) => "failed",
+            Self::Created(_) => "created",
+            Self::Status(_) => "status",
+            Self::ModelTurn(_) => "model_turn",
+            Self::ToolResult(_) => "tool_result",
+            Self::CallPlaced(_) => "call_placed",
+            Self::CallRefused(_) => "call_refused",
+            Self::ReplyReceived(_) => "reply_received",
+            Self::ApprovalRequested(_) => "approval_requested",
+            Self::ApprovalDecided(_) => "approval_decided",
+            Self::Answer(_) => "answer",
+            Self::Failed(_) => "failed",
         }
     }
 
     /// The event's data (the store's `data` column), as JSON.
     pub fn data(&self) -> Value {
         let encoded = match self {
-            RunEvent::Created(e) => serde_json::to_value(e),
-            RunEvent::Status(e) => serde_json::to_value(e),
-            RunEvent::ModelTurn(e) => serde_json::to_value(e),
-            RunEvent::ToolResult(e) => serde_json::to_value(e),
-            RunEvent::CallPlaced(e) => serde_json::to_value(e),
-            RunEvent::CallRefused(e) => serde_json::to_value(e),
-            RunEvent::ReplyReceived(e) => serde_json::to_value(e),
-            RunEvent::ApprovalRequested(e) => serde_json::to_value(e),
-            RunEvent::ApprovalDecided(e) => serde_json::to_value(e),
-            RunEvent::Answer(e) => serde_json::to_value(e),
-            RunEvent::Failed(e) => serde_json::to_value(e),
+            Self::Created(e) => serde_json::to_value(e),
+            Self::Status(e) => serde_json::to_value(e),
+            Self::ModelTurn(e) => serde_json::to_value(e),
+            Self::ToolResult(e) => serde_json::to_value(e),
+            Self::CallPlaced(e) => serde_json::to_value(e),
+            Self::CallRefused(e) => serde_json::to_value(e),
+            Self::ReplyReceived(e) => serde_json::to_value(e),
+            Self::ApprovalRequested(e) => serde_json::to_value(e),
+            Self::ApprovalDecided(e) => serde_json::to_value(e),
+            Self::Answer(e) => serde_json::to_value(e),
+            Self::Failed(e) => serde_json::to_value(e),
         };
         // Plain structs of strings, numbers and JSON values always encode.
         encoded.unwrap_or(Value::Null)
     }
 
     /// Reads an event back from its kind and data.
-    pub fn decode(kind: &str, data: Value) -> Result<RunEvent, CoreError> {
+    pub fn decode(kind: &str, data: Value) -> Result<Self, CoreError> {
         fn read<T: DeserializeOwned>(kind: &str, data: Value) -> Result<T, CoreError> {
             serde_json::from_value(data).map_err(|e| CoreError::MalformedEvent {
                 kind: kind.to_owned(),
@@ -275,17 +275,17 @@ impl RunEvent {
             })
         }
         Ok(match kind {
-            "created" => RunEvent::Created(read(kind, data)?),
-            "status" => RunEvent::Status(read(kind, data)?),
-            "model_turn" => RunEvent::ModelTurn(read(kind, data)?),
-            "tool_result" => RunEvent::ToolResult(read(kind, data)?),
-            "call_placed" => RunEvent::CallPlaced(read(kind, data)?),
-            "call_refused" => RunEvent::CallRefused(read(kind, data)?),
-            "reply_received" => RunEvent::ReplyReceived(read(kind, data)?),
-            "approval_requested" => RunEvent::ApprovalRequested(read(kind, data)?),
-            "approval_decided" => RunEvent::ApprovalDecided(read(kind, data)?),
-            "answer" => RunEvent::Answer(read(kind, data)?),
-            "failed" => RunEvent::Failed(read(kind, data)?),
+            "created" => Self::Created(read(kind, data)?),
+            "status" => Self::Status(read(kind, data)?),
+            "model_turn" => Self::ModelTurn(read(kind, data)?),
+            "tool_result" => Self::ToolResult(read(kind, data)?),
+            "call_placed" => Self::CallPlaced(read(kind, data)?),
+            "call_refused" => Self::CallRefused(read(kind, data)?),
+            "reply_received" => Self::ReplyReceived(read(kind, data)?),
+            "approval_requested" => Self::ApprovalRequested(read(kind, data)?),
+            "approval_decided" => Self::ApprovalDecided(read(kind, data)?),
+            "answer" => Self::Answer(read(kind, data)?),
+            "failed" => Self::Failed(read(kind, data)?),
             other => {
                 return Err(CoreError::UnknownEventKind(
                     other.chars().take(64).collect(),
@@ -295,8 +295,8 @@ impl RunEvent {
     }
 
     /// A tool result, as the engine records one.
-    pub fn tool_result(tool_use_id: &str, name: &str, content: &str, is_error: bool) -> RunEvent {
-        RunEvent::ToolResult(ToolResult {
+    pub fn tool_result(tool_use_id: &str, name: &str, content: &str, is_error: bool) -> Self {
+        Self::ToolResult(ToolResult {
             tool_use_id: tool_use_id.to_owned(),
             name: name.to_owned(),
             content: content.to_owned(),

@@ -246,25 +246,25 @@ pub struct Step {
 }
 
 impl Step {
-    fn write(transition: Transition, effects: Vec<Effect>) -> Step {
-        Step {
+    fn write(transition: Transition, effects: Vec<Effect>) -> Self {
+        Self {
             write: Some(transition),
             effects,
             verdict: Verdict::None,
         }
     }
 
-    fn effects(effects: Vec<Effect>) -> Step {
-        Step {
+    fn effects(effects: Vec<Effect>) -> Self {
+        Self {
             effects,
-            ..Step::default()
+            ..Self::default()
         }
     }
 
-    fn verdict(verdict: Verdict) -> Step {
-        Step {
+    fn verdict(verdict: Verdict) -> Self {
+        Self {
             verdict,
-            ..Step::default()
+            ..Self::default()
         }
     }
 }

@@ -66,8 +66,8 @@ pub struct RunView {
 
 impl RunView {
     /// Folds a whole log (a restart, an inspection).
-    pub fn from_events<'a>(events: impl IntoIterator<Item = &'a RunEvent>) -> RunView {
-        let mut view = RunView::default();
+    pub fn from_events<'a>(events: impl IntoIterator<Item = &'a RunEvent>) -> Self {
+        let mut view = Self::default();
         for event in events {
             view.apply(event);
         }

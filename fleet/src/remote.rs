@@ -33,15 +33,15 @@ use consort_net::{
 };
 
 /// Clock skew allowed between hosts when checking issue and expiry times.
-pub const ALLOWED_SKEW_MS: u64 = 30_000;
+pub(crate) const ALLOWED_SKEW_MS: u64 = 30_000;
 /// The longest lifetime a call envelope may claim, and how long ago it may have been issued,
 /// unless [`InboundLimits`] says otherwise. Senders give calls 5 minutes.
-pub const MAX_ENVELOPE_LIFETIME_MS: u64 = 15 * 60_000;
+pub(crate) const MAX_ENVELOPE_LIFETIME_MS: u64 = 15 * 60_000;
 
 /// What this host accepts of the chains other hosts send, checked on the link before the
 /// call reaches the supervisor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct InboundLimits {
+pub(crate) struct InboundLimits {
     /// The deepest chain any agent of this host could accept (the largest hop limit). A
     /// longer chain is refused with the same depth-limit refusal the agent would give, before
     /// any signature is checked.
@@ -54,7 +54,7 @@ pub struct InboundLimits {
 
 impl Default for InboundLimits {
     fn default() -> Self {
-        InboundLimits {
+        Self {
             max_chain_depth: Limits::DEFAULT_MAX_DEPTH as usize,
             allowed_skew_ms: ALLOWED_SKEW_MS,
             max_envelope_lifetime_ms: MAX_ENVELOPE_LIFETIME_MS,
@@ -102,8 +102,10 @@ pub struct LinkRemote {
 }
 
 impl LinkRemote {
+    /// The link glue of one host: its fleet map, its key (to sign what leaves it) and its
+    /// link endpoint.
     pub fn new(map: Arc<FleetMap>, key: HostKey, endpoint: LinkEndpoint) -> Self {
-        LinkRemote {
+        Self {
             map,
             key,
             endpoint,
@@ -329,7 +331,7 @@ impl LinkRemote {
             Ok(Frame::Ack) => debug!("asked the callee's host to send a reply again"),
             Ok(other) => debug!("reply resend refused: {other:?}"),
             Err(e) => {
-                debug!(error = %e, "reply resend not delivered; the callee's host replies when the child settles")
+                debug!(error = %e, "reply resend not delivered; the callee's host replies when the child settles");
             }
         }
     }
@@ -379,7 +381,7 @@ impl RemoteCalls for LinkRemote {
 }
 
 /// The wire reason of a refusal.
-pub fn wire_reason(refusal: &Refusal) -> RefusalReason {
+pub(crate) fn wire_reason(refusal: &Refusal) -> RefusalReason {
     match refusal {
         Refusal::NotAccepted { .. } | Refusal::NotInCanCall { .. } | Refusal::NoPeers { .. } => {
             RefusalReason::NotAccepted
@@ -398,7 +400,7 @@ pub fn wire_reason(refusal: &Refusal) -> RefusalReason {
 
 /// A refusal as a frame: the typed reason, and the [`Refusal`] itself as JSON in `text` (its
 /// fields are words a model can act on).
-pub fn refusal_frame(refusal: &Refusal) -> Frame {
+pub(crate) fn refusal_frame(refusal: &Refusal) -> Frame {
     Frame::Refused {
         reason: wire_reason(refusal),
         text: refusal.to_wire(),
@@ -407,7 +409,7 @@ pub fn refusal_frame(refusal: &Refusal) -> Frame {
 
 /// Reads a refusal off the wire: the JSON [`Refusal`] when it is one whose reason matches,
 /// else a refusal built from the reason alone.
-pub fn refusal_from_wire(reason: RefusalReason, text: &str, callee: &str) -> Refusal {
+pub(crate) fn refusal_from_wire(reason: RefusalReason, text: &str, callee: &str) -> Refusal {
     if let Ok(refusal) = serde_json::from_str::<Refusal>(text)
         && wire_reason(&refusal) == reason
     {
@@ -458,7 +460,7 @@ fn chain_refusal(callee: &str, error: &ChainError) -> Frame {
 }
 
 /// This host's answers to other hosts' requests.
-pub struct Inbound {
+pub(crate) struct Inbound {
     map: Arc<FleetMap>,
     data: DataFolder,
     reply_cap: usize,
@@ -467,8 +469,8 @@ pub struct Inbound {
 }
 
 impl Inbound {
-    pub fn new(map: Arc<FleetMap>, data: DataFolder, reply_cap: usize) -> Self {
-        Inbound {
+    pub(crate) fn new(map: Arc<FleetMap>, data: DataFolder, reply_cap: usize) -> Self {
+        Self {
             map,
             data,
             reply_cap,
@@ -478,19 +480,19 @@ impl Inbound {
     }
 
     /// These limits instead of [`InboundLimits::default`].
-    pub fn with_limits(mut self, limits: InboundLimits) -> Self {
+    pub(crate) fn with_limits(mut self, limits: InboundLimits) -> Self {
         self.limits = limits;
         self
     }
 
     /// Hands over the supervisor once the host is up; until then requests are answered
     /// `Internal` (the sender retries).
-    pub fn set_supervisor(&self, supervisor: ActorRef<SupervisorMsg>) {
+    pub(crate) fn set_supervisor(&self, supervisor: ActorRef<SupervisorMsg>) {
         let _ = self.supervisor.set(supervisor);
     }
 
     /// This handler as the link endpoint wants it.
-    pub fn handler(self: &Arc<Self>) -> Arc<dyn FrameHandler> {
+    pub(crate) fn handler(self: &Arc<Self>) -> Arc<dyn FrameHandler> {
         let me = self.clone();
         Arc::new(move |peer: String, frame: Frame| {
             let me = me.clone();
@@ -508,7 +510,7 @@ impl Inbound {
     }
 
     /// Answers one request from the authenticated host `peer`.
-    pub async fn handle(&self, peer: String, frame: Frame) -> Frame {
+    pub(crate) async fn handle(&self, peer: String, frame: Frame) -> Frame {
         match frame {
             Frame::Call(envelope) => {
                 let span = match envelope.last_hop() {

@@ -29,7 +29,7 @@ use consort_core::RunId;
 pub const MAX_FRAME: usize = 1 << 20;
 
 /// The one bincode configuration of the wire format. Changing it changes the wire format.
-pub const WIRE_CONFIG: Configuration<BigEndian, Fixint, Limit<MAX_FRAME>> =
+pub(crate) const WIRE_CONFIG: Configuration<BigEndian, Fixint, Limit<MAX_FRAME>> =
     bincode::config::standard()
         .with_big_endian()
         .with_fixed_int_encoding()

@@ -39,8 +39,6 @@ use crate::store::{Durability, RunStore};
 use crate::tools::{Tool, ToolError};
 use crate::visibility::{Identity, ProbeCache};
 
-pub use consort_core::step::cap_output;
-
 /// Tuning of one agent actor.
 #[derive(Clone, Debug)]
 pub struct AgentOptions {
@@ -58,7 +56,7 @@ pub struct AgentOptions {
 
 impl Default for AgentOptions {
     fn default() -> Self {
-        AgentOptions {
+        Self {
             reply_cap: 16 * 1024,
             admission_limit: 256,
             max_model_turns: 64,
@@ -70,7 +68,7 @@ impl Default for AgentOptions {
 
 /// Messages an agent actor handles: requests from the API and the supervisor, the call
 /// protocol between agents, and completions of the tasks the actor spawned.
-pub enum AgentMsg {
+pub(crate) enum AgentMsg {
     // --- requests ---------------------------------------------------------------------------
     /// Start a root run (API, CLI, embedding app).
     Start {
@@ -88,8 +86,6 @@ pub enum AgentMsg {
     },
     /// The agent's config changed (re-read agent.yaml).
     Config(Box<AgentConfig>),
-    /// The names of every agent of the fleet changed.
-    FleetAgents(Vec<String>),
     /// Fold the WAL into the database (timer).
     Checkpoint,
 
@@ -143,7 +139,7 @@ pub enum AgentMsg {
 
 /// Everything needed to (re)start an agent actor.
 #[derive(Clone)]
-pub struct AgentArgs {
+pub(crate) struct AgentArgs {
     pub config: AgentConfig,
     pub store_path: std::path::PathBuf,
     /// A model set by an embedding app; `None` builds the one agent.yaml declares.
@@ -156,7 +152,7 @@ pub struct AgentArgs {
 }
 
 /// The agent actor's state: its config, store, model and tools, and what is in flight.
-pub struct AgentState {
+pub(crate) struct AgentState {
     config: AgentConfig,
     store: RunStore,
     model: Arc<dyn Model>,
@@ -293,7 +289,7 @@ fn tell(actor: &ActorRef<AgentMsg>, message: AgentMsg) {
 }
 
 /// The agent actor.
-pub struct AgentActor;
+pub(crate) struct AgentActor;
 
 fn model_for(config: &AgentConfig) -> Arc<dyn Model> {
     match &config.model {
@@ -390,7 +386,6 @@ impl Actor for AgentActor {
                 }
                 state.config = *config;
             }
-            AgentMsg::FleetAgents(names) => state.fleet_agents = names,
             AgentMsg::Checkpoint => {
                 if let Err(e) = state.store.checkpoint() {
                     warn!(agent = %state.config.name, error = %e, "checkpoint failed");
@@ -434,7 +429,7 @@ impl Actor for AgentActor {
                 outcome,
             } => {
                 self.call_done(&myself, state, run, tool_use_id, callee, outcome)
-                    .await?
+                    .await?;
             }
             AgentMsg::ToolDone {
                 run,

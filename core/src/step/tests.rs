@@ -40,7 +40,7 @@ struct Run {
 }
 
 impl Run {
-    fn new(hop_depth: u32) -> Run {
+    fn new(hop_depth: u32) -> Self {
         let created = RunEvent::Created(Created {
             channel: Channel::Cli,
             input: "question".into(),
@@ -48,7 +48,7 @@ impl Run {
             hop_depth,
             principal: "anonymous".into(),
         });
-        let mut run = Run {
+        let mut run = Self {
             status: RunStatus::Queued,
             log: Vec::new(),
             view: RunView::default(),

@@ -23,8 +23,8 @@ pub struct CostDelta {
 impl CostDelta {
     /// The sum of two counts.
     #[must_use]
-    pub fn plus(self, other: CostDelta) -> CostDelta {
-        CostDelta {
+    pub fn plus(self, other: Self) -> Self {
+        Self {
             model_turns: self.model_turns + other.model_turns,
             tool_calls: self.tool_calls + other.tool_calls,
             calls_placed: self.calls_placed + other.calls_placed,
@@ -35,7 +35,7 @@ impl CostDelta {
 
     /// Whether every count is zero.
     pub fn is_zero(&self) -> bool {
-        *self == CostDelta::default()
+        *self == Self::default()
     }
 }
 
@@ -85,7 +85,7 @@ impl Transition {
 
     /// A tool result, as the engine records one.
     pub fn tool_result(tool_use_id: &str, name: &str, content: &str, is_error: bool) -> Self {
-        Transition::default().event(RunEvent::tool_result(tool_use_id, name, content, is_error))
+        Self::default().event(RunEvent::tool_result(tool_use_id, name, content, is_error))
     }
 
     /// Settles the run (after whatever this transition already holds).
@@ -151,7 +151,7 @@ impl Transition {
         self.status.is_some_and(RunStatus::is_settled)
     }
 
-    pub(super) fn merge(&mut self, other: Transition) {
+    pub(super) fn merge(&mut self, other: Self) {
         self.events.extend(other.events);
         if other.status.is_some() {
             self.status = other.status;

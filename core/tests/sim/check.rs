@@ -8,29 +8,30 @@ use super::world::{StoredRun, World, short};
 
 /// One broken invariant: its class (stable, for grouping) and what exactly is wrong.
 #[derive(Clone, Debug)]
-pub struct Violation {
+pub(crate) struct Violation {
     pub class: &'static str,
     pub detail: String,
 }
 
 /// The class of a run left waiting on a reply that nothing will send.
-pub const LOST_REPLY: &str = "waits on a reply nothing will send";
+pub(crate) const LOST_REPLY: &str = "waits on a reply nothing will send";
 
 /// The class of a parent whose children in the fleet outnumber its cap: a placement that timed
 /// out (refused as unreachable) while its callee accepted it leaves a child the caller never
 /// counts, and the model's retry places another. A known gap of the runtime, reported apart.
-pub const ORPHANS_BEYOND_CAP: &str = "children beyond the cap (orphans of timed-out placements)";
+pub(crate) const ORPHANS_BEYOND_CAP: &str =
+    "children beyond the cap (orphans of timed-out placements)";
 
 impl Violation {
     /// A known gap of the runtime (reported, failing only with `CONSORT_SIM_STRICT=1`).
     /// None is left: a placement that ended unreachable counts against the caller's cap.
-    pub fn known(&self) -> bool {
+    pub(crate) fn known(&self) -> bool {
         false
     }
 }
 
 /// Checks every invariant over the stores of a finished trial.
-pub fn check(world: &World, quiesced: bool) -> Vec<Violation> {
+pub(crate) fn check(world: &World, quiesced: bool) -> Vec<Violation> {
     let mut out: Vec<Violation> = world
         .violations
         .iter()

@@ -7,14 +7,14 @@ use rand::rngs::StdRng;
 use serde_json::{Value, json};
 
 /// The text a timed-out placement's refusal carries; the scripted models retry on it.
-pub const UNREACHABLE_MARK: &str = "sim: no answer within the call timeout";
+pub(crate) const UNREACHABLE_MARK: &str = "sim: no answer within the call timeout";
 
 /// How many times a model retries one call refused as unreachable.
 const MAX_RETRIES: usize = 2;
 
 /// One agent, as its agent.yaml would declare it.
 #[derive(Clone, Debug)]
-pub struct AgentSpec {
+pub(crate) struct AgentSpec {
     pub name: String,
     pub host: usize,
     pub can_call: Vec<String>,
@@ -25,7 +25,7 @@ pub struct AgentSpec {
 
 /// Every agent of the fleet, and where it lives.
 #[derive(Clone, Debug)]
-pub struct Fleet {
+pub(crate) struct Fleet {
     pub hosts: usize,
     /// Sorted by name; `names[i]` is `agents[i].name`.
     pub agents: Vec<AgentSpec>,
@@ -35,7 +35,7 @@ pub struct Fleet {
 impl Fleet {
     /// A random fleet: 2–4 hosts, 3–7 agents, random consent (each side declares its half, and
     /// the halves do not always match), small limits so depth and cap refusals happen.
-    pub fn random(rng: &mut StdRng) -> Fleet {
+    pub(crate) fn random(rng: &mut StdRng) -> Self {
         let hosts = rng.gen_range(2..=4);
         let count = rng.gen_range(3..=7);
         let names: Vec<String> = (0..count).map(|i| format!("a{i}")).collect();
@@ -75,14 +75,14 @@ impl Fleet {
             }
             agents[callee].accept_from = accept;
         }
-        Fleet {
+        Self {
             hosts,
             agents,
             names,
         }
     }
 
-    pub fn spec(&self, name: &str) -> &AgentSpec {
+    pub(crate) fn spec(&self, name: &str) -> &AgentSpec {
         let i = self
             .names
             .binary_search_by(|n| n.as_str().cmp(name))
@@ -90,13 +90,13 @@ impl Fleet {
         &self.agents[i]
     }
 
-    pub fn host_of(&self, name: &str) -> usize {
+    pub(crate) fn host_of(&self, name: &str) -> usize {
         self.spec(name).host
     }
 }
 
 /// A root run's task: ask for `depth` more levels of delegation with `fanout` calls each.
-pub fn root_task(rng: &mut StdRng) -> String {
+pub(crate) fn root_task(rng: &mut StdRng) -> String {
     task(
         rng.gen_range(0..=5),
         rng.gen_range(1..=4),
@@ -127,7 +127,7 @@ fn mix(a: u32, b: u32) -> u32 {
 /// consent refusals happen), each asking one level less with a smaller fan-out. Later turns:
 /// retry each call refused as unreachable (a new tool use, up to twice), answer once every
 /// call is refused or replied, else wait.
-pub fn answer(spec: &AgentSpec, fleet: &Fleet, conversation: &[Message]) -> ModelStep {
+pub(crate) fn answer(spec: &AgentSpec, fleet: &Fleet, conversation: &[Message]) -> ModelStep {
     let Some(Message::User(input)) = conversation.first() else {
         return ModelStep::Answer(format!("{}: no input", spec.name));
     };

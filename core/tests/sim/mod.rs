@@ -1,15 +1,15 @@
 //! The fleet simulation's parts: the fleet and its scripted models, the simulated world with
 //! its executor and scheduler, and the invariant checks.
 
-pub mod check;
-pub mod fleet;
-pub mod world;
+pub(crate) mod check;
+pub(crate) mod fleet;
+pub(crate) mod world;
 
 use check::Violation;
 use world::{Options, Stats, World};
 
 /// What one trial found.
-pub struct Trial {
+pub(crate) struct Trial {
     pub seed: u64,
     pub violations: Vec<Violation>,
     pub stats: Stats,
@@ -17,7 +17,7 @@ pub struct Trial {
 }
 
 /// Runs one seeded trial and checks it.
-pub fn trial(seed: u64, opts: Options) -> Trial {
+pub(crate) fn trial(seed: u64, opts: Options) -> Trial {
     let mut world = World::new(seed, opts);
     let quiesced = world.run();
     world.check_views();

@@ -16,20 +16,20 @@ use super::fleet::{self, AgentSpec, Fleet, UNREACHABLE_MARK};
 
 /// How long a placement waits for its answer before the call is refused as unreachable (the
 /// supervisor's `call_t` timeout), on the caller's clock.
-pub const CALL_TIMEOUT: i64 = 100;
+pub(crate) const CALL_TIMEOUT: i64 = 100;
 /// How long an envelope stays valid after it is issued (the real `call_ttl` is five times the
 /// supervisor's call timeout).
-pub const CALL_TTL: i64 = 5 * CALL_TIMEOUT;
+pub(crate) const CALL_TTL: i64 = 5 * CALL_TIMEOUT;
 /// The clock skew a callee allows when it checks an envelope's expiry.
-pub const ALLOWED_SKEW: i64 = 20;
+pub(crate) const ALLOWED_SKEW: i64 = 20;
 /// The proposed re-ask timer: a run waiting longer than this asks its callees again.
-pub const REASK_AFTER: i64 = 200;
+pub(crate) const REASK_AFTER: i64 = 200;
 const MAX_MODEL_TURNS: u64 = 8;
 const REPLY_CAP: usize = 1024;
 
 /// What a trial may do.
 #[derive(Clone, Debug)]
-pub struct Options {
+pub(crate) struct Options {
     /// Model the proposed re-ask timer (a runtime change; see the crate docs).
     pub reask: bool,
     /// Events of the fault phase.
@@ -40,7 +40,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options {
+        Self {
             reask: true,
             fault_events: 400,
             trace: false,
@@ -61,7 +61,7 @@ struct Faults {
 
 /// Who placed a child run.
 #[derive(Clone, Debug)]
-pub struct Parent {
+pub(crate) struct Parent {
     pub run: RunId,
     pub agent: String,
     pub tool_use_id: String,
@@ -69,7 +69,7 @@ pub struct Parent {
 
 /// One run as the store keeps it: the row and its event log.
 #[derive(Clone, Debug)]
-pub struct StoredRun {
+pub(crate) struct StoredRun {
     pub parent: Option<Parent>,
     pub hop_depth: u32,
     pub events: Vec<RunEvent>,
@@ -82,7 +82,7 @@ pub struct StoredRun {
 
 /// One agent's durable store, with the in-memory counters the real store keeps beside it.
 #[derive(Clone, Debug, Default)]
-pub struct Store {
+pub(crate) struct Store {
     pub runs: BTreeMap<RunId, StoredRun>,
     /// Unsettled runs (what admission counts).
     pub unsettled: usize,
@@ -145,7 +145,7 @@ impl Store {
 
 /// What an agent keeps in memory only (the real actor's `AgentState`): lost on a crash.
 #[derive(Clone, Debug, Default)]
-pub struct Volatile {
+pub(crate) struct Volatile {
     pub views: BTreeMap<RunId, RunView>,
     pub in_flight: BTreeSet<(RunId, String)>,
     /// When each placement times out, on this host's clock.
@@ -157,7 +157,7 @@ pub struct Volatile {
 }
 
 #[derive(Clone, Debug)]
-pub struct Agent {
+pub(crate) struct Agent {
     pub store: Store,
     pub vol: Volatile,
 }
@@ -196,7 +196,7 @@ enum Task {
 }
 
 #[derive(Clone, Debug)]
-pub struct Host {
+pub(crate) struct Host {
     pub up: bool,
     pub skew: i64,
     tasks: Vec<Task>,
@@ -243,7 +243,7 @@ struct Packet {
 
 /// Counts of what a trial did.
 #[derive(Clone, Debug, Default)]
-pub struct Stats {
+pub(crate) struct Stats {
     pub events: u64,
     pub appends: u64,
     pub roots: u64,
@@ -261,7 +261,7 @@ pub struct Stats {
 
 impl Stats {
     /// Adds another trial's counts.
-    pub fn add(&mut self, other: &Stats) {
+    pub(crate) fn add(&mut self, other: &Self) {
         self.events += other.events;
         self.appends += other.appends;
         self.roots += other.roots;
@@ -284,7 +284,7 @@ impl Stats {
 
 // --- the world -----------------------------------------------------------------------------------
 
-pub struct World {
+pub(crate) struct World {
     rng: StdRng,
     pub opts: Options,
     faults: Faults,
@@ -303,7 +303,7 @@ pub struct World {
 }
 
 impl World {
-    pub fn new(seed: u64, opts: Options) -> World {
+    pub(crate) fn new(seed: u64, opts: Options) -> Self {
         let mut rng = StdRng::seed_from_u64(seed);
         let fleet = Fleet::random(&mut rng);
         let faults = Faults {
@@ -333,7 +333,7 @@ impl World {
             })
             .collect();
         let roots_left = rng.gen_range(1..=4);
-        let mut world = World {
+        let mut world = Self {
             rng,
             opts,
             faults,
@@ -381,7 +381,7 @@ impl World {
 
     /// Runs the trial: a fault phase, then a calm phase (every host up, no drops, duplicates or
     /// crashes) until nothing moves. Returns whether the calm phase reached quiescence.
-    pub fn run(&mut self) -> bool {
+    pub(crate) fn run(&mut self) -> bool {
         self.start_root();
         for _ in 0..self.opts.fault_events {
             if !self.fault_event() {
@@ -974,10 +974,10 @@ impl World {
                     self.send(h, &callee, msg);
                 }
                 Effect::CheckRun { tool_use_id, .. } => {
-                    self.tool_out(h, agent_name, id, tool_use_id, step::CHECK_RUN.into())
+                    self.tool_out(h, agent_name, id, tool_use_id, step::CHECK_RUN.into());
                 }
                 Effect::UseTool(tool_use) => {
-                    self.tool_out(h, agent_name, id, tool_use.id, tool_use.name)
+                    self.tool_out(h, agent_name, id, tool_use.id, tool_use.name);
                 }
                 Effect::AskReplies(calls) => {
                     for (callee, child_run) in calls {
@@ -1225,7 +1225,7 @@ impl World {
     }
 
     /// Every kept view equals its run's log folded from scratch.
-    pub fn check_views(&mut self) {
+    pub(crate) fn check_views(&mut self) {
         let mut bad = Vec::new();
         for (name, agent) in &self.agents {
             for (id, view) in &agent.vol.views {
@@ -1251,7 +1251,7 @@ fn call_use_callee(store: &Store, run: &RunId, tool_use_id: &str) -> Option<Stri
 }
 
 /// The first hex digits of a run id, for traces.
-pub fn short(id: &RunId) -> &str {
+pub(crate) fn short(id: &RunId) -> &str {
     &id.as_str()[4..12]
 }
 
