@@ -561,6 +561,25 @@ impl RunStore {
             .map_err(|e| self.err(e))
     }
 
+    /// Folds the write-ahead log of the store at `path` into its database through a
+    /// connection of its own, so the agent that writes the store is never held up by it (a
+    /// passive checkpoint takes no lock a writer waits on). Run it off the async workers.
+    pub fn checkpoint_file(path: &Path) -> Result<(), ActorsError> {
+        let err = |source| ActorsError::Store {
+            path: path.to_owned(),
+            source,
+        };
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(err)?;
+        conn.busy_timeout(std::time::Duration::from_secs(1))
+            .map_err(err)?;
+        conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE);")
+            .map_err(err)
+    }
+
     fn columns(&self) -> String {
         let principal = if self.has_principal {
             PRINCIPAL_COLUMNS

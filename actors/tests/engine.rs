@@ -332,3 +332,68 @@ async fn a_slow_model_does_not_block_its_agent() {
     }
     host.stop();
 }
+
+/// Admission counts unsettled runs in memory: a settled run frees its slot at once, and a
+/// restarted host counts what its store holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_counts_unsettled_runs_and_frees_a_slot_when_one_settles() {
+    let tmp = tempfile::tempdir().unwrap();
+    let agents = tmp.path().join("agents");
+    write(
+        &agents,
+        "cfo",
+        r#"
+name: cfo
+model:
+  script:
+    - tool: {name: ledger, input: "SELECT 1"}
+    - answer: "{tool.ledger}"
+tools:
+  - {name: ledger, kind: sql, database: ledger.db, description: the ledger, approval: required}
+"#,
+    );
+    ledger(&agents);
+    let set = AgentSet::load(std::slice::from_ref(&agents)).unwrap();
+    let mut spec = HostSpec::new(set.clone(), tmp.path().join("data"));
+    spec.options.admission_limit = 2;
+    let (host, _join) = Host::spawn(spec.clone()).await.unwrap();
+    let a = host.start_run("cfo", "a", Channel::Api).await.unwrap();
+    let b = host.start_run("cfo", "b", Channel::Api).await.unwrap();
+    let third = host.start_run("cfo", "c", Channel::Api).await;
+    let refused = third.expect_err("a third run is over the admission limit");
+    assert!(
+        refused
+            .to_string()
+            .contains("saturated (2 runs in progress)"),
+        "{refused}"
+    );
+    for id in [&a.id, &b.id] {
+        let mut blocked = false;
+        for _ in 0..200 {
+            if host
+                .run(id)
+                .unwrap()
+                .is_some_and(|r| r.status == RunStatus::Blocked)
+            {
+                blocked = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        assert!(blocked, "run {id} never blocked");
+    }
+    host.decide(&a.id, true).await.unwrap();
+    let done = host.wait(&a.id, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(done.status, RunStatus::Succeeded);
+    host.start_run("cfo", "d", Channel::Api)
+        .await
+        .expect("the settled run freed its slot");
+    host.stop();
+    drop(host);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Restarted on the same data: b and d are still blocked, so the host is full again.
+    let (host, _join) = Host::spawn(spec).await.unwrap();
+    let again = host.start_run("cfo", "e", Channel::Api).await;
+    assert!(again.is_err(), "two blocked runs fill the restarted host");
+    host.stop();
+}

@@ -412,11 +412,10 @@ impl AgentActor {
         channel: Channel,
         identity: Identity,
     ) -> Result<RunRecord, ActorsError> {
-        let active = state.store.count_unsettled()?;
         guards::admit(
             &state.config.name,
             &input,
-            active,
+            state.unsettled,
             state.options.admission_limit,
         )
         .map_err(refused)?;
@@ -432,6 +431,9 @@ impl AgentActor {
             identity,
         })?;
         let record = inserted.record().clone();
+        if matches!(inserted, Inserted::Created(_)) {
+            state.unsettled += 1;
+        }
         fault::crash_at(Point::RootStored, &record.id);
         info!(run_id = %record.id, agent = %record.agent, hop_depth = 0, "run started");
         myself
@@ -468,13 +470,14 @@ impl AgentActor {
                     existing: true,
                 });
             }
+            let children_accepted = state.children_of(&hop.parent_run)?;
             let facts = InboundFacts {
                 caller: &hop.caller,
                 callee: &me,
                 accept_from: &state.config.accept_from,
                 chain_depth: envelope.depth(),
-                children_accepted: state.store.count_children(&hop.parent_run)?,
-                active_runs: state.store.count_unsettled()?,
+                children_accepted,
+                active_runs: state.unsettled,
                 admission_limit: state.options.admission_limit,
                 limits: state.config.limits,
             };
@@ -497,6 +500,8 @@ impl AgentActor {
             })?;
             let existing = matches!(inserted, Inserted::Existing(_));
             if !existing {
+                state.unsettled += 1;
+                *state.children.entry(hop.parent_run.clone()).or_insert(0) += 1;
                 fault::crash_at(Point::ChildStored, &hop.child_run);
             }
             info!("call accepted");

@@ -177,6 +177,12 @@ pub(crate) struct AgentState {
     /// When each waiting run next asks its callees again for the replies it lacks, and the
     /// backoff after that.
     reask: HashMap<RunId, (Instant, Duration)>,
+    /// Runs of this agent that have not settled (what admission counts): counted once from
+    /// the store at start, then kept as runs are stored and settle.
+    unsettled: usize,
+    /// Child runs accepted per parent run (what the callee's cap counts): read from the store
+    /// the first time a parent calls after start, then kept.
+    children: HashMap<RunId, u64>,
     /// Views of the unsettled runs touched since start, each updated with the events this
     /// actor appends: a step reads its run's view, never the whole log again.
     views: HashMap<RunId, RunView>,
@@ -208,7 +214,11 @@ impl AgentState {
         id: &RunId,
         transition: consort_core::Transition,
     ) -> Result<RunRecord, ActorsError> {
+        let settles = transition.settles();
         let applied = self.store.append(id, transition)?;
+        if settles {
+            self.unsettled = self.unsettled.saturating_sub(1);
+        }
         if applied.record.status.is_settled() {
             self.views.remove(id);
         } else if let Some(view) = self.views.get_mut(id) {
@@ -240,6 +250,16 @@ impl AgentState {
             busy: self.busy(id),
             thinking: self.thinking.contains(id),
         }
+    }
+
+    /// Child runs accepted for `parent` so far.
+    fn children_of(&mut self, parent: &RunId) -> Result<u64, ActorsError> {
+        if let Some(n) = self.children.get(parent) {
+            return Ok(*n);
+        }
+        let n = self.store.count_children(parent)?;
+        self.children.insert(parent.clone(), n);
+        Ok(n)
     }
 
     /// Casts to this actor's supervisor; a supervisor that is gone is logged, not ignored.
@@ -327,6 +347,8 @@ impl Actor for AgentActor {
             thinking: HashSet::new(),
             early_replies: HashMap::new(),
             reask: HashMap::new(),
+            unsettled: 0,
+            children: HashMap::new(),
             views: HashMap::new(),
         })
     }
@@ -338,6 +360,7 @@ impl Actor for AgentActor {
         state: &mut AgentState,
     ) -> Result<(), ActorProcessingErr> {
         let unsettled = state.store.unsettled()?;
+        state.unsettled = unsettled.len();
         if !unsettled.is_empty() {
             info!(agent = %state.config.name, runs = unsettled.len(), "resuming unsettled runs");
         }
@@ -387,9 +410,14 @@ impl Actor for AgentActor {
                 state.config = *config;
             }
             AgentMsg::Checkpoint => {
-                if let Err(e) = state.store.checkpoint() {
-                    warn!(agent = %state.config.name, error = %e, "checkpoint failed");
-                }
+                // On a blocking thread with its own connection: the actor goes on stepping runs
+                // while the WAL is folded.
+                let (path, agent) = (state.store.path().to_owned(), state.config.name.clone());
+                tokio::task::spawn_blocking(move || {
+                    if let Err(e) = RunStore::checkpoint_file(&path) {
+                        warn!(%agent, error = %e, "checkpoint failed");
+                    }
+                });
                 self.reask_lost_replies(&myself, state).await?;
             }
             AgentMsg::Accept { envelope, reply } => {
