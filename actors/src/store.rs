@@ -156,12 +156,13 @@ pub struct RunStore {
     has_descendants: bool,
 }
 
-fn has_column(conn: &Connection, column: &str) -> rusqlite::Result<bool> {
-    let mut stmt = conn.prepare("SELECT name FROM pragma_table_info('runs')")?;
+/// The column names of the runs table (one schema read, for the checks of optional columns).
+fn run_columns(conn: &Connection) -> rusqlite::Result<Vec<String>> {
+    let mut stmt = conn.prepare_cached("SELECT name FROM pragma_table_info('runs')")?;
     let names = stmt
         .query_map([], |row| row.get::<_, String>(0))?
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(names.iter().any(|n| n == column))
+    Ok(names)
 }
 
 impl RunStore {
@@ -189,14 +190,16 @@ impl RunStore {
         ))
         .map_err(err)?;
         conn.execute_batch(SCHEMA).map_err(err)?;
-        if !has_column(&conn, "principal").map_err(err)? {
+        let columns = run_columns(&conn).map_err(err)?;
+        let has = |name: &str| columns.iter().any(|c| c == name);
+        if !has("principal") {
             conn.execute_batch(
                 "ALTER TABLE runs ADD COLUMN principal TEXT; \
                  ALTER TABLE runs ADD COLUMN principal_roles TEXT;",
             )
             .map_err(err)?;
         }
-        if !has_column(&conn, "desc_model_turns").map_err(err)? {
+        if !has("desc_model_turns") {
             conn.execute_batch(
                 "ALTER TABLE runs ADD COLUMN desc_model_turns INTEGER NOT NULL DEFAULT 0; \
                  ALTER TABLE runs ADD COLUMN desc_tool_calls INTEGER NOT NULL DEFAULT 0; \
@@ -225,8 +228,9 @@ impl RunStore {
             source,
         })?;
         let _ = conn.busy_timeout(std::time::Duration::from_secs(5));
-        let has_principal = has_column(&conn, "principal").unwrap_or(false);
-        let has_descendants = has_column(&conn, "desc_model_turns").unwrap_or(false);
+        let columns = run_columns(&conn).unwrap_or_default();
+        let has_principal = columns.iter().any(|c| c == "principal");
+        let has_descendants = columns.iter().any(|c| c == "desc_model_turns");
         Ok(Self {
             conn,
             path: path.to_owned(),

@@ -258,6 +258,10 @@ impl AgentState {
             return Ok(*n);
         }
         let n = self.store.count_children(parent)?;
+        if self.children.len() >= CHILDREN_KEPT {
+            // The store is the truth; forgetting the counts only costs one query per parent.
+            self.children.clear();
+        }
         self.children.insert(parent.clone(), n);
         Ok(n)
     }
@@ -491,6 +495,9 @@ impl Actor for AgentActor {
         Ok(())
     }
 }
+
+/// The most parents whose children count is kept in memory.
+const CHILDREN_KEPT: usize = 10_000;
 
 /// How long a run waits on its calls before it asks its callees again for their replies, and
 /// the longest the backoff between two asks grows.

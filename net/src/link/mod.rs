@@ -473,22 +473,23 @@ impl LinkEndpoint {
         send.finish()
             .map_err(|e| Exchange::NotSent(e.to_string()))?;
         // The peer's transport acknowledges the request's bytes within a few round trips
-        // whatever its handler does; silence means nobody holds this connection any more.
-        let acknowledged = send.stopped();
+        // whatever its handler does; silence means nobody holds this connection any more. Most
+        // answers come long before `ack_timeout`, so the acknowledgement is looked at only
+        // then, once: watching it on every request costs a wake-up per ACK.
         let ack_timeout = self.inner.config.ack_timeout;
-        let silence = async move {
-            if tokio::time::timeout(ack_timeout, acknowledged)
-                .await
-                .is_ok()
-            {
-                // Acknowledged (or the connection failed, which the read reports): wait for
-                // the response alone.
-                std::future::pending::<()>().await;
-            }
-        };
+        let read = recv.read_to_end(MAX_FRAME);
+        tokio::pin!(read);
         let read = tokio::select! {
-            read = recv.read_to_end(MAX_FRAME) => read,
-            () = silence => return Err(Exchange::Unacknowledged(ack_timeout)),
+            read = &mut read => read,
+            () = tokio::time::sleep(ack_timeout) => {
+                // A zero timeout polls `stopped` once: ready when the request was acknowledged
+                // (or the connection failed, which the read then reports).
+                let acknowledged = tokio::time::timeout(Duration::ZERO, send.stopped()).await;
+                if acknowledged.is_err() {
+                    return Err(Exchange::Unacknowledged(ack_timeout));
+                }
+                read.await
+            }
         };
         let response = read.map_err(|error| match error {
             quinn::ReadToEndError::TooLong => {
