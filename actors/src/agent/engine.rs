@@ -8,6 +8,8 @@
 //! (starting a run, accepting a call: admission and the inbound guards, decided in
 //! consort-core).
 
+use std::collections::VecDeque;
+
 use consort_core::event::ReplyOutcome;
 use consort_core::guards::{self, InboundFacts};
 use consort_core::step::{
@@ -38,12 +40,25 @@ impl AgentActor {
         id: &RunId,
         input: Input,
     ) -> Result<Verdict, ActorsError> {
+        self.drive_all(myself, state, id, VecDeque::from([input]))
+            .await
+    }
+
+    /// As [`AgentActor::drive`] with several inputs in order; the run moves on by itself
+    /// only once all of them are stepped (a held reply is taken before the run waits).
+    pub(super) async fn drive_all(
+        &self,
+        myself: &ActorRef<AgentMsg>,
+        state: &mut AgentState,
+        id: &RunId,
+        inputs: VecDeque<Input>,
+    ) -> Result<Verdict, ActorsError> {
         let Some(record) = state.store.run(id)? else {
             return Ok(Verdict::Dropped("no such run"));
         };
         let span =
             info_span!("run", run_id = %id, agent = %record.agent, hop_depth = record.hop_depth);
-        self.drive_in_span(myself, state, record, input)
+        self.drive_in_span(myself, state, record, inputs)
             .instrument(span)
             .await
     }
@@ -53,14 +68,13 @@ impl AgentActor {
         myself: &ActorRef<AgentMsg>,
         state: &mut AgentState,
         mut record: RunRecord,
-        input: Input,
+        mut inputs: VecDeque<Input>,
     ) -> Result<Verdict, ActorsError> {
         let id = record.id.clone();
-        let mut input = Some(input);
         let mut verdict = None;
         // Bounded: each pass writes progress or ends the loop.
-        for _ in 0..(state.options.max_model_turns * 4 + 16) {
-            let Some(next) = input.take() else {
+        for _ in 0..(state.options.max_model_turns * 4 + 16 + inputs.len() as u64) {
+            let Some(next) = inputs.pop_front() else {
                 break;
             };
             state.load_view(&id)?;
@@ -87,7 +101,7 @@ impl AgentActor {
                     Effect::AskModel(asked) => {
                         if let Some(answered) = self.ask_model(myself, state, &record, asked).await
                         {
-                            input = Some(answered);
+                            inputs.push_front(answered);
                         }
                     }
                     Effect::PlaceCall {
@@ -131,11 +145,11 @@ impl AgentActor {
                     }
                 }
             }
-            if input.is_none() && again {
-                input = Some(state.advance_input(&id));
+            if inputs.is_empty() && again {
+                inputs.push_back(state.advance_input(&id));
             }
         }
-        if input.is_some() {
+        if !inputs.is_empty() {
             warn!("run did not settle within its step bound; leaving it for the next wake-up");
         }
         Ok(verdict.unwrap_or(Verdict::None))
@@ -316,19 +330,18 @@ impl AgentActor {
         };
         let child = RunId::child_of(&run, &tool_use_id);
         let early = state.early_replies.remove(&child);
-        let input = Input::CallEnded {
+        let mut inputs = VecDeque::from([Input::CallEnded {
             tool_use_id,
             callee,
             outcome,
-        };
-        self.drive(myself, state, &run, input).await?;
-        if accepted.is_some() {
-            fault::crash_at(Point::CallRecorded, &run);
-            if let Some(early) = early {
-                self.receive_reply(myself, state, early).await?;
-            }
+        }]);
+        // A reply that beat the call's acceptance is taken right after it is recorded, before
+        // the run would move to waiting. One held for a call that ended refused answers
+        // nothing this run waits on, and goes.
+        if let (Some(_), Some(reply)) = (&accepted, early) {
+            inputs.push_back(reply_input(reply, false));
         }
-        // A reply held for a call that ended refused answers nothing this run waits on.
+        self.drive_all(myself, state, &run, inputs).await?;
         Ok(())
     }
 
@@ -348,21 +361,7 @@ impl AgentActor {
         let key = (parent.clone(), reply.tool_use_id.clone());
         let placing = state.in_flight.contains(&key);
         state.awaiting.remove(&key);
-        let input = Input::Reply {
-            reply: ReplyIn {
-                parent_run: parent.clone(),
-                child_run: reply.child_run.clone(),
-                callee: reply.callee.clone(),
-                tool_use_id: reply.tool_use_id.clone(),
-                outcome: match reply.status {
-                    ReplyStatus::Succeeded => ReplyOutcome::Succeeded,
-                    ReplyStatus::Failed => ReplyOutcome::Failed,
-                },
-                output: reply.output.clone(),
-                tree_cost: reply.tree_cost,
-            },
-            placing,
-        };
+        let input = reply_input(reply.clone(), placing);
         match self.drive(myself, state, &parent, input).await? {
             Verdict::Taken => Ok(true),
             Verdict::Hold => {
@@ -527,8 +526,28 @@ fn crash_boundary(transition: &consort_core::Transition) -> Option<Point> {
             Some(Point::TurnRecorded)
         }
         RunEvent::ReplyReceived(_) => Some(Point::ReplyRecorded),
+        RunEvent::CallPlaced(_) => Some(Point::CallRecorded),
         _ => None,
     })
+}
+
+/// The input a reply makes.
+fn reply_input(reply: ReplyEnvelope, placing: bool) -> Input {
+    Input::Reply {
+        reply: ReplyIn {
+            parent_run: reply.parent_run,
+            child_run: reply.child_run,
+            callee: reply.callee,
+            tool_use_id: reply.tool_use_id,
+            outcome: match reply.status {
+                ReplyStatus::Succeeded => ReplyOutcome::Succeeded,
+                ReplyStatus::Failed => ReplyOutcome::Failed,
+            },
+            output: reply.output,
+            tree_cost: reply.tree_cost,
+        },
+        placing,
+    }
 }
 
 /// The input a model's answer makes.
