@@ -13,9 +13,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent};
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tokio::sync::broadcast;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use consort_config::{AgentConfig, AgentSet};
 use consort_core::Refusal;
@@ -168,7 +168,7 @@ impl HostSupervisor {
                             .agents
                             .insert(name.clone(), config.clone());
                         if let Some(actor) = &slot.actor {
-                            let _ = actor.cast(AgentMsg::Config(Box::new(config)));
+                            tell_agent(actor, AgentMsg::Config(Box::new(config)));
                         }
                         info!(agent = %name, "agent.yaml re-read: new config in force");
                         changed.push(name);
@@ -279,20 +279,24 @@ impl Actor for HostSupervisor {
                 reply,
             } => match Self::actor(state, &agent) {
                 Some(actor) => {
-                    let _ = actor.cast(AgentMsg::Start {
-                        input,
-                        channel,
-                        identity,
-                        reply,
-                    });
+                    tell_agent(
+                        &actor,
+                        AgentMsg::Start {
+                            input,
+                            channel,
+                            identity,
+                            reply,
+                        },
+                    );
                 }
                 None if state.slots.contains_key(&agent) => {
-                    let _ = reply.send(Err(ActorsError::Refused(Refusal::AgentDown {
-                        callee: agent,
-                    })));
+                    answer(
+                        reply,
+                        Err(ActorsError::Refused(Refusal::AgentDown { callee: agent })),
+                    );
                 }
                 None => {
-                    let _ = reply.send(Err(ActorsError::UnknownAgent(agent)));
+                    answer(reply, Err(ActorsError::UnknownAgent(agent)));
                 }
             },
             SupervisorMsg::PlaceCall { envelope, reply } => {
@@ -301,25 +305,28 @@ impl Actor for HostSupervisor {
                     .map(|h| h.callee.clone())
                     .unwrap_or_default();
                 if let Some(actor) = Self::actor(state, &callee) {
-                    let _ = actor.cast(AgentMsg::Accept { envelope, reply });
+                    tell_agent(&actor, AgentMsg::Accept { envelope, reply });
                 } else if state.slots.contains_key(&callee) {
-                    let _ = reply.send(CallOutcome::Refused(Refusal::AgentDown { callee }));
+                    answer(reply, CallOutcome::Refused(Refusal::AgentDown { callee }));
                 } else if let Some(remote) = state.spec.remote.clone().filter(|r| r.serves(&callee))
                 {
                     tokio::spawn(async move {
                         let outcome = remote.place_call(envelope).await;
-                        let _ = reply.send(outcome);
+                        answer(reply, outcome);
                     });
                 } else {
                     let allowed = Self::fleet_agents(&state.spec).join(", ");
-                    let _ = reply.send(CallOutcome::Refused(Refusal::UnknownAgent {
-                        callee,
-                        allowed,
-                    }));
+                    answer(
+                        reply,
+                        CallOutcome::Refused(Refusal::UnknownAgent { callee, allowed }),
+                    );
                 }
             }
             SupervisorMsg::Settled { record, reply } => {
-                let _ = state.settled.send((*record).clone());
+                // Nobody may be waiting for settlements right now: that is no failure.
+                if state.settled.send((*record).clone()).is_err() {
+                    debug!(run_id = %record.id, "a run settled with nobody waiting on it");
+                }
                 if let Some(reply) = reply {
                     route_reply(state, reply);
                 }
@@ -327,16 +334,16 @@ impl Actor for HostSupervisor {
             SupervisorMsg::OfferReply { reply, taken } => {
                 match state.slots.get(&reply.caller).and_then(|s| s.actor.clone()) {
                     Some(actor) => {
-                        let _ = actor.cast(AgentMsg::OfferReply { reply, taken });
+                        tell_agent(&actor, AgentMsg::OfferReply { reply, taken });
                     }
                     None => {
-                        let _ = taken.send(false);
+                        answer(taken, false);
                     }
                 }
             }
             SupervisorMsg::ResendReply { callee, child_run } => {
                 if let Some(actor) = Self::actor(state, &callee) {
-                    let _ = actor.cast(AgentMsg::ResendReply(child_run));
+                    tell_agent(&actor, AgentMsg::ResendReply(child_run));
                 } else if let Some(remote) = state.spec.remote.clone().filter(|r| r.serves(&callee))
                 {
                     tokio::spawn(async move { remote.resend_reply(callee, child_run).await });
@@ -353,15 +360,15 @@ impl Actor for HostSupervisor {
                     let found = RunStore::open_read_only(&state.data.store_path(&agent))
                         .and_then(|store| store.run(&run))
                         .and_then(|r| r.ok_or_else(|| ActorsError::UnknownRun(run.to_string())));
-                    let _ = reply.send(found);
+                    answer(reply, found);
                 } else if let Some(remote) = state.spec.remote.clone().filter(|r| r.serves(&agent))
                 {
                     tokio::spawn(async move {
                         let summary = remote.run_summary(caller, parent_run, agent, run).await;
-                        let _ = reply.send(summary);
+                        answer(reply, summary);
                     });
                 } else {
-                    let _ = reply.send(Err(ActorsError::UnknownAgent(agent)));
+                    answer(reply, Err(ActorsError::UnknownAgent(agent)));
                 }
             }
             SupervisorMsg::Decide {
@@ -371,14 +378,17 @@ impl Actor for HostSupervisor {
                 reply,
             } => match Self::actor(state, &agent) {
                 Some(actor) => {
-                    let _ = actor.cast(AgentMsg::Decide {
-                        run,
-                        approve,
-                        reply,
-                    });
+                    tell_agent(
+                        &actor,
+                        AgentMsg::Decide {
+                            run,
+                            approve,
+                            reply,
+                        },
+                    );
                 }
                 None => {
-                    let _ = reply.send(Err(ActorsError::UnknownAgent(agent)));
+                    answer(reply, Err(ActorsError::UnknownAgent(agent)));
                 }
             },
             SupervisorMsg::Reload {
@@ -387,7 +397,7 @@ impl Actor for HostSupervisor {
             } => {
                 let result = Self::reload(state, only_changed);
                 if let Some(reply) = reply {
-                    let _ = reply.send(result);
+                    answer(reply, result);
                 }
             }
             SupervisorMsg::Agents(reply) => {
@@ -400,17 +410,18 @@ impl Actor for HostSupervisor {
                         restarts: slot.total_restarts,
                     })
                     .collect();
-                let _ = reply.send(list);
+                answer(reply, list);
             }
             SupervisorMsg::Tick => {
-                if state.spec.watch_config.is_some() {
-                    let _ = Self::reload(state, true);
+                // Each agent's re-read error is logged where it happens; the old config stays.
+                if state.spec.watch_config.is_some() && Self::reload(state, true).is_err() {
+                    debug!("a watched agent.yaml did not re-read; its previous config stays");
                 }
                 if state.last_checkpoint.elapsed() >= state.spec.checkpoint_every {
                     state.last_checkpoint = Instant::now();
                     for slot in state.slots.values() {
                         if let Some(actor) = &slot.actor {
-                            let _ = actor.cast(AgentMsg::Checkpoint);
+                            tell_agent(actor, AgentMsg::Checkpoint);
                         }
                     }
                 }
@@ -464,7 +475,7 @@ impl Actor for HostSupervisor {
 
 fn route_reply(state: &SupervisorState, reply: ReplyEnvelope) {
     if let Some(actor) = state.slots.get(&reply.caller).and_then(|s| s.actor.clone()) {
-        let _ = actor.cast(AgentMsg::Reply(reply));
+        tell_agent(&actor, AgentMsg::Reply(reply));
     } else if let Some(remote) = state
         .spec
         .remote
@@ -490,4 +501,20 @@ pub async fn spawn_supervisor(
         None => Actor::spawn(None, HostSupervisor, args).await,
     };
     spawned.map_err(|e| ActorsError::Actor(format!("host supervisor did not start: {e}")))
+}
+
+/// Casts to an agent actor. One that is gone (restarting, or down past its budget) is logged:
+/// what the message carried comes back from the store (resume, the re-ask timer), and a
+/// request's asker sees its reply port close.
+fn tell_agent(actor: &ActorRef<AgentMsg>, message: AgentMsg) {
+    if let Err(e) = actor.cast(message) {
+        warn!("agent actor is gone; message dropped: {e}");
+    }
+}
+
+/// Answers a request; an asker that stopped waiting is no failure of this host.
+fn answer<T>(port: RpcReplyPort<T>, value: T) {
+    if port.send(value).is_err() {
+        debug!("the asker stopped waiting; answer dropped");
+    }
 }

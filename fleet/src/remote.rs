@@ -488,7 +488,9 @@ impl Inbound {
     /// Hands over the supervisor once the host is up; until then requests are answered
     /// `Internal` (the sender retries).
     pub(crate) fn set_supervisor(&self, supervisor: ActorRef<SupervisorMsg>) {
-        let _ = self.supervisor.set(supervisor);
+        if self.supervisor.set(supervisor).is_err() {
+            warn!("the host supervisor was handed over twice; the first one stays");
+        }
     }
 
     /// This handler as the link endpoint wants it.
@@ -758,11 +760,17 @@ impl Inbound {
         }
         match self.supervisor() {
             Ok(supervisor) => {
-                let _ = supervisor.cast(SupervisorMsg::ResendReply {
+                let asked = supervisor.cast(SupervisorMsg::ResendReply {
                     callee: callee.to_owned(),
                     child_run: child.clone(),
                 });
-                Frame::Ack
+                match asked {
+                    Ok(()) => Frame::Ack,
+                    Err(e) => {
+                        warn!(peer_host = %peer, "resend request not delivered: {e}");
+                        refused(RefusalReason::Internal, "the host is shutting down")
+                    }
+                }
             }
             Err(frame) => *frame,
         }
