@@ -10,6 +10,8 @@
 //! decide. Replays of an accepted call never reach these functions (the guards bound decisions,
 //! never recovery).
 
+use std::collections::BTreeMap;
+
 use consort_config::Limits;
 
 use crate::Refusal;
@@ -149,6 +151,37 @@ pub fn empty_chain(me: &str) -> Refusal {
         callee: me.to_owned(),
         detail: "empty chain".into(),
     }
+}
+
+/// Relay and locality of a call that arrived from another host: the host that sent it must be
+/// the one that serves its caller (a host signs only its own agents' hops, so a call relayed by
+/// a third host is refused even when every signature holds), and this host must serve its
+/// callee. `placements` maps each agent of the fleet to its host.
+pub fn arrived_call(
+    placements: &BTreeMap<String, String>,
+    here: &str,
+    sender: &str,
+    caller: &str,
+    callee: &str,
+) -> Result<(), Refusal> {
+    if placements.get(caller).map(String::as_str) != Some(sender) {
+        return Err(Refusal::BadEnvelope {
+            callee: callee.to_owned(),
+            detail: format!("{caller} is not served by host {sender}, which sent the call"),
+        });
+    }
+    if placements.get(callee).map(String::as_str) != Some(here) {
+        let local: Vec<&str> = placements
+            .iter()
+            .filter(|(_, host)| host.as_str() == here)
+            .map(|(agent, _)| agent.as_str())
+            .collect();
+        return Err(Refusal::UnknownAgent {
+            callee: callee.to_owned(),
+            allowed: local.join(", "),
+        });
+    }
+    Ok(())
 }
 
 /// Whether a chain of `hops` hops can be accepted by any agent whose limits are at most

@@ -568,31 +568,16 @@ impl Inbound {
             warn!(peer_host = %peer, %error, "call refused: the envelope failed verification");
             return chain_refusal(&last.callee, &error);
         }
-        // The host that sends a hop must be the one that signed it: no relaying.
-        if self.map.host_of(&last.caller) != Some(peer) {
-            warn!(peer_host = %peer, "call refused: the caller is not served by the sending host");
-            let refusal = Refusal::BadEnvelope {
-                callee: last.callee.clone(),
-                detail: format!(
-                    "{} is not served by host {peer}, which sent the call",
-                    last.caller
-                ),
-            };
+        // Relay and locality: the sending host serves the caller, this host the callee.
+        if let Err(refusal) = consort_core::guards::arrived_call(
+            &self.map.placements,
+            &self.map.host,
+            peer,
+            &last.caller,
+            &last.callee,
+        ) {
+            warn!(peer_host = %peer, reason = refusal.code(), "call refused: {refusal}");
             return refusal_frame(&refusal);
-        }
-        if !self.map.is_local(&last.callee) {
-            warn!(peer_host = %peer, "call refused: the callee is not served here");
-            let allowed: Vec<&str> = self
-                .map
-                .placements
-                .iter()
-                .filter(|(_, h)| **h == self.map.host)
-                .map(|(a, _)| a.as_str())
-                .collect();
-            return refusal_frame(&Refusal::UnknownAgent {
-                callee: last.callee.clone(),
-                allowed: allowed.join(", "),
-            });
         }
         let supervisor = match self.supervisor() {
             Ok(s) => s,

@@ -147,6 +147,43 @@ fn chain_within_refuses_empty_and_long_chains() {
     );
 }
 
+#[test]
+fn a_call_from_another_host_must_come_from_its_callers_host_to_an_agent_served_here() {
+    let placements: BTreeMap<String, String> = [
+        ("cmo", "alpha"),
+        ("cfo", "beta"),
+        ("ops", "beta"),
+        ("audit", "gamma"),
+    ]
+    .iter()
+    .map(|(a, h)| (a.to_string(), h.to_string()))
+    .collect();
+    assert_eq!(
+        arrived_call(&placements, "beta", "alpha", "cmo", "cfo"),
+        Ok(())
+    );
+    // gamma relays a hop of alpha's cmo: refused even if every signature holds.
+    assert_eq!(
+        arrived_call(&placements, "beta", "gamma", "cmo", "cfo"),
+        Err(Refusal::BadEnvelope {
+            callee: "cfo".into(),
+            detail: "cmo is not served by host gamma, which sent the call".into()
+        })
+    );
+    assert_eq!(
+        arrived_call(&placements, "beta", "alpha", "nobody", "cfo").map_err(|r| r.code()),
+        Err("bad_envelope")
+    );
+    // A callee this host does not serve: the refusal lists the agents it does serve.
+    assert_eq!(
+        arrived_call(&placements, "beta", "alpha", "cmo", "audit"),
+        Err(Refusal::UnknownAgent {
+            callee: "audit".into(),
+            allowed: "cfo, ops".into()
+        })
+    );
+}
+
 const AGENTS: [&str; 4] = ["a", "b", "c", "d"];
 
 fn subset() -> impl Strategy<Value = Vec<String>> {
