@@ -558,13 +558,6 @@ impl RunStore {
             .collect()
     }
 
-    /// Folds the write-ahead log into the database; called on a timer, off the commit path.
-    pub fn checkpoint(&self) -> Result<(), ActorsError> {
-        self.conn
-            .execute_batch("PRAGMA wal_checkpoint(PASSIVE);")
-            .map_err(|e| self.err(e))
-    }
-
     /// Folds the write-ahead log of the store at `path` into its database through a
     /// connection of its own, so the agent that writes the store is never held up by it (a
     /// passive checkpoint takes no lock a writer waits on). Run it off the async workers.

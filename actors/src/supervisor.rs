@@ -23,7 +23,7 @@ use consort_core::step::CallOutcome;
 use consort_net::ReplyEnvelope;
 
 use crate::ActorsError;
-use crate::agent::{AgentActor, AgentArgs, AgentMsg, AgentOptions};
+use crate::agent::{AgentActor, AgentArgs, AgentMsg, AgentOptions, tell};
 use crate::data::DataFolder;
 use crate::model::Model;
 use crate::restart::RestartBudget;
@@ -168,7 +168,7 @@ impl HostSupervisor {
                             .agents
                             .insert(name.clone(), config.clone());
                         if let Some(actor) = &slot.actor {
-                            tell_agent(actor, AgentMsg::Config(Box::new(config)));
+                            tell(actor, AgentMsg::Config(Box::new(config)));
                         }
                         info!(agent = %name, "agent.yaml re-read: new config in force");
                         changed.push(name);
@@ -279,7 +279,7 @@ impl Actor for HostSupervisor {
                 reply,
             } => match Self::actor(state, &agent) {
                 Some(actor) => {
-                    tell_agent(
+                    tell(
                         &actor,
                         AgentMsg::Start {
                             input,
@@ -305,7 +305,7 @@ impl Actor for HostSupervisor {
                     .map(|h| h.callee.clone())
                     .unwrap_or_default();
                 if let Some(actor) = Self::actor(state, &callee) {
-                    tell_agent(&actor, AgentMsg::Accept { envelope, reply });
+                    tell(&actor, AgentMsg::Accept { envelope, reply });
                 } else if state.slots.contains_key(&callee) {
                     answer(reply, CallOutcome::Refused(Refusal::AgentDown { callee }));
                 } else if let Some(remote) = state.spec.remote.clone().filter(|r| r.serves(&callee))
@@ -334,7 +334,7 @@ impl Actor for HostSupervisor {
             SupervisorMsg::OfferReply { reply, taken } => {
                 match state.slots.get(&reply.caller).and_then(|s| s.actor.clone()) {
                     Some(actor) => {
-                        tell_agent(&actor, AgentMsg::OfferReply { reply, taken });
+                        tell(&actor, AgentMsg::OfferReply { reply, taken });
                     }
                     None => {
                         answer(taken, false);
@@ -343,7 +343,7 @@ impl Actor for HostSupervisor {
             }
             SupervisorMsg::ResendReply { callee, child_run } => {
                 if let Some(actor) = Self::actor(state, &callee) {
-                    tell_agent(&actor, AgentMsg::ResendReply(child_run));
+                    tell(&actor, AgentMsg::ResendReply(child_run));
                 } else if let Some(remote) = state.spec.remote.clone().filter(|r| r.serves(&callee))
                 {
                     tokio::spawn(async move { remote.resend_reply(callee, child_run).await });
@@ -378,7 +378,7 @@ impl Actor for HostSupervisor {
                 reply,
             } => match Self::actor(state, &agent) {
                 Some(actor) => {
-                    tell_agent(
+                    tell(
                         &actor,
                         AgentMsg::Decide {
                             run,
@@ -421,7 +421,7 @@ impl Actor for HostSupervisor {
                     state.last_checkpoint = Instant::now();
                     for slot in state.slots.values() {
                         if let Some(actor) = &slot.actor {
-                            tell_agent(actor, AgentMsg::Checkpoint);
+                            tell(actor, AgentMsg::Checkpoint);
                         }
                     }
                 }
@@ -475,7 +475,7 @@ impl Actor for HostSupervisor {
 
 fn route_reply(state: &SupervisorState, reply: ReplyEnvelope) {
     if let Some(actor) = state.slots.get(&reply.caller).and_then(|s| s.actor.clone()) {
-        tell_agent(&actor, AgentMsg::Reply(reply));
+        tell(&actor, AgentMsg::Reply(reply));
     } else if let Some(remote) = state
         .spec
         .remote
@@ -501,15 +501,6 @@ pub async fn spawn_supervisor(
         None => Actor::spawn(None, HostSupervisor, args).await,
     };
     spawned.map_err(|e| ActorsError::Actor(format!("host supervisor did not start: {e}")))
-}
-
-/// Casts to an agent actor. One that is gone (restarting, or down past its budget) is logged:
-/// what the message carried comes back from the store (resume, the re-ask timer), and a
-/// request's asker sees its reply port close.
-fn tell_agent(actor: &ActorRef<AgentMsg>, message: AgentMsg) {
-    if let Err(e) = actor.cast(message) {
-        warn!("agent actor is gone; message dropped: {e}");
-    }
 }
 
 /// Answers a request; an asker that stopped waiting is no failure of this host.

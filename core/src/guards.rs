@@ -184,17 +184,6 @@ pub fn arrived_call(
     Ok(())
 }
 
-/// Whether a chain of `hops` hops can be accepted by any agent whose limits are at most
-/// `max_depth`: a link uses it to refuse an over-long chain before checking one signature.
-pub fn chain_within(hops: usize, max_depth: u32) -> Result<(), Refusal> {
-    if hops == 0 || hops > max_depth as usize {
-        return Err(Refusal::DepthLimit {
-            limit: max_depth as usize,
-        });
-    }
-    Ok(())
-}
-
 fn list_or_none(names: &[String]) -> String {
     if names.is_empty() {
         "none: agents.can_call is empty".to_owned()

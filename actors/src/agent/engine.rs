@@ -88,7 +88,11 @@ impl AgentActor {
             );
             verdict.get_or_insert(step.verdict);
             if let Some(transition) = step.write {
-                let boundary = crash_boundary(&transition);
+                let boundary = if cfg!(feature = "fault-injection") {
+                    crash_boundary(&transition)
+                } else {
+                    None
+                };
                 record = state.write(&id, transition)?;
                 if let Some(point) = boundary {
                     fault::crash_at(point, &id);
@@ -123,7 +127,7 @@ impl AgentActor {
                         tool_use_id,
                         wait_s,
                     } => {
-                        state.awaiting.insert((id.clone(), tool_use_id.clone()));
+                        state.awaiting.insert(&id, &tool_use_id);
                         let (me, run) = (myself.clone(), id.clone());
                         tokio::spawn(async move {
                             tokio::time::sleep(std::time::Duration::from_secs(u64::from(wait_s)))
@@ -224,9 +228,7 @@ impl AgentActor {
         input: String,
     ) -> Result<(), ActorsError> {
         let envelope = build_envelope(state, record, &callee, &tool_use_id, input)?;
-        state
-            .in_flight
-            .insert((record.id.clone(), tool_use_id.clone()));
+        state.in_flight.insert(&record.id, &tool_use_id);
         let (supervisor, me, run) = (state.supervisor.clone(), myself.clone(), record.id.clone());
         let span = info_span!("call", run_id = %run, agent = %state.config.name, callee = %callee, hop_depth = envelope.depth());
         tokio::spawn(
@@ -267,9 +269,7 @@ impl AgentActor {
         child: RunId,
         callee: String,
     ) {
-        state
-            .in_flight
-            .insert((record.id.clone(), tool_use_id.clone()));
+        state.in_flight.insert(&record.id, &tool_use_id);
         let (supervisor, me, run) = (state.supervisor.clone(), myself.clone(), record.id.clone());
         let (caller, cap) = (state.config.name.clone(), state.options.reply_cap);
         tokio::spawn(
@@ -323,7 +323,7 @@ impl AgentActor {
         callee: String,
         outcome: CallOutcome,
     ) -> Result<(), ActorsError> {
-        state.in_flight.remove(&(run.clone(), tool_use_id.clone()));
+        state.in_flight.remove(&run, &tool_use_id);
         let accepted = match &outcome {
             CallOutcome::Accepted { child_run, .. } => Some(child_run.clone()),
             CallOutcome::Refused(_) => None,
@@ -354,13 +354,8 @@ impl AgentActor {
         reply: ReplyEnvelope,
     ) -> Result<bool, ActorsError> {
         let parent = reply.parent_run.clone();
-        if state.store.run(&parent)?.is_none() {
-            warn!(run_id = %parent, from = %reply.callee, "reply for a run this agent does not have; dropped");
-            return Ok(false);
-        }
-        let key = (parent.clone(), reply.tool_use_id.clone());
-        let placing = state.in_flight.contains(&key);
-        state.awaiting.remove(&key);
+        let placing = state.in_flight.contains(&parent, &reply.tool_use_id);
+        state.awaiting.remove(&parent, &reply.tool_use_id);
         let input = reply_input(reply.clone(), placing);
         match self.drive(myself, state, &parent, input).await? {
             Verdict::Taken => Ok(true),

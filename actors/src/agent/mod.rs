@@ -167,9 +167,9 @@ pub(crate) struct AgentState {
     fleet_agents: Vec<String>,
     options: AgentOptions,
     /// Tool uses whose outcome is being fetched by a spawned task.
-    in_flight: HashSet<(RunId, String)>,
+    in_flight: UsesOut,
     /// Blocking calls (`wait_s`) whose tool use stays open until the reply or the timeout.
-    awaiting: HashSet<(RunId, String)>,
+    awaiting: UsesOut,
     /// Runs whose model turn is being answered on a separate task.
     thinking: HashSet<RunId>,
     /// Replies that arrived before the acceptance of their call was recorded, by child run.
@@ -237,10 +237,9 @@ impl AgentState {
     /// The tool uses of run `id` with a task out.
     fn busy(&self, id: &RunId) -> BTreeSet<String> {
         self.in_flight
-            .iter()
-            .chain(&self.awaiting)
-            .filter(|(run, _)| run == id)
-            .map(|(_, tool_use)| tool_use.clone())
+            .of(id)
+            .chain(self.awaiting.of(id))
+            .cloned()
             .collect()
     }
 
@@ -274,6 +273,39 @@ impl AgentState {
     }
 }
 
+/// Tool uses with something out, by run: looking up one run's never scans the others'.
+#[derive(Default)]
+struct UsesOut(HashMap<RunId, BTreeSet<String>>);
+
+impl UsesOut {
+    fn insert(&mut self, run: &RunId, tool_use: &str) {
+        self.0
+            .entry(run.clone())
+            .or_default()
+            .insert(tool_use.to_owned());
+    }
+
+    /// Whether it was out.
+    fn remove(&mut self, run: &RunId, tool_use: &str) -> bool {
+        let Some(uses) = self.0.get_mut(run) else {
+            return false;
+        };
+        let was = uses.remove(tool_use);
+        if uses.is_empty() {
+            self.0.remove(run);
+        }
+        was
+    }
+
+    fn contains(&self, run: &RunId, tool_use: &str) -> bool {
+        self.0.get(run).is_some_and(|uses| uses.contains(tool_use))
+    }
+
+    fn of(&self, run: &RunId) -> impl Iterator<Item = &String> {
+        self.0.get(run).into_iter().flatten()
+    }
+}
+
 /// The facts a step needs from the agent's current config and options.
 fn policy<'a>(
     config: &'a AgentConfig,
@@ -301,14 +333,13 @@ fn policy<'a>(
     policy
 }
 
-/// Casts to an agent actor from a spawned task. The actor may have been restarted (or
-/// stopped) meanwhile; the message is then dropped with a log line: the restarted actor
-/// resumes the run from its log.
-fn tell(actor: &ActorRef<AgentMsg>, message: AgentMsg) {
+/// Casts to an agent actor (from a spawned task, or from the supervisor). The actor may have
+/// been restarted or stopped meanwhile; the message is then dropped with a log line: the
+/// restarted actor resumes its runs from their logs, the re-ask timer recovers lost replies,
+/// and a request's asker sees its reply port close.
+pub(crate) fn tell(actor: &ActorRef<AgentMsg>, message: AgentMsg) {
     if let Err(e) = actor.cast(message) {
-        warn!(
-            "agent actor is gone; a task's outcome is dropped (the run resumes from its log): {e}"
-        );
+        warn!("agent actor is gone; message dropped (its runs resume from their logs): {e}");
     }
 }
 
@@ -346,8 +377,8 @@ impl Actor for AgentActor {
             supervisor: args.supervisor,
             fleet_agents: args.fleet_agents,
             options: args.options,
-            in_flight: HashSet::new(),
-            awaiting: HashSet::new(),
+            in_flight: UsesOut::default(),
+            awaiting: UsesOut::default(),
             thinking: HashSet::new(),
             early_replies: HashMap::new(),
             reask: HashMap::new(),
@@ -470,7 +501,7 @@ impl Actor for AgentActor {
                 content,
                 is_error,
             } => {
-                state.in_flight.remove(&(run.clone(), tool_use_id.clone()));
+                state.in_flight.remove(&run, &tool_use_id);
                 let input = Input::ToolFinished {
                     tool_use_id,
                     name: result_name,
@@ -481,7 +512,7 @@ impl Actor for AgentActor {
                 self.drive(&myself, state, &run, input).await?;
             }
             AgentMsg::WaitElapsed { run, tool_use_id } => {
-                if state.awaiting.remove(&(run.clone(), tool_use_id.clone())) {
+                if state.awaiting.remove(&run, &tool_use_id) {
                     self.drive(&myself, state, &run, Input::WaitElapsed { tool_use_id })
                         .await?;
                 }

@@ -161,7 +161,7 @@ impl AgentActor {
             Gate::Proceed => {}
         }
         state.catalog.record_use(name, &identity);
-        state.in_flight.insert((id.clone(), tool_use.id.clone()));
+        state.in_flight.insert(id, &tool_use.id);
         // The tool runs on its own task: a slow query or a remote API never blocks the agent's
         // mailbox, and a tool that panics fails its own use, not the agent.
         let (me, run, tool_use_id) = (myself.clone(), id.clone(), tool_use.id.clone());

@@ -136,18 +136,6 @@ fn inbound_table() {
 }
 
 #[test]
-fn chain_within_refuses_empty_and_long_chains() {
-    assert_eq!(chain_within(1, 4), Ok(()));
-    assert_eq!(chain_within(4, 4), Ok(()));
-    assert_eq!(chain_within(5, 4), Err(Refusal::DepthLimit { limit: 4 }));
-    assert_eq!(chain_within(0, 4), Err(Refusal::DepthLimit { limit: 4 }));
-    assert_eq!(
-        chain_within(10_000, 16),
-        Err(Refusal::DepthLimit { limit: 16 })
-    );
-}
-
-#[test]
 fn a_call_from_another_host_must_come_from_its_callers_host_to_an_agent_served_here() {
     let placements: BTreeMap<String, String> = [
         ("cmo", "alpha"),
