@@ -23,6 +23,14 @@ pub enum ActorsError {
         /// What did not decode.
         detail: String,
     },
+    /// A group commit of the store writer failed: none of its writes is in the store.
+    #[error("run store {path}: commit failed: {detail}")]
+    Commit {
+        /// The store file.
+        path: PathBuf,
+        /// What SQLite said.
+        detail: String,
+    },
     /// No run with this id exists in the stores asked.
     #[error("no run with id {0}")]
     UnknownRun(String),

@@ -120,7 +120,8 @@ impl Host {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let run = self
-                .run(id)?
+                .run_off_worker(id)
+                .await?
                 .ok_or_else(|| ActorsError::UnknownRun(id.to_string()))?;
             if run.status.is_settled() {
                 return Ok(run);
@@ -141,7 +142,8 @@ impl Host {
             }
             if tokio::time::Instant::now() >= deadline {
                 return self
-                    .run(id)?
+                    .run_off_worker(id)
+                    .await?
                     .ok_or_else(|| ActorsError::UnknownRun(id.to_string()));
             }
         }
@@ -153,8 +155,19 @@ impl Host {
     }
 
     /// The run with this id from any local agent's store; `None` when no store holds it.
+    ///
+    /// The store reads of `run`, `events` and `jobs` are synchronous (SQLite): from async code,
+    /// call them through `tokio::task::spawn_blocking`, as the HTTP API does.
     pub fn run(&self, id: &RunId) -> Result<Option<RunRecord>, ActorsError> {
         self.data.run(id)
+    }
+
+    /// [`Host::run`] on a blocking thread: an async caller never holds a worker on SQLite.
+    async fn run_off_worker(&self, id: &RunId) -> Result<Option<RunRecord>, ActorsError> {
+        let (data, id) = (self.data.clone(), id.clone());
+        tokio::task::spawn_blocking(move || data.run(&id))
+            .await
+            .map_err(|e| ActorsError::Actor(format!("a store read did not finish: {e}")))?
     }
 
     /// The run's event log, oldest first.

@@ -28,7 +28,7 @@ use crate::data::DataFolder;
 use crate::model::Model;
 use crate::restart::RestartBudget;
 use crate::run::RunRecord;
-use crate::store::RunStore;
+use crate::store::StoreWriter;
 use crate::tools::Tool;
 
 pub use crate::routing::{AgentStatus, BoxFuture, RemoteCalls, SupervisorMsg};
@@ -91,6 +91,8 @@ pub struct SupervisorState {
     settled: broadcast::Sender<RunRecord>,
     data: DataFolder,
     last_checkpoint: Instant,
+    /// The host's store writer: it owns every agent store's connection.
+    writer: StoreWriter,
 }
 
 /// The host supervisor actor.
@@ -122,6 +124,7 @@ impl HostSupervisor {
         let args = AgentArgs {
             config: slot.config.clone(),
             store_path: state.data.store_path(name),
+            writer: state.writer.clone(),
             model: state.spec.models.get(name).cloned(),
             extra_tools: state.spec.tools.get(name).cloned().unwrap_or_default(),
             supervisor: myself.clone(),
@@ -232,6 +235,7 @@ impl Actor for HostSupervisor {
             slots,
             settled: args.settled,
             last_checkpoint: Instant::now(),
+            writer: StoreWriter::start()?,
         };
         let names: Vec<String> = state.slots.keys().cloned().collect();
         for name in names {
@@ -357,10 +361,17 @@ impl Actor for HostSupervisor {
                 reply,
             } => {
                 if state.slots.contains_key(&agent) {
-                    let found = RunStore::open_read_only(&state.data.store_path(&agent))
-                        .and_then(|store| store.run(&run))
-                        .and_then(|r| r.ok_or_else(|| ActorsError::UnknownRun(run.to_string())));
-                    answer(reply, found);
+                    let (writer, path) = (state.writer.clone(), state.data.store_path(&agent));
+                    tokio::spawn(async move {
+                        let key = run.clone();
+                        let found = writer
+                            .read(&path, move |store| store.run(&key))
+                            .await
+                            .and_then(|r| {
+                                r.ok_or_else(|| ActorsError::UnknownRun(run.to_string()))
+                            });
+                        answer(reply, found);
+                    });
                 } else if let Some(remote) = state.spec.remote.clone().filter(|r| r.serves(&agent))
                 {
                     tokio::spawn(async move {

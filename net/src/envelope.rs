@@ -3,8 +3,8 @@
 //! An envelope is the same whether it stays inside one host (handed between actors) or
 //! crosses to another host over a link. Its depth is the length of its chain and never a
 //! field a sender could set. Each hop binds the digest of the hop before it; hops that never
-//! left their host may be unsigned until the chain first leaves it (see `DESIGN.md`,
-//! "Identity and keys").
+//! left their host may be unsigned until the chain first leaves it: signing is needed only
+//! where a chain crosses hosts.
 
 use serde::{Deserialize, Serialize};
 

@@ -53,7 +53,10 @@ impl AgentActor {
         id: &RunId,
         inputs: VecDeque<Input>,
     ) -> Result<Verdict, ActorsError> {
-        let Some(record) = state.store.run(id)? else {
+        if !state.load(id).await? {
+            return Ok(Verdict::Dropped("no such run"));
+        }
+        let Some(record) = state.records.get(id).cloned() else {
             return Ok(Verdict::Dropped("no such run"));
         };
         let span =
@@ -77,7 +80,9 @@ impl AgentActor {
             let Some(next) = inputs.pop_front() else {
                 break;
             };
-            state.load_view(&id)?;
+            if !state.load(&id).await? {
+                break;
+            }
             let Some(view) = state.views.get(&id) else {
                 break;
             };
@@ -93,13 +98,25 @@ impl AgentActor {
                 } else {
                     None
                 };
-                record = state.write(&id, transition)?;
+                state.submit(&id, transition)?;
                 if let Some(point) = boundary {
+                    state.flush().await?;
                     fault::crash_at(point, &id);
                 }
             }
             let mut again = false;
             for effect in step.effects {
+                if waits_for_commit(&effect) {
+                    // What the host does or says because of the appends so far waits for
+                    // their commit: a crash never lets out a call, a tool's side effect or a
+                    // reply that the log would not remember.
+                    state.flush().await?;
+                    if let Some(kept) = state.records.get(&id) {
+                        record.clone_from(kept);
+                    } else if let Some(settled) = state.just_settled.remove(&id) {
+                        record = settled;
+                    }
+                }
                 match effect {
                     Effect::Advance => again = true,
                     Effect::AskModel(asked) => {
@@ -112,7 +129,10 @@ impl AgentActor {
                         tool_use_id,
                         callee,
                         input: text,
-                    } => self.place_call(myself, state, &record, tool_use_id, callee, text)?,
+                    } => {
+                        self.place_call(myself, state, &record, tool_use_id, callee, text)
+                            .await?;
+                    }
                     Effect::CheckRun {
                         tool_use_id,
                         child,
@@ -156,6 +176,10 @@ impl AgentActor {
         if !inputs.is_empty() {
             warn!("run did not settle within its step bound; leaving it for the next wake-up");
         }
+        // A request answered after this drive (a reply taken, a decision) is answered on
+        // what is committed.
+        state.flush().await?;
+        state.forget_if_settled(&id);
         Ok(verdict.unwrap_or(Verdict::None))
     }
 
@@ -218,7 +242,7 @@ impl AgentActor {
 
     /// Places a call from its own task: the envelope goes to the supervisor, whose answer
     /// comes back as `CallDone`.
-    fn place_call(
+    async fn place_call(
         &self,
         myself: &ActorRef<AgentMsg>,
         state: &mut AgentState,
@@ -227,7 +251,7 @@ impl AgentActor {
         callee: String,
         input: String,
     ) -> Result<(), ActorsError> {
-        let envelope = build_envelope(state, record, &callee, &tool_use_id, input)?;
+        let envelope = build_envelope(state, record, &callee, &tool_use_id, input).await?;
         state.in_flight.insert(&record.id, &tool_use_id);
         let (supervisor, me, run) = (state.supervisor.clone(), myself.clone(), record.id.clone());
         let span = info_span!("call", run_id = %run, agent = %state.config.name, callee = %callee, hop_depth = envelope.depth());
@@ -381,7 +405,7 @@ impl AgentActor {
         run: &RunId,
         approve: bool,
     ) -> Result<RunRecord, ActorsError> {
-        if state.store.run(run)?.is_none() {
+        if state.record(run).await?.is_none() {
             return Err(ActorsError::UnknownRun(run.to_string()));
         }
         let input = Input::Decide {
@@ -392,13 +416,13 @@ impl AgentActor {
             return Err(refused(refusal));
         }
         state
-            .store
-            .run(run)?
+            .record(run)
+            .await?
             .ok_or_else(|| ActorsError::UnknownRun(run.to_string()))
     }
 
     /// Starts a root run: admission first, then the store.
-    pub(super) fn start(
+    pub(super) async fn start(
         &self,
         myself: &ActorRef<AgentMsg>,
         state: &mut AgentState,
@@ -413,20 +437,24 @@ impl AgentActor {
             state.options.admission_limit,
         )
         .map_err(refused)?;
-        let inserted = state.store.insert_run(NewRun {
-            id: RunId::random(),
-            agent: state.config.name.clone(),
-            channel,
-            parent_run: None,
-            parent_agent: None,
-            tool_use_id: None,
-            chain: Vec::new(),
-            input,
-            identity,
-        })?;
+        let inserted = state
+            .store
+            .insert_run(NewRun {
+                id: RunId::random(),
+                agent: state.config.name.clone(),
+                channel,
+                parent_run: None,
+                parent_agent: None,
+                tool_use_id: None,
+                chain: Vec::new(),
+                input,
+                identity,
+            })
+            .await?;
         let record = inserted.record().clone();
         if matches!(inserted, Inserted::Created(_)) {
             state.unsettled += 1;
+            state.chains.insert(record.id.clone(), Vec::new());
         }
         fault::crash_at(Point::RootStored, &record.id);
         info!(run_id = %record.id, agent = %record.agent, hop_depth = 0, "run started");
@@ -436,8 +464,9 @@ impl AgentActor {
         Ok(record)
     }
 
-    /// The callee's side of a call: replay check, then the inbound guards, then the store.
-    pub(super) fn accept(
+    /// The callee's side of a call: replay check, then the inbound guards, then the store,
+    /// in one job of the store writer (one commit, one wait), answered once committed.
+    pub(super) async fn accept(
         &self,
         myself: &ActorRef<AgentMsg>,
         state: &mut AgentState,
@@ -454,63 +483,156 @@ impl AgentActor {
             (None, Ok(())) => return CallOutcome::Refused(guards::empty_chain(&me)),
         };
         let span = info_span!("accept", run_id = %hop.child_run, agent = %me, caller = %hop.caller, hop_depth = envelope.depth());
-        let _guard = span.enter();
-        let result = (|| -> Result<CallOutcome, ActorsError> {
-            if let Some(existing) = state.store.run(&hop.child_run)? {
-                // A replay of a call already accepted: answer with the run, count nothing.
-                info!("replayed call finds the existing run");
-                return Ok(CallOutcome::Accepted {
-                    child_run: existing.id,
-                    existing: true,
-                });
-            }
-            let children_accepted = state.children_of(&hop.parent_run)?;
-            let facts = InboundFacts {
-                caller: &hop.caller,
-                callee: &me,
-                accept_from: &state.config.accept_from,
-                chain_depth: envelope.depth(),
-                children_accepted,
-                active_runs: state.unsettled,
-                admission_limit: state.options.admission_limit,
-                limits: state.config.limits,
-            };
-            if let Err(refusal) = guards::check_inbound(&facts) {
-                warn!(reason = refusal.code(), "call refused: {refusal}");
-                return Ok(CallOutcome::Refused(refusal));
-            }
-            let inserted = state.store.insert_run(NewRun {
-                id: hop.child_run.clone(),
-                agent: me.clone(),
-                channel: Channel::Agent(hop.caller.clone()),
-                parent_run: Some(hop.parent_run.clone()),
-                parent_agent: Some(hop.caller.clone()),
-                tool_use_id: Some(hop.tool_use_id.clone()),
-                chain: envelope.hops.clone(),
-                input: envelope.input.clone(),
-                // The principal is the caller the verified chain names, never a field of the
-                // input; its roles are what this agent grants it.
-                identity: state.catalog.peer_identity(&hop.caller),
-            })?;
-            let existing = matches!(inserted, Inserted::Existing(_));
-            if !existing {
-                state.unsettled += 1;
-                *state.children.entry(hop.parent_run.clone()).or_insert(0) += 1;
-                fault::crash_at(Point::ChildStored, &hop.child_run);
-            }
-            info!("call accepted");
-            myself
-                .cast(AgentMsg::Advance(hop.child_run.clone()))
-                .map_err(|e| ActorsError::Actor(format!("call stored but not started: {e}")))?;
-            Ok(CallOutcome::Accepted {
-                child_run: hop.child_run.clone(),
-                existing,
-            })
-        })();
+        let result = self
+            .admit_call(myself, state, &hop, envelope)
+            .instrument(span.clone())
+            .await;
+        let _in_span = span.enter();
         result.unwrap_or_else(|e| {
             warn!(error = %e, "call could not be stored");
             CallOutcome::Refused(consort_core::Refusal::AgentDown { callee: me })
         })
+    }
+
+    async fn admit_call(
+        &self,
+        myself: &ActorRef<AgentMsg>,
+        state: &mut AgentState,
+        hop: &Hop,
+        envelope: CallEnvelope,
+    ) -> Result<CallOutcome, ActorsError> {
+        let known_children = state.children.get(&hop.parent_run).copied();
+        let gate = InboundGate {
+            caller: hop.caller.clone(),
+            callee: state.config.name.clone(),
+            accept_from: state.config.accept_from.clone(),
+            chain_depth: envelope.depth(),
+            active_runs: state.unsettled,
+            admission_limit: state.options.admission_limit,
+            limits: state.config.limits,
+        };
+        let chain = envelope.hops.clone();
+        let new = NewRun {
+            id: hop.child_run.clone(),
+            agent: state.config.name.clone(),
+            channel: Channel::Agent(hop.caller.clone()),
+            parent_run: Some(hop.parent_run.clone()),
+            parent_agent: Some(hop.caller.clone()),
+            tool_use_id: Some(hop.tool_use_id.clone()),
+            chain: envelope.hops,
+            input: envelope.input,
+            // The principal is the caller the verified chain names, never a field of the
+            // input; its roles are what this agent grants it.
+            identity: state.catalog.peer_identity(&hop.caller),
+        };
+        let parent = hop.parent_run.clone();
+        let admitted = state
+            .store
+            .write(move |store| {
+                if store.run(&new.id)?.is_some() {
+                    return Ok(Admitted::Replay);
+                }
+                let children = match known_children {
+                    Some(n) => n,
+                    None => store.count_children(&parent)?,
+                };
+                if let Err(refusal) = gate.check(children) {
+                    return Ok(Admitted::Refused(refusal, children));
+                }
+                Ok(Admitted::Stored(Box::new(store.insert_run(new)?), children))
+            })
+            .wait()
+            .await?;
+        let children = match &admitted {
+            Admitted::Replay => None,
+            Admitted::Refused(_, n) | Admitted::Stored(_, n) => Some(*n),
+        };
+        if let Some(n) = children {
+            state.remember_children(&hop.parent_run, n);
+        }
+        let existing = match admitted {
+            Admitted::Replay => {
+                // A replay of a call already accepted: answer with the run, count nothing.
+                info!("replayed call finds the existing run");
+                return Ok(CallOutcome::Accepted {
+                    child_run: hop.child_run.clone(),
+                    existing: true,
+                });
+            }
+            Admitted::Refused(refusal, _) => {
+                warn!(reason = refusal.code(), "call refused: {refusal}");
+                return Ok(CallOutcome::Refused(refusal));
+            }
+            Admitted::Stored(inserted, _) => matches!(*inserted, Inserted::Existing(_)),
+        };
+        if !existing {
+            state.unsettled += 1;
+            *state.children.entry(hop.parent_run.clone()).or_insert(0) += 1;
+            state.chains.insert(hop.child_run.clone(), chain);
+            fault::crash_at(Point::ChildStored, &hop.child_run);
+        }
+        info!("call accepted");
+        myself
+            .cast(AgentMsg::Advance(hop.child_run.clone()))
+            .map_err(|e| ActorsError::Actor(format!("call stored but not started: {e}")))?;
+        Ok(CallOutcome::Accepted {
+            child_run: hop.child_run.clone(),
+            existing,
+        })
+    }
+}
+
+/// What the store writer found for an arriving call.
+enum Admitted {
+    /// The child run exists: a replayed call.
+    Replay,
+    /// The inbound guards refused it (with the parent's children counted).
+    Refused(consort_core::Refusal, u64),
+    /// Stored (with the parent's children counted before it).
+    Stored(Box<Inserted>, u64),
+}
+
+/// The facts of the inbound guards, owned, for the store writer's job: the children of the
+/// parent run are counted there when this actor does not know them yet.
+struct InboundGate {
+    caller: String,
+    callee: String,
+    accept_from: Vec<String>,
+    chain_depth: usize,
+    active_runs: usize,
+    admission_limit: usize,
+    limits: consort_config::Limits,
+}
+
+impl InboundGate {
+    fn check(&self, children_accepted: u64) -> Result<(), consort_core::Refusal> {
+        guards::check_inbound(&InboundFacts {
+            caller: &self.caller,
+            callee: &self.callee,
+            accept_from: &self.accept_from,
+            chain_depth: self.chain_depth,
+            children_accepted,
+            active_runs: self.active_runs,
+            admission_limit: self.admission_limit,
+            limits: self.limits,
+        })
+    }
+}
+
+/// Whether an effect lets something out of the run that must follow the commit of the appends
+/// before it: a call (its child run id comes from a tool use the log must remember), a tool's
+/// side effect, a `check_run`, a settle notice (a reply). Asking the script model, timers and
+/// asking callees again go on without waiting.
+fn waits_for_commit(effect: &Effect) -> bool {
+    match effect {
+        Effect::PlaceCall { .. }
+        | Effect::CheckRun { .. }
+        | Effect::UseTool(_)
+        | Effect::Settled => true,
+        Effect::Advance
+        | Effect::AskModel(_)
+        | Effect::AwaitReply { .. }
+        | Effect::AskReplies(_) => false,
     }
 }
 
@@ -621,14 +743,21 @@ fn builtin_specs(config: &consort_config::AgentConfig) -> Vec<ToolSpec> {
     ]
 }
 
-fn build_envelope(
-    state: &AgentState,
+async fn build_envelope(
+    state: &mut AgentState,
     record: &RunRecord,
     callee: &str,
     tool_use_id: &str,
     input: String,
 ) -> Result<CallEnvelope, ActorsError> {
-    let mut hops: Vec<Hop> = state.store.chain(&record.id)?;
+    let mut hops: Vec<Hop> = match state.chains.get(&record.id) {
+        Some(hops) => hops.clone(),
+        None => {
+            let hops = state.store.chain(&record.id).await?;
+            state.chains.insert(record.id.clone(), hops.clone());
+            hops
+        }
+    };
     let now = now_ms();
     let hop = consort_net::chain::new_hop(
         hops.last(),

@@ -27,7 +27,7 @@ use tracing::{info, warn};
 use consort_config::AgentConfig;
 use consort_core::step::{CallOutcome, Input, Policy, TurnAsked};
 use consort_core::{Refusal, RunView};
-use consort_net::{CallEnvelope, ReplyEnvelope, RunId};
+use consort_net::{CallEnvelope, Hop, ReplyEnvelope, RunId};
 
 use crate::ActorsError;
 use crate::meta_tools::AgentCatalog;
@@ -35,7 +35,7 @@ use crate::model::{Model, ModelError, ModelReply};
 use crate::routing::SupervisorMsg;
 use crate::run::{Channel, RunRecord};
 use crate::script::ScriptModel;
-use crate::store::{Durability, RunStore};
+use crate::store::{AgentStore, Applied, Durability, Pending, RunStore, StoreWriter};
 use crate::tools::{Tool, ToolError};
 use crate::visibility::{Identity, ProbeCache};
 
@@ -142,6 +142,8 @@ pub(crate) enum AgentMsg {
 pub(crate) struct AgentArgs {
     pub config: AgentConfig,
     pub store_path: std::path::PathBuf,
+    /// The host's store writer, which owns the store's connection.
+    pub writer: StoreWriter,
     /// A model set by an embedding app; `None` builds the one agent.yaml declares.
     pub model: Option<Arc<dyn Model>>,
     /// Tools registered by an embedding app, beside the declared ones.
@@ -154,7 +156,7 @@ pub(crate) struct AgentArgs {
 /// The agent actor's state: its config, store, model and tools, and what is in flight.
 pub(crate) struct AgentState {
     config: AgentConfig,
-    store: RunStore,
+    store: AgentStore,
     model: Arc<dyn Model>,
     /// The model was set by an embedding app in code: a reload of agent.yaml keeps it.
     model_from_app: bool,
@@ -186,52 +188,111 @@ pub(crate) struct AgentState {
     /// Views of the unsettled runs touched since start, each updated with the events this
     /// actor appends: a step reads its run's view, never the whole log again.
     views: HashMap<RunId, RunView>,
+    /// The stored records of the runs in `views`, as of their last committed append.
+    records: HashMap<RunId, RunRecord>,
+    /// The chains of hops of the runs in `views` (what a call they place extends).
+    chains: HashMap<RunId, Vec<Hop>>,
+    /// Appends handed to the store writer and not yet known committed, in order, each with
+    /// the log length its run's view expects after it.
+    unflushed: Vec<(RunId, Pending<Applied>, u64)>,
+    /// Records of runs whose settling append just committed, for their settle notice.
+    just_settled: HashMap<RunId, RunRecord>,
 }
 
 impl AgentState {
-    /// Makes sure run `id`'s view is kept: folded once from the store if it is not.
-    fn load_view(&mut self, id: &RunId) -> Result<(), ActorsError> {
-        if !self.views.contains_key(id) {
-            let events = self.store.events(id)?;
-            let view = RunView::from_events(events.iter().map(|e| &e.event));
-            self.views.insert(id.clone(), view);
+    /// Makes sure run `id`'s view and record are kept: read and folded once from the store
+    /// if they are not. Returns false when the store has no such run.
+    async fn load(&mut self, id: &RunId) -> Result<bool, ActorsError> {
+        if self.views.contains_key(id) && self.records.contains_key(id) {
+            return Ok(true);
         }
-        Ok(())
+        let (key, found) = (id.clone(), id.clone());
+        let loaded = self
+            .store
+            .read(move |store| {
+                let Some(record) = store.run(&key)? else {
+                    return Ok(None);
+                };
+                Ok(Some((record, store.events(&key)?)))
+            })
+            .await?;
+        let Some((record, events)) = loaded else {
+            return Ok(false);
+        };
+        // A settled run is kept only for the drive that loaded it (see `forget_if_settled`).
+        let view = RunView::from_events(events.iter().map(|e| &e.event));
+        self.views.insert(found.clone(), view);
+        self.records.insert(found, record);
+        Ok(true)
     }
 
-    /// Run `id`'s view, loading it if needed.
-    fn view(&mut self, id: &RunId) -> Result<&RunView, ActorsError> {
-        self.load_view(id)?;
-        self.views
-            .get(id)
-            .ok_or_else(|| ActorsError::UnknownRun(id.to_string()))
+    /// Drops what is kept of run `id` once it has settled: nothing steps it again but a late
+    /// message, which reads it back.
+    fn forget_if_settled(&mut self, id: &RunId) {
+        self.just_settled.remove(id);
+        if self.records.get(id).is_some_and(|r| r.status.is_settled()) {
+            self.records.remove(id);
+            self.views.remove(id);
+            self.chains.remove(id);
+        }
     }
 
-    /// Appends a transition to run `id` in one transaction, and folds what was written into
-    /// the run's kept view. A settled run's view is dropped: nothing steps it again.
-    fn write(
+    /// Run `id`'s stored record: the kept one, or read from the store.
+    async fn record(&mut self, id: &RunId) -> Result<Option<RunRecord>, ActorsError> {
+        if let Some(record) = self.records.get(id) {
+            return Ok(Some(record.clone()));
+        }
+        self.store.run(id).await
+    }
+
+    /// Hands a transition of run `id` to the store writer and folds the events it appends into
+    /// the run's kept view at once, so the run can step on; what leaves the host because of it
+    /// waits for [`AgentState::flush`].
+    fn submit(
         &mut self,
         id: &RunId,
         transition: consort_core::Transition,
-    ) -> Result<RunRecord, ActorsError> {
-        let settles = transition.settles();
-        let applied = self.store.append(id, transition)?;
-        if settles {
+    ) -> Result<(), ActorsError> {
+        let view = self
+            .views
+            .get_mut(id)
+            .ok_or_else(|| ActorsError::UnknownRun(id.to_string()))?;
+        let status = view.status.unwrap_or(consort_core::RunStatus::Queued);
+        for event in transition.appended_events(status) {
+            view.apply(&event);
+        }
+        if transition.settles() {
             self.unsettled = self.unsettled.saturating_sub(1);
         }
-        if applied.record.status.is_settled() {
-            self.views.remove(id);
-        } else if let Some(view) = self.views.get_mut(id) {
-            for event in &applied.events {
-                view.apply(event);
+        let expected = view.last_seq;
+        let pending = self.store.append(id, transition);
+        self.unflushed.push((id.clone(), pending, expected));
+        Ok(())
+    }
+
+    /// Waits until every append handed to the writer is committed, and keeps the records they
+    /// left. A failed commit is this actor's failure: its supervisor restarts it, and the
+    /// restarted actor resumes every run from what the store holds.
+    async fn flush(&mut self) -> Result<(), ActorsError> {
+        for (id, pending, expected) in std::mem::take(&mut self.unflushed) {
+            let applied = pending.wait().await?;
+            if applied.record.status.is_settled() {
+                self.views.remove(&id);
+                self.records.remove(&id);
+                self.chains.remove(&id);
+                self.just_settled.insert(id, applied.record);
+                continue;
             }
-            if view.last_seq != applied.last_seq {
-                // Something wrote to the log past this view: fold it again from the store.
-                warn!(run_id = %id, view_seq = view.last_seq, log_seq = applied.last_seq, "run view out of step with its log; rebuilding it");
-                self.views.remove(id);
+            if applied.last_seq != expected {
+                // Something else wrote to the log: fold it again from the store next time.
+                warn!(run_id = %id, view_seq = expected, log_seq = applied.last_seq, "run view out of step with its log; rebuilding it");
+                self.views.remove(&id);
+                self.records.remove(&id);
+                continue;
             }
+            self.records.insert(id, applied.record);
         }
-        Ok(applied.record)
+        Ok(())
     }
 
     /// The tool uses of run `id` with a task out.
@@ -251,18 +312,16 @@ impl AgentState {
         }
     }
 
-    /// Child runs accepted for `parent` so far.
-    fn children_of(&mut self, parent: &RunId) -> Result<u64, ActorsError> {
-        if let Some(n) = self.children.get(parent) {
-            return Ok(*n);
+    /// Keeps the count of child runs accepted for `parent`, as the store counted it.
+    fn remember_children(&mut self, parent: &RunId, n: u64) {
+        if self.children.contains_key(parent) {
+            return;
         }
-        let n = self.store.count_children(parent)?;
         if self.children.len() >= CHILDREN_KEPT {
             // The store is the truth; forgetting the counts only costs one query per parent.
             self.children.clear();
         }
         self.children.insert(parent.clone(), n);
-        Ok(n)
     }
 
     /// Casts to this actor's supervisor; a supervisor that is gone is logged, not ignored.
@@ -362,7 +421,10 @@ impl Actor for AgentActor {
         _myself: ActorRef<AgentMsg>,
         args: AgentArgs,
     ) -> Result<AgentState, ActorProcessingErr> {
-        let store = RunStore::open(&args.store_path, args.options.durability)?;
+        let store = args
+            .writer
+            .open(&args.store_path, args.options.durability)
+            .await?;
         let model_from_app = args.model.is_some();
         let model = args.model.unwrap_or_else(|| model_for(&args.config));
         let catalog = AgentCatalog::build(&args.config, &args.extra_tools, 1);
@@ -385,6 +447,10 @@ impl Actor for AgentActor {
             unsettled: 0,
             children: HashMap::new(),
             views: HashMap::new(),
+            records: HashMap::new(),
+            chains: HashMap::new(),
+            unflushed: Vec::new(),
+            just_settled: HashMap::new(),
         })
     }
 
@@ -394,7 +460,7 @@ impl Actor for AgentActor {
         myself: ActorRef<AgentMsg>,
         state: &mut AgentState,
     ) -> Result<(), ActorProcessingErr> {
-        let unsettled = state.store.unsettled()?;
+        let unsettled = state.store.unsettled().await?;
         state.unsettled = unsettled.len();
         if !unsettled.is_empty() {
             info!(agent = %state.config.name, runs = unsettled.len(), "resuming unsettled runs");
@@ -402,6 +468,17 @@ impl Actor for AgentActor {
         for run in unsettled {
             myself.cast(AgentMsg::Resume(run.id))?;
         }
+        Ok(())
+    }
+
+    /// Lets the store writer close this agent's connection once its last jobs are done (a
+    /// restarted actor opens it again).
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<AgentMsg>,
+        state: &mut AgentState,
+    ) -> Result<(), ActorProcessingErr> {
+        state.store.close();
         Ok(())
     }
 
@@ -418,7 +495,7 @@ impl Actor for AgentActor {
                 identity,
                 reply,
             } => {
-                let result = self.start(&myself, state, input, channel, identity);
+                let result = self.start(&myself, state, input, channel, identity).await;
                 if reply.send(result).is_err() {
                     warn!(agent = %state.config.name, "a run's starter stopped waiting; the run goes on");
                 }
@@ -456,7 +533,7 @@ impl Actor for AgentActor {
                 self.reask_lost_replies(&myself, state).await?;
             }
             AgentMsg::Accept { envelope, reply } => {
-                let outcome = self.accept(&myself, state, envelope);
+                let outcome = self.accept(&myself, state, envelope).await;
                 if reply.send(outcome).is_err() {
                     warn!(agent = %state.config.name, "a caller stopped waiting for a call's answer; a replay will find the run");
                 }
@@ -472,7 +549,7 @@ impl Actor for AgentActor {
                 outcome?;
             }
             AgentMsg::ResendReply(child) => {
-                if let Some(record) = state.store.run(&child)?
+                if let Some(record) = state.store.run(&child).await?
                     && record.status.is_settled()
                 {
                     engine::report_settled(state, &record);

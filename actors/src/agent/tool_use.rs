@@ -67,7 +67,7 @@ impl AgentActor {
                     &answer.content,
                     answer.is_error,
                 );
-                state.write(id, result)?;
+                state.submit(id, result)?;
                 Ok(true)
             }
             INVOKE_TOOL => {
@@ -98,7 +98,7 @@ impl AgentActor {
                             &answer.content,
                             true,
                         );
-                        state.write(id, result)?;
+                        state.submit(id, result)?;
                         Ok(true)
                     }
                 }
@@ -108,7 +108,7 @@ impl AgentActor {
                     let text = format!(
                         "no tool named `{name}`; use search_tools to find the tools you can use"
                     );
-                    state.write(id, Transition::tool_result(&tool_use.id, name, &text, true))?;
+                    state.submit(id, Transition::tool_result(&tool_use.id, name, &text, true))?;
                     return Ok(true);
                 }
                 let input = tool_use.input.clone();
@@ -140,22 +140,25 @@ impl AgentActor {
             info!(tool = name, principal = %record.principal, "tool use refused: {refusal}");
             let content = tool_error_text(&refusal, via_meta);
             let result = Transition::tool_result(&tool_use.id, result_name, &content, true);
-            state.write(id, result)?;
+            state.submit(id, result)?;
             return Ok(true);
         }
         let gated = tool.approval() == Approval::Required;
         let gate = {
-            let view = state.view(id)?;
+            let view = state
+                .views
+                .get(id)
+                .ok_or_else(|| ActorsError::UnknownRun(id.to_string()))?;
             step::approval_gate(view, &tool_use.id, result_name, name, input, gated)
         };
         match gate {
             Gate::Block(transition) => {
-                state.write(id, transition)?;
+                state.submit(id, transition)?;
                 info!(tool = name, "run blocked until an operator approves");
                 return Ok(false);
             }
             Gate::Denied(transition) => {
-                state.write(id, transition)?;
+                state.submit(id, transition)?;
                 return Ok(true);
             }
             Gate::Proceed => {}

@@ -2,10 +2,16 @@
 //!
 //! Each agent's runs and their append-only event logs live in the agent's own database under
 //! the host's data folder; nothing is shared between agents. Every change to a run (its events,
-//! its status, its cost) is written in one transaction through [`RunStore::apply`], so a crash
+//! its status, its cost) is written in one savepoint through [`RunStore::append`], so a crash
 //! never leaves a status without the event that explains it. The unique key on the run id,
-//! written in the same transaction as the run's first event, is what turns a replayed call into
-//! "the run already exists" (see `DESIGN.md`, "Identity and keys").
+//! written in the same savepoint as the run's first event, is what turns a replayed call into
+//! "the run already exists" (the child run id is derived from the parent run and the tool use).
+//!
+//! [`RunStore`] is the synchronous store over one connection. Inside a host no async code
+//! calls it: [`StoreWriter`] (in [`writer`]) owns the connections on a thread of its own,
+//! commits many runs' appends together and answers each once committed; an agent actor holds
+//! an [`AgentStore`] handle. Inspection (the CLI, the HTTP API's reads) opens a store
+//! read-only on a blocking thread.
 //!
 //! The store decides nothing: it never checks consent or guards, it only records.
 
@@ -20,7 +26,7 @@ use crate::ActorsError;
 use consort_core::event::Created;
 use consort_core::{RunEvent, Transition};
 
-use crate::run::{Channel, Cost, EventRecord, RunRecord, RunStatus, now_ms};
+use crate::run::{Channel, EventRecord, RunRecord, RunStatus, now_ms};
 use crate::visibility::Identity;
 
 const SCHEMA: &str = r#"
@@ -267,13 +273,12 @@ impl RunStore {
         let (principal, roles) = crate::run::identity_text(&new.identity);
         let roles = serde_json::to_string(&roles).unwrap_or_else(|_| "[]".to_owned());
         let path = self.path.clone();
-        let tx = self
-            .conn
-            .transaction()
-            .map_err(|source| ActorsError::Store {
-                path: path.clone(),
-                source,
-            })?;
+        // A savepoint, not a transaction: inside the writer's group commit it nests in the
+        // batch's transaction (a failure rolls back this run only); alone it is one.
+        let tx = self.conn.savepoint().map_err(|source| ActorsError::Store {
+            path: path.clone(),
+            source,
+        })?;
         let inserted = exec(
             &tx,
             "INSERT INTO runs (id, agent, status, channel, parent_run, parent_agent, \
@@ -348,7 +353,8 @@ impl RunStore {
             source,
         };
         let now = now_ms();
-        let tx = self.conn.transaction().map_err(e)?;
+        // A savepoint: see insert_run.
+        let tx = self.conn.savepoint().map_err(e)?;
         let current: Option<(String, i64)> = query_one(
             &tx,
             "SELECT status, (SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?1) \
@@ -434,16 +440,31 @@ impl RunStore {
         })
     }
 
+    /// Opens the writer's batch transaction: the appends that follow, each in its own
+    /// savepoint, commit together in [`RunStore::commit_batch`].
+    pub(crate) fn begin_batch(&self) -> rusqlite::Result<()> {
+        self.conn.execute_batch("BEGIN IMMEDIATE")
+    }
+
+    /// Commits the batch transaction; if the commit fails, rolls it back so the connection is
+    /// usable again, and says why.
+    pub(crate) fn commit_batch(&self) -> rusqlite::Result<()> {
+        self.conn.execute_batch("COMMIT").inspect_err(|_| {
+            // Nothing of the batch stays; the askers hear that the commit failed.
+            let _already_ended = self.conn.execute_batch("ROLLBACK");
+        })
+    }
+
     /// One run, if it exists here.
     pub fn run(&self, id: &RunId) -> Result<Option<RunRecord>, ActorsError> {
         let sql = format!("SELECT {} FROM runs WHERE id = ?1", self.columns());
         let row = self
             .conn
             .prepare_cached(&sql)
-            .and_then(|mut stmt| stmt.query_row(params![id.as_str()], raw_run))
+            .and_then(|mut stmt| stmt.query_row(params![id.as_str()], rows::raw_run))
             .optional()
             .map_err(|e| self.err(e))?;
-        row.map(|raw| self.decode(raw)).transpose()
+        row.map(|raw| rows::decode(&self.path, raw)).transpose()
     }
 
     /// The chain of hops that led to a run (empty for a root run).
@@ -512,11 +533,13 @@ impl RunStore {
         );
         let mut stmt = self.conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
         let raws = stmt
-            .query_map(params, raw_run)
+            .query_map(params, rows::raw_run)
             .map_err(|e| self.err(e))?
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| self.err(e))?;
-        raws.into_iter().map(|raw| self.decode(raw)).collect()
+        raws.into_iter()
+            .map(|raw| rows::decode(&self.path, raw))
+            .collect()
     }
 
     /// A run's event log, in order.
@@ -590,112 +613,6 @@ impl RunStore {
         };
         format!("{RUN_COLUMNS}, {principal}, {descendants}")
     }
-
-    fn decode(&self, raw: RawRun) -> Result<RunRecord, ActorsError> {
-        let corrupt = |detail: String| ActorsError::CorruptStore {
-            path: self.path.clone(),
-            detail,
-        };
-        let id = RunId::parse(&raw.id).map_err(|e| corrupt(e.to_string()))?;
-        let status = RunStatus::parse(&raw.status)
-            .ok_or_else(|| corrupt(format!("run {id}: unknown status `{}`", raw.status)))?;
-        let channel = Channel::parse(&raw.channel)
-            .ok_or_else(|| corrupt(format!("run {id}: unknown channel `{}`", raw.channel)))?;
-        let parent_run = raw
-            .parent_run
-            .map(|p| RunId::parse(&p))
-            .transpose()
-            .map_err(|e| corrupt(e.to_string()))?;
-        let created = raw.created_at_ms.max(0) as u64;
-        let settled = raw.settled_at_ms.map(|s| s.max(0) as u64);
-        let wall_ms = settled.unwrap_or_else(now_ms).saturating_sub(created);
-        let principal = raw.principal.unwrap_or_else(|| match &channel {
-            Channel::Agent(caller) => format!("agent:{caller}"),
-            _ => "anonymous".to_owned(),
-        });
-        let roles = raw
-            .principal_roles
-            .map(|text| serde_json::from_str::<Vec<String>>(&text))
-            .transpose()
-            .map_err(|e| corrupt(format!("run {id}: principal roles: {e}")))?
-            .unwrap_or_default();
-        Ok(RunRecord {
-            principal,
-            roles,
-            id,
-            agent: raw.agent,
-            status,
-            channel,
-            parent_run,
-            parent_agent: raw.parent_agent,
-            tool_use_id: raw.tool_use_id,
-            hop_depth: raw.hop_depth.clamp(0, u32::MAX as i64) as u32,
-            input: raw.input,
-            output: raw.output,
-            error: raw.error,
-            created_at_ms: created,
-            settled_at_ms: settled,
-            cost: Cost {
-                model_turns: raw.cost[0],
-                tool_calls: raw.cost[1],
-                calls_placed: raw.cost[2],
-                input_tokens: raw.cost[3],
-                output_tokens: raw.cost[4],
-                wall_ms,
-            },
-            tree_cost: Cost {
-                model_turns: raw.cost[0] + raw.descendants[0],
-                tool_calls: raw.cost[1] + raw.descendants[1],
-                calls_placed: raw.cost[2] + raw.descendants[2],
-                input_tokens: raw.cost[3] + raw.descendants[3],
-                output_tokens: raw.cost[4] + raw.descendants[4],
-                wall_ms,
-            },
-        })
-    }
-}
-
-struct RawRun {
-    id: String,
-    agent: String,
-    status: String,
-    channel: String,
-    parent_run: Option<String>,
-    parent_agent: Option<String>,
-    tool_use_id: Option<String>,
-    hop_depth: i64,
-    input: String,
-    output: Option<String>,
-    error: Option<String>,
-    created_at_ms: i64,
-    settled_at_ms: Option<i64>,
-    cost: [u64; 5],
-    principal: Option<String>,
-    principal_roles: Option<String>,
-    descendants: [u64; 5],
-}
-
-fn raw_run(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRun> {
-    let cost = |i: usize| -> rusqlite::Result<u64> { Ok(row.get::<_, i64>(i)?.max(0) as u64) };
-    Ok(RawRun {
-        id: row.get(0)?,
-        agent: row.get(1)?,
-        status: row.get(2)?,
-        channel: row.get(3)?,
-        parent_run: row.get(4)?,
-        parent_agent: row.get(5)?,
-        tool_use_id: row.get(6)?,
-        hop_depth: row.get(7)?,
-        input: row.get(8)?,
-        output: row.get(9)?,
-        error: row.get(10)?,
-        created_at_ms: row.get(11)?,
-        settled_at_ms: row.get(12)?,
-        cost: [cost(13)?, cost(14)?, cost(15)?, cost(16)?, cost(17)?],
-        principal: row.get(18)?,
-        principal_roles: row.get(19)?,
-        descendants: [cost(20)?, cost(21)?, cost(22)?, cost(23)?, cost(24)?],
-    })
 }
 
 /// Runs one statement through the connection's statement cache: the hot statements of the
@@ -714,130 +631,9 @@ fn query_one<T>(
     conn.prepare_cached(sql)?.query_row(params, f)
 }
 
+mod rows;
 #[cfg(test)]
-mod tests {
-    use super::*;
+mod tests;
+mod writer;
 
-    fn new_run(id: RunId) -> NewRun {
-        NewRun {
-            id,
-            agent: "cfo".into(),
-            channel: Channel::Api,
-            parent_run: None,
-            parent_agent: None,
-            tool_use_id: None,
-            chain: vec![],
-            input: "August".into(),
-            identity: Identity::Absent,
-        }
-    }
-
-    #[test]
-    fn insert_is_idempotent_on_the_run_id() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = RunStore::open(&dir.path().join("runs.db"), Durability::Normal).unwrap();
-        let id = RunId::random();
-        assert!(matches!(
-            store.insert_run(new_run(id.clone())).unwrap(),
-            Inserted::Created(_)
-        ));
-        assert!(matches!(
-            store.insert_run(new_run(id.clone())).unwrap(),
-            Inserted::Existing(_)
-        ));
-        assert_eq!(store.runs().unwrap().len(), 1);
-        assert_eq!(store.events(&id).unwrap().len(), 1);
-    }
-
-    #[test]
-    fn apply_writes_events_status_and_cost_together() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("runs.db");
-        let mut store = RunStore::open(&path, Durability::Full).unwrap();
-        let id = RunId::random();
-        store.insert_run(new_run(id.clone())).unwrap();
-        let update = Transition {
-            output: Some("42".into()),
-            cost: consort_core::step::CostDelta {
-                model_turns: 1,
-                ..Default::default()
-            },
-            ..Default::default()
-        }
-        .event(RunEvent::Answer(consort_core::event::Answer {
-            text: "42".into(),
-        }))
-        .status(RunStatus::Succeeded);
-        let run = store.apply(&id, update).unwrap();
-        assert_eq!(run.status, RunStatus::Succeeded);
-        assert_eq!(run.output.as_deref(), Some("42"));
-        assert_eq!(run.cost.model_turns, 1);
-        assert!(run.settled_at_ms.is_some());
-        let kinds: Vec<_> = store
-            .events(&id)
-            .unwrap()
-            .into_iter()
-            .map(|e| e.kind())
-            .collect();
-        assert_eq!(kinds, ["created", "answer", "status"]);
-        let reader = RunStore::open_read_only(&path).unwrap();
-        assert_eq!(
-            reader.run(&id).unwrap().unwrap().status,
-            RunStatus::Succeeded
-        );
-        assert!(store.unsettled().unwrap().is_empty());
-    }
-
-    #[test]
-    fn unknown_run_is_a_typed_error() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = RunStore::open(&dir.path().join("runs.db"), Durability::Normal).unwrap();
-        let err = store
-            .apply(&RunId::random(), Transition::default())
-            .unwrap_err();
-        assert!(matches!(err, ActorsError::UnknownRun(_)));
-    }
-
-    #[test]
-    fn principal_is_stored_and_old_stores_keep_working() {
-        use crate::visibility::{Caller, Principal};
-        let dir = tempfile::tempdir().unwrap();
-        // A store from before runs carried a principal.
-        let old = dir.path().join("old.db");
-        let conn = Connection::open(&old).unwrap();
-        conn.execute_batch(SCHEMA).unwrap();
-        conn.execute(
-            "INSERT INTO runs (id, agent, status, channel, hop_depth, input, chain, created_at_ms) \
-             VALUES (?1, 'cfo', 'succeeded', 'agent:cmo', 1, 'x', '[]', 1)",
-            params![RunId::random().as_str()],
-        )
-        .unwrap();
-        drop(conn);
-        let read_only = RunStore::open_read_only(&old).unwrap();
-        assert_eq!(read_only.runs().unwrap()[0].principal, "agent:cmo");
-        drop(read_only);
-        let mut store = RunStore::open(&old, Durability::Normal).unwrap();
-        assert_eq!(store.runs().unwrap()[0].principal, "agent:cmo");
-        let mut new = new_run(RunId::random());
-        new.identity = Identity::Present(Caller {
-            principal: Principal::Api("alice".into()),
-            roles: ["finance".to_owned()].into(),
-        });
-        let record = store.insert_run(new).unwrap().record().clone();
-        assert_eq!(record.principal, "api:alice");
-        assert_eq!(record.roles, vec!["finance"]);
-        assert_eq!(record.identity(), {
-            Identity::Present(Caller {
-                principal: Principal::Api("alice".into()),
-                roles: ["finance".to_owned()].into(),
-            })
-        });
-        let mut unknown = new_run(RunId::random());
-        unknown.identity = Identity::Unknown;
-        let record = store.insert_run(unknown).unwrap().record().clone();
-        assert_eq!(
-            (record.principal.as_str(), record.identity()),
-            ("unknown", Identity::Unknown)
-        );
-    }
-}
+pub use writer::{AgentStore, MAX_BATCH, Pending, StoreWriter, WriterCounts};

@@ -1,0 +1,125 @@
+//! Unit tests of the synchronous store: inserts, appends, typed errors, old layouts.
+use super::*;
+
+fn new_run(id: RunId) -> NewRun {
+    NewRun {
+        id,
+        agent: "cfo".into(),
+        channel: Channel::Api,
+        parent_run: None,
+        parent_agent: None,
+        tool_use_id: None,
+        chain: vec![],
+        input: "August".into(),
+        identity: Identity::Absent,
+    }
+}
+
+#[test]
+fn insert_is_idempotent_on_the_run_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = RunStore::open(&dir.path().join("runs.db"), Durability::Normal).unwrap();
+    let id = RunId::random();
+    assert!(matches!(
+        store.insert_run(new_run(id.clone())).unwrap(),
+        Inserted::Created(_)
+    ));
+    assert!(matches!(
+        store.insert_run(new_run(id.clone())).unwrap(),
+        Inserted::Existing(_)
+    ));
+    assert_eq!(store.runs().unwrap().len(), 1);
+    assert_eq!(store.events(&id).unwrap().len(), 1);
+}
+
+#[test]
+fn apply_writes_events_status_and_cost_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let mut store = RunStore::open(&path, Durability::Full).unwrap();
+    let id = RunId::random();
+    store.insert_run(new_run(id.clone())).unwrap();
+    let update = Transition {
+        output: Some("42".into()),
+        cost: consort_core::step::CostDelta {
+            model_turns: 1,
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+    .event(RunEvent::Answer(consort_core::event::Answer {
+        text: "42".into(),
+    }))
+    .status(RunStatus::Succeeded);
+    let run = store.apply(&id, update).unwrap();
+    assert_eq!(run.status, RunStatus::Succeeded);
+    assert_eq!(run.output.as_deref(), Some("42"));
+    assert_eq!(run.cost.model_turns, 1);
+    assert!(run.settled_at_ms.is_some());
+    let kinds: Vec<_> = store
+        .events(&id)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind())
+        .collect();
+    assert_eq!(kinds, ["created", "answer", "status"]);
+    let reader = RunStore::open_read_only(&path).unwrap();
+    assert_eq!(
+        reader.run(&id).unwrap().unwrap().status,
+        RunStatus::Succeeded
+    );
+    assert!(store.unsettled().unwrap().is_empty());
+}
+
+#[test]
+fn unknown_run_is_a_typed_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = RunStore::open(&dir.path().join("runs.db"), Durability::Normal).unwrap();
+    let err = store
+        .apply(&RunId::random(), Transition::default())
+        .unwrap_err();
+    assert!(matches!(err, ActorsError::UnknownRun(_)));
+}
+
+#[test]
+fn principal_is_stored_and_old_stores_keep_working() {
+    use crate::visibility::{Caller, Principal};
+    let dir = tempfile::tempdir().unwrap();
+    // A store from before runs carried a principal.
+    let old = dir.path().join("old.db");
+    let conn = Connection::open(&old).unwrap();
+    conn.execute_batch(SCHEMA).unwrap();
+    conn.execute(
+        "INSERT INTO runs (id, agent, status, channel, hop_depth, input, chain, created_at_ms) \
+         VALUES (?1, 'cfo', 'succeeded', 'agent:cmo', 1, 'x', '[]', 1)",
+        params![RunId::random().as_str()],
+    )
+    .unwrap();
+    drop(conn);
+    let read_only = RunStore::open_read_only(&old).unwrap();
+    assert_eq!(read_only.runs().unwrap()[0].principal, "agent:cmo");
+    drop(read_only);
+    let mut store = RunStore::open(&old, Durability::Normal).unwrap();
+    assert_eq!(store.runs().unwrap()[0].principal, "agent:cmo");
+    let mut new = new_run(RunId::random());
+    new.identity = Identity::Present(Caller {
+        principal: Principal::Api("alice".into()),
+        roles: ["finance".to_owned()].into(),
+    });
+    let record = store.insert_run(new).unwrap().record().clone();
+    assert_eq!(record.principal, "api:alice");
+    assert_eq!(record.roles, vec!["finance"]);
+    assert_eq!(record.identity(), {
+        Identity::Present(Caller {
+            principal: Principal::Api("alice".into()),
+            roles: ["finance".to_owned()].into(),
+        })
+    });
+    let mut unknown = new_run(RunId::random());
+    unknown.identity = Identity::Unknown;
+    let record = store.insert_run(unknown).unwrap().record().clone();
+    assert_eq!(
+        (record.principal.as_str(), record.identity()),
+        ("unknown", Identity::Unknown)
+    );
+}

@@ -1,0 +1,430 @@
+//! The store writer: one thread per host that owns every agent store's connection.
+//!
+//! SQLite is synchronous. Run on a tokio worker, each commit (22–63 µs with
+//! `synchronous=NORMAL`, milliseconds with `FULL`) would hold up every actor and link task
+//! scheduled on that worker. So no async code touches a connection: an agent actor hands its
+//! store a job ([`AgentStore::append`], [`AgentStore::insert_run`], a read) and awaits the answer,
+//! while this thread does the SQLite work.
+//!
+//! **Group commit.** The thread takes every job that is waiting when it wakes (up to
+//! [`MAX_BATCH`]), opens one transaction per store that has writes among them, runs each write
+//! in a savepoint of its own (a write that fails rolls back alone), commits once per store, and
+//! only then answers the batch's jobs, reads included. An answer therefore never reports a
+//! write that a crash could still take back, and a read never shows one. Jobs of one store run
+//! in the order they were sent: a read sent after an append sees it.
+//!
+//! The writer decides nothing about runs; it only orders and commits what it is handed. The
+//! WAL checkpoint stays off this thread (see [`RunStore::checkpoint_file`]): a checkpoint is
+//! 10–25 ms that no commit should wait behind.
+
+use std::collections::{HashMap, HashSet};
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+
+use tokio::sync::oneshot;
+use tracing::{error, warn};
+
+use consort_core::Transition;
+use consort_net::{Hop, RunId};
+
+use super::{Applied, Durability, Inserted, NewRun, RunStore};
+use crate::ActorsError;
+use crate::run::{EventRecord, RunRecord};
+
+/// The most jobs committed in one batch: a bound on how long the first job of a busy batch
+/// waits for the others.
+pub const MAX_BATCH: usize = 512;
+
+/// What a job's answer needs once its store's transaction has ended: `Ok` when it committed
+/// (or there was nothing to commit), else why the commit failed.
+type Deliver = Box<dyn FnOnce(Result<(), &str>) + Send>;
+
+/// The work of one job, run on the writer thread against its store.
+type Work = Box<dyn FnOnce(Result<&mut RunStore, ActorsError>) -> Deliver + Send>;
+
+enum Job {
+    /// Open (or reopen) a store for writing; its connection stays with the writer.
+    Open {
+        path: Arc<Path>,
+        durability: Durability,
+        answer: oneshot::Sender<Result<(), ActorsError>>,
+    },
+    /// Close a store's connection (an agent that stopped).
+    Close { path: Arc<Path> },
+    /// Run work against a store. A read of a store that is not open opens it read-only for
+    /// the job; a write needs the store open.
+    Work {
+        path: Arc<Path>,
+        writes: bool,
+        work: Work,
+    },
+}
+
+/// The handle of a host's store writer thread; cheap to clone. The thread ends when the last
+/// handle (and every [`AgentStore`]) is dropped.
+#[derive(Clone)]
+pub struct StoreWriter {
+    jobs: mpsc::Sender<Job>,
+    counts: Arc<Counts>,
+}
+
+/// What the writer has done since it started (for benchmarks and tests).
+#[derive(Debug, Default)]
+struct Counts {
+    writes: AtomicU64,
+    commits: AtomicU64,
+}
+
+/// How many writes the writer ran and in how many commits (a commit per store per batch).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriterCounts {
+    /// Write jobs run (appends, inserts, admissions).
+    pub writes: u64,
+    /// Batch transactions committed.
+    pub commits: u64,
+}
+
+impl std::fmt::Debug for StoreWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StoreWriter")
+    }
+}
+
+impl StoreWriter {
+    /// Starts the writer thread.
+    pub fn start() -> Result<Self, ActorsError> {
+        let (jobs, queue) = mpsc::channel();
+        let counts = Arc::new(Counts::default());
+        let thread_counts = counts.clone();
+        std::thread::Builder::new()
+            .name("consort-store".into())
+            .spawn(move || run(&queue, &thread_counts))
+            .map_err(|e| {
+                ActorsError::Actor(format!("the store writer thread did not start: {e}"))
+            })?;
+        Ok(Self { jobs, counts })
+    }
+
+    /// Writes run and commits made so far: `writes / commits` is the group commit's batch.
+    pub fn counts(&self) -> WriterCounts {
+        WriterCounts {
+            writes: self.counts.writes.load(Ordering::Relaxed),
+            commits: self.counts.commits.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Opens the store at `path` for writing (creating it if needed) and returns its handle.
+    pub async fn open(
+        &self,
+        path: &Path,
+        durability: Durability,
+    ) -> Result<AgentStore, ActorsError> {
+        let path: Arc<Path> = Arc::from(path);
+        let (answer, answered) = oneshot::channel();
+        self.send(Job::Open {
+            path: path.clone(),
+            durability,
+            answer,
+        })?;
+        answered.await.map_err(|_| gone())??;
+        Ok(AgentStore {
+            writer: self.clone(),
+            path,
+        })
+    }
+
+    /// Reads from the store at `path`, open or not (a store that is not open is opened
+    /// read-only for the read), without holding up an async worker.
+    pub async fn read<T: Send + 'static>(
+        &self,
+        path: &Path,
+        read: impl FnOnce(&mut RunStore) -> Result<T, ActorsError> + Send + 'static,
+    ) -> Result<T, ActorsError> {
+        self.submit(Arc::from(path), false, read).wait().await
+    }
+
+    fn send(&self, job: Job) -> Result<(), ActorsError> {
+        self.jobs.send(job).map_err(|_| gone())
+    }
+
+    fn submit<T: Send + 'static>(
+        &self,
+        path: Arc<Path>,
+        writes: bool,
+        f: impl FnOnce(&mut RunStore) -> Result<T, ActorsError> + Send + 'static,
+    ) -> Pending<T> {
+        let (answer, answered) = oneshot::channel();
+        let store_path = path.to_path_buf();
+        let work: Work = Box::new(move |store| {
+            let result = store.and_then(f);
+            Box::new(move |committed: Result<(), &str>| {
+                let result = match committed {
+                    Ok(()) => result,
+                    Err(detail) => Err(ActorsError::Commit {
+                        path: store_path,
+                        detail: detail.to_owned(),
+                    }),
+                };
+                // An asker that stopped waiting (an actor that stopped) needs no answer.
+                let _unwanted = answer.send(result);
+            })
+        });
+        let sent = self.send(Job::Work { path, writes, work });
+        Pending {
+            answered: sent.map(|()| answered),
+        }
+    }
+}
+
+/// One agent's store, reached through the host's [`StoreWriter`]; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct AgentStore {
+    writer: StoreWriter,
+    path: Arc<Path>,
+}
+
+impl AgentStore {
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Creates a run (or finds the one with its id); answered once committed.
+    pub async fn insert_run(&self, new: NewRun) -> Result<Inserted, ActorsError> {
+        self.write(move |store| store.insert_run(new)).wait().await
+    }
+
+    /// Appends a transition to a run. The append is queued at once and answered once
+    /// committed: a caller may go on stepping and [`Pending::wait`] only before it lets
+    /// anything out of the host that depends on the append.
+    pub fn append(&self, id: &RunId, transition: Transition) -> Pending<Applied> {
+        let id = id.clone();
+        self.write(move |store| store.append(&id, transition))
+    }
+
+    /// Runs any write against the store, in one savepoint of the batch's transaction.
+    pub fn write<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut RunStore) -> Result<T, ActorsError> + Send + 'static,
+    ) -> Pending<T> {
+        self.writer.submit(self.path.clone(), true, f)
+    }
+
+    /// Runs any read against the store, after the writes sent before it.
+    pub async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut RunStore) -> Result<T, ActorsError> + Send + 'static,
+    ) -> Result<T, ActorsError> {
+        self.writer.submit(self.path.clone(), false, f).wait().await
+    }
+
+    /// One run, if it exists here.
+    pub async fn run(&self, id: &RunId) -> Result<Option<RunRecord>, ActorsError> {
+        let id = id.clone();
+        self.read(move |store| store.run(&id)).await
+    }
+
+    /// The chain of hops that led to a run.
+    pub async fn chain(&self, id: &RunId) -> Result<Vec<Hop>, ActorsError> {
+        let id = id.clone();
+        self.read(move |store| store.chain(&id)).await
+    }
+
+    /// A run's event log, in order.
+    pub async fn events(&self, id: &RunId) -> Result<Vec<EventRecord>, ActorsError> {
+        let id = id.clone();
+        self.read(move |store| store.events(&id)).await
+    }
+
+    /// Runs that have not settled.
+    pub async fn unsettled(&self) -> Result<Vec<RunRecord>, ActorsError> {
+        self.read(|store| store.unsettled()).await
+    }
+
+    /// Child runs accepted for one parent run.
+    pub async fn count_children(&self, parent: &RunId) -> Result<u64, ActorsError> {
+        let parent = parent.clone();
+        self.read(move |store| store.count_children(&parent)).await
+    }
+
+    /// Lets the writer close the connection once the jobs sent before are done.
+    pub fn close(&self) {
+        if self
+            .writer
+            .send(Job::Close {
+                path: self.path.clone(),
+            })
+            .is_err()
+        {
+            warn!(store = %self.path.display(), "store writer already stopped");
+        }
+    }
+}
+
+/// A job's answer, once its store's transaction has committed.
+#[must_use = "an append is durable only when its answer says so"]
+pub struct Pending<T> {
+    answered: Result<oneshot::Receiver<Result<T, ActorsError>>, ActorsError>,
+}
+
+impl<T> Pending<T> {
+    /// Waits for the commit and the job's result.
+    pub async fn wait(self) -> Result<T, ActorsError> {
+        self.answered?.await.map_err(|_| gone())?
+    }
+}
+
+fn gone() -> ActorsError {
+    ActorsError::Actor("the store writer stopped".into())
+}
+
+/// The writer thread: batches until every handle is dropped.
+fn run(queue: &mpsc::Receiver<Job>, counts: &Counts) {
+    let mut stores: HashMap<Arc<Path>, RunStore> = HashMap::new();
+    while let Ok(first) = queue.recv() {
+        let mut batch = Batch {
+            counts,
+            in_transaction: HashSet::new(),
+            held: Vec::new(),
+        };
+        batch.take(first, &mut stores);
+        for _ in 1..MAX_BATCH {
+            match queue.try_recv() {
+                Ok(job) => batch.take(job, &mut stores),
+                Err(_) => break,
+            }
+        }
+        batch.finish_all(&mut stores);
+    }
+}
+
+/// The jobs of one wake-up: the stores with a transaction open and the answers held until
+/// their store commits.
+struct Batch<'c> {
+    counts: &'c Counts,
+    in_transaction: HashSet<Arc<Path>>,
+    held: Vec<(Arc<Path>, Deliver)>,
+}
+
+impl Batch<'_> {
+    fn take(&mut self, job: Job, stores: &mut HashMap<Arc<Path>, RunStore>) {
+        match job {
+            Job::Open {
+                path,
+                durability,
+                answer,
+            } => {
+                self.finish(&path, stores);
+                let opened = RunStore::open(&path, durability).map(|store| {
+                    stores.insert(path, store);
+                });
+                let _unwanted = answer.send(opened);
+            }
+            Job::Close { path } => {
+                self.finish(&path, stores);
+                stores.remove(&path);
+            }
+            Job::Work { path, writes, work } => {
+                if writes {
+                    self.counts.writes.fetch_add(1, Ordering::Relaxed);
+                }
+                let deliver = match stores.get_mut(&path) {
+                    Some(store) => {
+                        if writes && !self.in_transaction.contains(&path) {
+                            match store.begin_batch() {
+                                Ok(()) => {
+                                    self.in_transaction.insert(path.clone());
+                                }
+                                // The write's own savepoint is then its transaction.
+                                Err(e) => {
+                                    warn!(store = %path.display(), error = %e, "could not open a batch transaction");
+                                }
+                            }
+                        }
+                        guarded(work, Ok(store))
+                    }
+                    None if writes => guarded(work, Err(not_open(&path))),
+                    None => match RunStore::open_read_only(&path) {
+                        Ok(mut store) => guarded(work, Ok(&mut store)),
+                        Err(e) => guarded(work, Err(e)),
+                    },
+                };
+                if let Some(deliver) = deliver {
+                    self.held.push((path, deliver));
+                }
+            }
+        }
+    }
+
+    /// Commits `path`'s transaction, if one is open, and answers its held jobs.
+    fn finish(&mut self, path: &Arc<Path>, stores: &mut HashMap<Arc<Path>, RunStore>) {
+        let committed = self.commit(path, stores);
+        let held = std::mem::take(&mut self.held);
+        for (p, deliver) in held {
+            if &p == path {
+                deliver(match &committed {
+                    Ok(()) => Ok(()),
+                    Err(detail) => Err(detail.as_str()),
+                });
+            } else {
+                self.held.push((p, deliver));
+            }
+        }
+    }
+
+    fn finish_all(mut self, stores: &mut HashMap<Arc<Path>, RunStore>) {
+        let paths: Vec<Arc<Path>> = self.in_transaction.iter().cloned().collect();
+        let mut failed: HashMap<Arc<Path>, String> = HashMap::new();
+        for path in paths {
+            if let Err(detail) = self.commit(&path, stores) {
+                failed.insert(path, detail);
+            }
+        }
+        for (path, deliver) in self.held {
+            deliver(failed.get(&path).map_or(Ok(()), |d| Err(d.as_str())));
+        }
+    }
+
+    fn commit(
+        &mut self,
+        path: &Arc<Path>,
+        stores: &mut HashMap<Arc<Path>, RunStore>,
+    ) -> Result<(), String> {
+        if !self.in_transaction.remove(path) {
+            return Ok(());
+        }
+        let Some(store) = stores.get_mut(path) else {
+            return Err("the store closed with writes uncommitted".into());
+        };
+        self.counts.commits.fetch_add(1, Ordering::Relaxed);
+        store.commit_batch().map_err(|e| {
+            error!(store = %path.display(), error = %e, "group commit failed; the batch's writes are rolled back");
+            e.to_string()
+        })
+    }
+}
+
+/// Runs a job's work; a panic in it (a bug, never input) is logged and the job's asker sees
+/// the writer's answer channel close instead of the thread dying with every store.
+fn guarded(work: Work, store: Result<&mut RunStore, ActorsError>) -> Option<Deliver> {
+    match std::panic::catch_unwind(AssertUnwindSafe(|| work(store))) {
+        Ok(deliver) => Some(deliver),
+        Err(_) => {
+            error!("a store job panicked; its asker gets no answer");
+            None
+        }
+    }
+}
+
+fn not_open(path: &Path) -> ActorsError {
+    ActorsError::Commit {
+        path: PathBuf::from(path),
+        detail: "the store is not open for writing".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,142 @@
+//! The store writer against real SQLite files: group commit, ordering, and failures that stay
+//! with the job that caused them.
+
+use consort_core::event::Answer;
+use consort_core::{RunEvent, RunStatus, Transition};
+use consort_net::RunId;
+
+use super::{StoreWriter, WriterCounts};
+use crate::ActorsError;
+use crate::run::Channel;
+use crate::store::{Durability, Inserted, NewRun, RunStore};
+use crate::visibility::Identity;
+
+fn new_run(id: &RunId) -> NewRun {
+    NewRun {
+        id: id.clone(),
+        agent: "cfo".into(),
+        channel: Channel::Api,
+        parent_run: None,
+        parent_agent: None,
+        tool_use_id: None,
+        chain: vec![],
+        input: "August".into(),
+        identity: Identity::Absent,
+    }
+}
+
+fn answer(text: &str) -> Transition {
+    Transition {
+        output: Some(text.into()),
+        ..Default::default()
+    }
+    .event(RunEvent::Answer(Answer { text: text.into() }))
+    .status(RunStatus::Succeeded)
+}
+
+#[tokio::test]
+async fn appends_of_many_runs_commit_together_and_each_is_answered_after_its_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cfo.db");
+    let writer = StoreWriter::start().unwrap();
+    let store = writer.open(&path, Durability::Normal).await.unwrap();
+    let ids: Vec<RunId> = (0..64).map(|_| RunId::random()).collect();
+    for id in &ids {
+        store.insert_run(new_run(id)).await.unwrap();
+    }
+    let before = writer.counts();
+    // Queued back to back, as an agent stepping many runs does.
+    let pending: Vec<_> = ids
+        .iter()
+        .map(|id| store.append(id, answer("42")))
+        .collect();
+    for p in pending {
+        let applied = p.wait().await.unwrap();
+        assert_eq!(applied.record.status, RunStatus::Succeeded);
+        // Answered means committed: another connection sees it.
+        let other = RunStore::open_read_only(&path).unwrap();
+        assert_eq!(
+            other.run(&applied.record.id).unwrap().unwrap().status,
+            RunStatus::Succeeded
+        );
+    }
+    let after = writer.counts();
+    let writes = after.writes - before.writes;
+    let commits = after.commits - before.commits;
+    assert_eq!(writes, 64);
+    assert!(
+        commits * 4 <= writes,
+        "64 queued appends took {commits} commits: no group commit"
+    );
+}
+
+#[tokio::test]
+async fn a_read_sent_after_an_append_sees_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let writer = StoreWriter::start().unwrap();
+    let store = writer
+        .open(&dir.path().join("cfo.db"), Durability::Normal)
+        .await
+        .unwrap();
+    let id = RunId::random();
+    store.insert_run(new_run(&id)).await.unwrap();
+    let pending = store.append(&id, answer("seen"));
+    let read = store.run(&id).await.unwrap().unwrap();
+    assert_eq!(read.output.as_deref(), Some("seen"));
+    pending.wait().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_failing_append_rolls_back_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let writer = StoreWriter::start().unwrap();
+    let store = writer
+        .open(&dir.path().join("cfo.db"), Durability::Normal)
+        .await
+        .unwrap();
+    let (known, unknown) = (RunId::random(), RunId::random());
+    store.insert_run(new_run(&known)).await.unwrap();
+    let good = store.append(&known, answer("kept"));
+    let bad = store.append(&unknown, answer("lost"));
+    let also_good = store.write({
+        let id = RunId::random();
+        move |s| s.insert_run(new_run(&id))
+    });
+    assert!(matches!(bad.wait().await, Err(ActorsError::UnknownRun(_))));
+    assert_eq!(
+        good.wait().await.unwrap().record.output.as_deref(),
+        Some("kept")
+    );
+    assert!(matches!(
+        also_good.wait().await.unwrap(),
+        Inserted::Created(_)
+    ));
+}
+
+#[tokio::test]
+async fn a_store_that_is_not_open_takes_reads_but_not_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cfo.db");
+    let writer = StoreWriter::start().unwrap();
+    let store = writer.open(&path, Durability::Normal).await.unwrap();
+    let id = RunId::random();
+    store.insert_run(new_run(&id)).await.unwrap();
+    store.close();
+    // Read-only, through a connection of the job's own.
+    let key = id.clone();
+    let found = writer
+        .read(&path, move |s| s.run(&key))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(found.id, id);
+    let refused = store.append(&id, answer("x")).wait().await;
+    assert!(
+        matches!(refused, Err(ActorsError::Commit { ref detail, .. }) if detail.contains("not open")),
+        "{refused:?}"
+    );
+    // Reopened (a restarted agent), it writes again.
+    let store = writer.open(&path, Durability::Normal).await.unwrap();
+    store.append(&id, answer("x")).wait().await.unwrap();
+    assert_ne!(writer.counts(), WriterCounts::default());
+}
