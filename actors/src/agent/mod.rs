@@ -14,6 +14,9 @@
 //! actor is gone (restarted, stopped) the outcome is dropped with a log line, and the restarted
 //! actor recovers the run from its log.
 
+mod admission;
+mod commits;
+mod drive;
 mod engine;
 mod tool_use;
 
@@ -35,7 +38,7 @@ use crate::model::{Model, ModelError, ModelReply};
 use crate::routing::SupervisorMsg;
 use crate::run::{Channel, RunRecord};
 use crate::script::ScriptModel;
-use crate::store::{AgentStore, Applied, Durability, Pending, RunStore, StoreWriter};
+use crate::store::{AgentStore, Durability, RunStore, StoreWriter};
 use crate::tools::{Tool, ToolError};
 use crate::visibility::{Identity, ProbeCache};
 
@@ -106,8 +109,6 @@ pub(crate) enum AgentMsg {
     ResendReply(RunId),
 
     // --- the engine -----------------------------------------------------------------------------
-    /// Move a run forward.
-    Advance(RunId),
     /// Resume a run after a restart: ask again for its lost replies, then move it forward.
     Resume(RunId),
     /// The outcome of a call this agent placed.
@@ -135,6 +136,30 @@ pub(crate) enum AgentMsg {
         asked: Box<TurnAsked>,
         result: Result<ModelReply, ModelError>,
     },
+    /// The store writer committed a job of this actor (or failed to).
+    Committed(Box<commits::Committed>),
+}
+
+impl AgentMsg {
+    /// The run of this agent a message moves, if any: such a message waits while the run's
+    /// drive is suspended.
+    fn run(&self) -> Option<&RunId> {
+        match self {
+            Self::Decide { run, .. }
+            | Self::Resume(run)
+            | Self::ResendReply(run)
+            | Self::CallDone { run, .. }
+            | Self::ToolDone { run, .. }
+            | Self::WaitElapsed { run, .. }
+            | Self::ModelDone { run, .. } => Some(run),
+            Self::Reply(reply) | Self::OfferReply { reply, .. } => Some(&reply.parent_run),
+            Self::Start { .. }
+            | Self::Config(_)
+            | Self::Checkpoint
+            | Self::Accept { .. }
+            | Self::Committed(_) => None,
+        }
+    }
 }
 
 /// Everything needed to (re)start an agent actor.
@@ -192,9 +217,8 @@ pub(crate) struct AgentState {
     records: HashMap<RunId, RunRecord>,
     /// The chains of hops of the runs in `views` (what a call they place extends).
     chains: HashMap<RunId, Vec<Hop>>,
-    /// Appends handed to the store writer and not yet known committed, in order, each with
-    /// the log length its run's view expects after it.
-    unflushed: Vec<(RunId, Pending<Applied>, u64)>,
+    /// The jobs out at the store writer, and what waits for their commits.
+    commits: commits::Commits,
     /// Records of runs whose settling append just committed, for their settle notice.
     just_settled: HashMap<RunId, RunRecord>,
 }
@@ -245,56 +269,6 @@ impl AgentState {
         self.store.run(id).await
     }
 
-    /// Hands a transition of run `id` to the store writer and folds the events it appends into
-    /// the run's kept view at once, so the run can step on; what leaves the host because of it
-    /// waits for [`AgentState::flush`].
-    fn submit(
-        &mut self,
-        id: &RunId,
-        transition: consort_core::Transition,
-    ) -> Result<(), ActorsError> {
-        let view = self
-            .views
-            .get_mut(id)
-            .ok_or_else(|| ActorsError::UnknownRun(id.to_string()))?;
-        let status = view.status.unwrap_or(consort_core::RunStatus::Queued);
-        for event in transition.appended_events(status) {
-            view.apply(&event);
-        }
-        if transition.settles() {
-            self.unsettled = self.unsettled.saturating_sub(1);
-        }
-        let expected = view.last_seq;
-        let pending = self.store.append(id, transition);
-        self.unflushed.push((id.clone(), pending, expected));
-        Ok(())
-    }
-
-    /// Waits until every append handed to the writer is committed, and keeps the records they
-    /// left. A failed commit is this actor's failure: its supervisor restarts it, and the
-    /// restarted actor resumes every run from what the store holds.
-    async fn flush(&mut self) -> Result<(), ActorsError> {
-        for (id, pending, expected) in std::mem::take(&mut self.unflushed) {
-            let applied = pending.wait().await?;
-            if applied.record.status.is_settled() {
-                self.views.remove(&id);
-                self.records.remove(&id);
-                self.chains.remove(&id);
-                self.just_settled.insert(id, applied.record);
-                continue;
-            }
-            if applied.last_seq != expected {
-                // Something else wrote to the log: fold it again from the store next time.
-                warn!(run_id = %id, view_seq = expected, log_seq = applied.last_seq, "run view out of step with its log; rebuilding it");
-                self.views.remove(&id);
-                self.records.remove(&id);
-                continue;
-            }
-            self.records.insert(id, applied.record);
-        }
-        Ok(())
-    }
-
     /// The tool uses of run `id` with a task out.
     fn busy(&self, id: &RunId) -> BTreeSet<String> {
         self.in_flight
@@ -312,9 +286,11 @@ impl AgentState {
         }
     }
 
-    /// Keeps the count of child runs accepted for `parent`, as the store counted it.
-    fn remember_children(&mut self, parent: &RunId, n: u64) {
-        if self.children.contains_key(parent) {
+    /// Keeps the count of child runs accepted for `parent`, as the store counted it (never
+    /// below what this actor has counted since).
+    fn count_children(&mut self, parent: &RunId, n: u64) {
+        if let Some(kept) = self.children.get_mut(parent) {
+            *kept = (*kept).max(n);
             return;
         }
         if self.children.len() >= CHILDREN_KEPT {
@@ -449,7 +425,7 @@ impl Actor for AgentActor {
             views: HashMap::new(),
             records: HashMap::new(),
             chains: HashMap::new(),
-            unflushed: Vec::new(),
+            commits: commits::Commits::default(),
             just_settled: HashMap::new(),
         })
     }
@@ -488,28 +464,42 @@ impl Actor for AgentActor {
         message: AgentMsg,
         state: &mut AgentState,
     ) -> Result<(), ActorProcessingErr> {
+        if let AgentMsg::Committed(committed) = message {
+            self.on_committed(&myself, state, *committed).await?;
+            return Ok(());
+        }
+        if let Some(run) = message.run()
+            && state.commits.is_suspended(run)
+        {
+            let run = run.clone();
+            state.commits.hold(run, message);
+            return Ok(());
+        }
+        self.dispatch(&myself, state, message).await?;
+        Ok(())
+    }
+}
+
+impl AgentActor {
+    /// Handles one message that is not a commit, for a run that is not suspended.
+    async fn dispatch(
+        &self,
+        myself: &ActorRef<AgentMsg>,
+        state: &mut AgentState,
+        message: AgentMsg,
+    ) -> Result<(), ActorsError> {
         match message {
             AgentMsg::Start {
                 input,
                 channel,
                 identity,
                 reply,
-            } => {
-                let result = self.start(&myself, state, input, channel, identity).await;
-                if reply.send(result).is_err() {
-                    warn!(agent = %state.config.name, "a run's starter stopped waiting; the run goes on");
-                }
-            }
+            } => self.start(myself, state, input, channel, identity, reply)?,
             AgentMsg::Decide {
                 run,
                 approve,
                 reply,
-            } => {
-                let result = self.decide(&myself, state, &run, approve).await;
-                if reply.send(result).is_err() {
-                    warn!(run_id = %run, "an operator stopped waiting for a decision's answer");
-                }
-            }
+            } => self.decide(myself, state, &run, approve, reply).await?,
             AgentMsg::Config(config) => {
                 let generation = state.catalog.generation() + 1;
                 info!(agent = %config.name, generation, "config reloaded; tool catalog generation changed");
@@ -530,23 +520,15 @@ impl Actor for AgentActor {
                         warn!(%agent, error = %e, "checkpoint failed");
                     }
                 });
-                self.reask_lost_replies(&myself, state).await?;
+                self.reask_lost_replies(myself, state).await?;
             }
-            AgentMsg::Accept { envelope, reply } => {
-                let outcome = self.accept(&myself, state, envelope).await;
-                if reply.send(outcome).is_err() {
-                    warn!(agent = %state.config.name, "a caller stopped waiting for a call's answer; a replay will find the run");
-                }
-            }
+            AgentMsg::Accept { envelope, reply } => self.accept(myself, state, envelope, reply)?,
             AgentMsg::Reply(reply) => {
-                self.receive_reply(&myself, state, reply).await?;
+                self.receive_reply(myself, state, reply, None).await?;
             }
             AgentMsg::OfferReply { reply, taken } => {
-                let outcome = self.receive_reply(&myself, state, reply).await;
-                if taken.send(*outcome.as_ref().unwrap_or(&false)).is_err() {
-                    warn!(agent = %state.config.name, "the link stopped waiting for a reply's answer");
-                }
-                outcome?;
+                self.receive_reply(myself, state, reply, Some(taken))
+                    .await?;
             }
             AgentMsg::ResendReply(child) => {
                 if let Some(record) = state.store.run(&child).await?
@@ -555,12 +537,8 @@ impl Actor for AgentActor {
                     engine::report_settled(state, &record);
                 }
             }
-            AgentMsg::Advance(run) => {
-                let input = state.advance_input(&run);
-                self.drive(&myself, state, &run, input).await?;
-            }
             AgentMsg::Resume(run) => {
-                self.drive(&myself, state, &run, Input::Resume).await?;
+                self.drive(myself, state, &run, Input::Resume).await?;
             }
             AgentMsg::CallDone {
                 run,
@@ -568,7 +546,7 @@ impl Actor for AgentActor {
                 callee,
                 outcome,
             } => {
-                self.call_done(&myself, state, run, tool_use_id, callee, outcome)
+                self.call_done(myself, state, run, tool_use_id, callee, outcome)
                     .await?;
             }
             AgentMsg::ToolDone {
@@ -586,18 +564,22 @@ impl Actor for AgentActor {
                     is_error,
                     counts: true,
                 };
-                self.drive(&myself, state, &run, input).await?;
+                self.drive(myself, state, &run, input).await?;
             }
             AgentMsg::WaitElapsed { run, tool_use_id } => {
                 if state.awaiting.remove(&run, &tool_use_id) {
-                    self.drive(&myself, state, &run, Input::WaitElapsed { tool_use_id })
+                    self.drive(myself, state, &run, Input::WaitElapsed { tool_use_id })
                         .await?;
                 }
+            }
+            AgentMsg::Committed(_) => {
+                // `handle` takes every commit before dispatch, and commits are never held.
+                warn!(agent = %state.config.name, "a commit notice reached dispatch; ignored");
             }
             AgentMsg::ModelDone { run, asked, result } => {
                 state.thinking.remove(&run);
                 let input = engine::model_input(*asked, result);
-                self.drive(&myself, state, &run, input).await?;
+                self.drive(myself, state, &run, input).await?;
             }
         }
         Ok(())
@@ -626,8 +608,10 @@ impl AgentActor {
         let waiting: Vec<RunId> = state
             .views
             .iter()
-            .filter(|(_, v)| {
-                v.status == Some(consort_core::RunStatus::Waiting) && v.pending_calls() > 0
+            .filter(|(id, v)| {
+                !state.commits.is_suspended(id)
+                    && v.status == Some(consort_core::RunStatus::Waiting)
+                    && v.pending_calls() > 0
             })
             .map(|(id, _)| id.clone())
             .collect();

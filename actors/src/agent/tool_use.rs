@@ -67,7 +67,7 @@ impl AgentActor {
                     &answer.content,
                     answer.is_error,
                 );
-                state.submit(id, result)?;
+                state.submit(myself, id, result)?;
                 Ok(true)
             }
             INVOKE_TOOL => {
@@ -98,7 +98,7 @@ impl AgentActor {
                             &answer.content,
                             true,
                         );
-                        state.submit(id, result)?;
+                        state.submit(myself, id, result)?;
                         Ok(true)
                     }
                 }
@@ -108,7 +108,11 @@ impl AgentActor {
                     let text = format!(
                         "no tool named `{name}`; use search_tools to find the tools you can use"
                     );
-                    state.submit(id, Transition::tool_result(&tool_use.id, name, &text, true))?;
+                    state.submit(
+                        myself,
+                        id,
+                        Transition::tool_result(&tool_use.id, name, &text, true),
+                    )?;
                     return Ok(true);
                 }
                 let input = tool_use.input.clone();
@@ -140,7 +144,7 @@ impl AgentActor {
             info!(tool = name, principal = %record.principal, "tool use refused: {refusal}");
             let content = tool_error_text(&refusal, via_meta);
             let result = Transition::tool_result(&tool_use.id, result_name, &content, true);
-            state.submit(id, result)?;
+            state.submit(myself, id, result)?;
             return Ok(true);
         }
         let gated = tool.approval() == Approval::Required;
@@ -153,12 +157,12 @@ impl AgentActor {
         };
         match gate {
             Gate::Block(transition) => {
-                state.submit(id, transition)?;
+                state.submit(myself, id, transition)?;
                 info!(tool = name, "run blocked until an operator approves");
                 return Ok(false);
             }
             Gate::Denied(transition) => {
-                state.submit(id, transition)?;
+                state.submit(myself, id, transition)?;
                 return Ok(true);
             }
             Gate::Proceed => {}

@@ -157,25 +157,38 @@ impl StoreWriter {
         f: impl FnOnce(&mut RunStore) -> Result<T, ActorsError> + Send + 'static,
     ) -> Pending<T> {
         let (answer, answered) = oneshot::channel();
+        let sent = self.submit_then(path, writes, f, move |result| {
+            // An asker that stopped waiting (an actor that stopped) needs no answer.
+            let _unwanted = answer.send(result);
+        });
+        Pending {
+            answered: sent.map(|()| answered),
+        }
+    }
+
+    /// Queues `f`; `then` runs on the writer thread with its result once the batch holding
+    /// it has committed (or with the commit's failure).
+    fn submit_then<T: Send + 'static>(
+        &self,
+        path: Arc<Path>,
+        writes: bool,
+        f: impl FnOnce(&mut RunStore) -> Result<T, ActorsError> + Send + 'static,
+        then: impl FnOnce(Result<T, ActorsError>) + Send + 'static,
+    ) -> Result<(), ActorsError> {
         let store_path = path.to_path_buf();
         let work: Work = Box::new(move |store| {
             let result = store.and_then(f);
             Box::new(move |committed: Result<(), &str>| {
-                let result = match committed {
+                then(match committed {
                     Ok(()) => result,
                     Err(detail) => Err(ActorsError::Commit {
                         path: store_path,
                         detail: detail.to_owned(),
                     }),
-                };
-                // An asker that stopped waiting (an actor that stopped) needs no answer.
-                let _unwanted = answer.send(result);
+                });
             })
         });
-        let sent = self.send(Job::Work { path, writes, work });
-        Pending {
-            answered: sent.map(|()| answered),
-        }
+        self.send(Job::Work { path, writes, work })
     }
 }
 
@@ -211,6 +224,17 @@ impl AgentStore {
         f: impl FnOnce(&mut RunStore) -> Result<T, ActorsError> + Send + 'static,
     ) -> Pending<T> {
         self.writer.submit(self.path.clone(), true, f)
+    }
+
+    /// Runs any write against the store without waiting: `then` gets the result on the
+    /// writer thread once it is committed, and must be quick (a send, a cast). This is how an
+    /// actor goes on with its other work while a commit is out.
+    pub fn write_then<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut RunStore) -> Result<T, ActorsError> + Send + 'static,
+        then: impl FnOnce(Result<T, ActorsError>) + Send + 'static,
+    ) -> Result<(), ActorsError> {
+        self.writer.submit_then(self.path.clone(), true, f, then)
     }
 
     /// Runs any read against the store, after the writes sent before it.

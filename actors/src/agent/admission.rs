@@ -1,0 +1,276 @@
+//! New runs: a root run started through the API, and a call accepted from a peer.
+//!
+//! Both are decided by consort-core (`guards::admit`, `guards::addressed_to`,
+//! `guards::check_inbound`) and stored by one job of the store writer, whose answer goes to the
+//! asker straight from the writer thread once the run is committed: the acknowledgement of a
+//! call never reports a run that a crash could take back. The actor does not wait for that
+//! commit. Admission counts runs that are not stored yet, so it *reserves*: the unsettled count
+//! (and the parent's children count, when the actor knows it) goes up when the job is sent and
+//! back down if the job finds a replay or a refusal. A reserved count can only make admission
+//! stricter for a moment, never let a run past a limit.
+
+use consort_core::guards::{self, InboundFacts};
+use consort_core::step::CallOutcome;
+use consort_core::{Refusal, RunEvent};
+use consort_net::{CallEnvelope, RunId};
+use ractor::{ActorRef, RpcReplyPort};
+use tracing::{info, info_span, warn};
+
+use super::commits::{Admission, Committed, Done};
+use super::{AgentActor, AgentMsg, AgentState, refused, tell};
+use crate::ActorsError;
+use crate::fault::{self, Point};
+use crate::run::{Channel, RunRecord};
+use crate::store::{Inserted, NewRun, RunStore};
+use crate::visibility::Identity;
+
+impl AgentActor {
+    /// Starts a root run: admission first, then the store; the starter gets the run once it
+    /// is committed, and the run's first step follows.
+    pub(super) fn start(
+        &self,
+        myself: &ActorRef<AgentMsg>,
+        state: &mut AgentState,
+        input: String,
+        channel: Channel,
+        identity: Identity,
+        reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
+    ) -> Result<(), ActorsError> {
+        if let Err(refusal) = guards::admit(
+            &state.config.name,
+            &input,
+            state.unsettled,
+            state.options.admission_limit,
+        ) {
+            if reply.send(Err(refused(refusal))).is_err() {
+                warn!(agent = %state.config.name, "a refused run's starter stopped waiting");
+            }
+            return Ok(());
+        }
+        let id = RunId::random();
+        let new = NewRun {
+            id: id.clone(),
+            agent: state.config.name.clone(),
+            channel,
+            parent_run: None,
+            parent_agent: None,
+            tool_use_id: None,
+            chain: Vec::new(),
+            input,
+            identity,
+        };
+        state.unsettled += 1;
+        state.chains.insert(id.clone(), Vec::new());
+        let ticket = state.commits.issue();
+        let me = myself.clone();
+        state.store.write_then(
+            move |store| {
+                let inserted = store.insert_run(new)?;
+                let events = logged(store, inserted.record())?;
+                Ok((inserted.record().clone(), events))
+            },
+            move |result: Result<(RunRecord, Vec<RunEvent>), ActorsError>| {
+                let stored = match result {
+                    Ok((record, events)) => {
+                        fault::crash_at(Point::RootStored, &record.id);
+                        if reply.send(Ok(record.clone())).is_err() {
+                            warn!(run_id = %record.id, "a run's starter stopped waiting; the run goes on");
+                        }
+                        Ok((record, events))
+                    }
+                    Err(e) => {
+                        let error = e.to_string();
+                        if reply.send(Err(e)).is_err() {
+                            warn!(%error, "a run's starter stopped waiting");
+                        }
+                        Err(error)
+                    }
+                };
+                let done = Done::Started { run: id, stored };
+                tell(&me, AgentMsg::Committed(Box::new(Committed { ticket, done })));
+            },
+        )
+    }
+
+    /// The callee's side of a call: the chain's last hop must name this agent; then one job
+    /// of the store writer does the replay check, the inbound guards and the insert, and
+    /// answers the caller once committed.
+    pub(super) fn accept(
+        &self,
+        myself: &ActorRef<AgentMsg>,
+        state: &mut AgentState,
+        envelope: CallEnvelope,
+        reply: RpcReplyPort<CallOutcome>,
+    ) -> Result<(), ActorsError> {
+        let me = state.config.name.clone();
+        let hop = match (
+            envelope.last_hop().cloned(),
+            guards::addressed_to(envelope.last_hop().map(|h| h.callee.as_str()), &me),
+        ) {
+            (Some(hop), Ok(())) => hop,
+            (_, Err(refusal)) => {
+                answer_call(reply, CallOutcome::Refused(refusal));
+                return Ok(());
+            }
+            (None, Ok(())) => {
+                answer_call(reply, CallOutcome::Refused(guards::empty_chain(&me)));
+                return Ok(());
+            }
+        };
+        let span = info_span!("accept", run_id = %hop.child_run, agent = %me, caller = %hop.caller, hop_depth = envelope.depth());
+        let known_children = state.children.get(&hop.parent_run).copied();
+        let gate = InboundGate {
+            caller: hop.caller.clone(),
+            callee: me.clone(),
+            accept_from: state.config.accept_from.clone(),
+            chain_depth: envelope.depth(),
+            active_runs: state.unsettled,
+            admission_limit: state.options.admission_limit,
+            limits: state.config.limits,
+        };
+        let new = NewRun {
+            id: hop.child_run.clone(),
+            agent: me.clone(),
+            channel: Channel::Agent(hop.caller.clone()),
+            parent_run: Some(hop.parent_run.clone()),
+            parent_agent: Some(hop.caller.clone()),
+            tool_use_id: Some(hop.tool_use_id.clone()),
+            chain: envelope.hops.clone(),
+            input: envelope.input,
+            // The principal is the caller the verified chain names, never a field of the
+            // input; its roles are what this agent grants it.
+            identity: state.catalog.peer_identity(&hop.caller),
+        };
+        // Reserved now, settled when the job's answer comes back (see the module doc).
+        state.unsettled += 1;
+        if let Some(n) = state.children.get_mut(&hop.parent_run) {
+            *n += 1;
+        }
+        state.chains.insert(hop.child_run.clone(), envelope.hops);
+        let ticket = state.commits.issue();
+        let (me_ref, parent_run) = (myself.clone(), hop.parent_run.clone());
+        let (parent, child) = (hop.parent_run, hop.child_run);
+        state.store.write_then(
+            move |store| admit(store, &gate, known_children, &parent_run, new),
+            move |result: Result<(Admission, Option<Refusal>), ActorsError>| {
+                let _in_span = span.enter();
+                let (outcome, admission) = match result {
+                    Ok((Admission::Replay, _)) => {
+                        info!("replayed call finds the existing run");
+                        let outcome = CallOutcome::Accepted {
+                            child_run: child.clone(),
+                            existing: true,
+                        };
+                        (outcome, Ok(Admission::Replay))
+                    }
+                    Ok((admission @ Admission::Refused { .. }, refusal)) => {
+                        let refusal =
+                            refusal.unwrap_or_else(|| Refusal::AgentDown { callee: me.clone() });
+                        warn!(reason = refusal.code(), "call refused: {refusal}");
+                        (CallOutcome::Refused(refusal), Ok(admission))
+                    }
+                    Ok((admission @ Admission::Stored { .. }, _)) => {
+                        fault::crash_at(Point::ChildStored, &child);
+                        info!("call accepted");
+                        let outcome = CallOutcome::Accepted {
+                            child_run: child.clone(),
+                            existing: false,
+                        };
+                        (outcome, Ok(admission))
+                    }
+                    Err(e) => {
+                        let outcome = CallOutcome::Refused(Refusal::AgentDown { callee: me });
+                        (outcome, Err(e.to_string()))
+                    }
+                };
+                answer_call(reply, outcome);
+                let done = Done::Admitted {
+                    parent,
+                    child,
+                    reserved_child: known_children.is_some(),
+                    outcome: admission,
+                };
+                tell(
+                    &me_ref,
+                    AgentMsg::Committed(Box::new(Committed { ticket, done })),
+                );
+            },
+        )
+    }
+}
+
+/// The writer thread's side of an arriving call: replay check, inbound guards, insert.
+fn admit(
+    store: &mut RunStore,
+    gate: &InboundGate,
+    known_children: Option<u64>,
+    parent: &RunId,
+    new: NewRun,
+) -> Result<(Admission, Option<Refusal>), ActorsError> {
+    if store.run(&new.id)?.is_some() {
+        return Ok((Admission::Replay, None));
+    }
+    let children = match known_children {
+        Some(n) => n,
+        None => store.count_children(parent)?,
+    };
+    if let Err(refusal) = gate.check(children) {
+        return Ok((Admission::Refused { children }, Some(refusal)));
+    }
+    let inserted = store.insert_run(new)?;
+    let Inserted::Created(record) = inserted else {
+        return Ok((Admission::Replay, None));
+    };
+    let events = logged(store, &record)?;
+    Ok((
+        Admission::Stored {
+            children_before: children,
+            record: Box::new(record),
+            events,
+        },
+        None,
+    ))
+}
+
+/// A new run's log as stored, read in the same job, so the actor's first step of it reads
+/// nothing back.
+fn logged(store: &RunStore, record: &RunRecord) -> Result<Vec<RunEvent>, ActorsError> {
+    Ok(store
+        .events(&record.id)?
+        .into_iter()
+        .map(|e| e.event)
+        .collect())
+}
+
+fn answer_call(reply: RpcReplyPort<CallOutcome>, outcome: CallOutcome) {
+    if reply.send(outcome).is_err() {
+        warn!("a caller stopped waiting for a call's answer; a replay will find the run");
+    }
+}
+
+/// The facts of the inbound guards, owned, for the store writer's job: the children of the
+/// parent run are counted there when this actor does not know them yet.
+struct InboundGate {
+    caller: String,
+    callee: String,
+    accept_from: Vec<String>,
+    chain_depth: usize,
+    active_runs: usize,
+    admission_limit: usize,
+    limits: consort_config::Limits,
+}
+
+impl InboundGate {
+    fn check(&self, children_accepted: u64) -> Result<(), Refusal> {
+        guards::check_inbound(&InboundFacts {
+            caller: &self.caller,
+            callee: &self.callee,
+            accept_from: &self.accept_from,
+            chain_depth: self.chain_depth,
+            children_accepted,
+            active_runs: self.active_runs,
+            admission_limit: self.admission_limit,
+            limits: self.limits,
+        })
+    }
+}
