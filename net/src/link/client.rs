@@ -27,10 +27,11 @@ impl LinkEndpoint {
     ///
     /// Reuses the connection to that host (dialing it if there is none, or if it closed or the
     /// address changed). If a reused connection turns out to be dead (the request could not
-    /// be sent, the peer did not acknowledge it within [`LinkConfig::ack_timeout`], or the
-    /// connection closed before the response), it is dropped and the request is sent once more
-    /// on a fresh dial: every frame of the protocol is idempotent (calls dedupe on the child
-    /// run id), so this is safe. Only then is the peer called unreachable.
+    /// be sent, the peer did not acknowledge it within
+    /// [`LinkConfig::ack_timeout`](super::LinkConfig::ack_timeout), or the connection closed
+    /// before the response), it is dropped and the request is sent once more on a fresh dial:
+    /// every frame of the protocol is idempotent (calls dedupe on the child run id), so this is
+    /// safe. Only then is the peer called unreachable.
     pub async fn request(
         &self,
         peer_host: &str,

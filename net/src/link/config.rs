@@ -32,7 +32,8 @@ pub struct LinkConfig {
     /// does not is taken for dead (the peer crashed or restarted): it is dropped and the
     /// request is sent once more on a fresh dial.
     pub ack_timeout: Duration,
-    /// How long [`LinkEndpoint::close`] waits for peers to acknowledge the close.
+    /// How long [`LinkEndpoint::close`](super::LinkEndpoint::close) waits for peers to
+    /// acknowledge the close.
     pub shutdown_grace: Duration,
 }
 

@@ -42,7 +42,8 @@ where
 }
 
 /// What serving a connection needs, shared by the accept loop and dialed connections (kept
-/// apart from [`Inner`] so that serving tasks never keep the endpoint's handle alive).
+/// apart from [`Inner`](super::Inner) so that serving tasks never keep the endpoint's handle
+/// alive).
 #[derive(Clone)]
 pub(super) struct Serving {
     pub(super) ring: SharedRing,
