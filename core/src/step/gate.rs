@@ -1,11 +1,17 @@
 //! The approval gate: a gated tool's use runs only once an operator approved it.
+//!
+//! Both halves live here: [`approval_gate`], which parks the run on a gated use (the agent
+//! asks it before running one), and the operator's decision that lets the run move again
+//! (`decide`, reached through [`Input::Decide`](super::Input::Decide)). Which tools are gated
+//! is the agent's config; this module only reads the flag it is handed.
 
 use serde_json::Value;
 
-use super::Transition;
-use crate::event::ApprovalRequested;
+use super::effect::{Effect, Step, Verdict};
+use super::transition::Transition;
+use crate::event::{ApprovalDecided, ApprovalRequested};
 use crate::view::ApprovalState;
-use crate::{RunEvent, RunStatus, RunView};
+use crate::{Refusal, RunEvent, RunId, RunStatus, RunView};
 
 /// What the approval gate of a gated tool says about one use.
 #[derive(Clone, Debug, PartialEq)]
@@ -49,4 +55,31 @@ pub fn approval_gate(
         )),
         Some(Some(true)) => Gate::Proceed,
     }
+}
+
+/// An operator's decision on the gated use a blocked run waits on; a run that waits on none
+/// refuses it.
+pub(super) fn decide(view: &RunView, run: &RunId, approve: bool) -> Step {
+    let asked = view
+        .approvals
+        .iter()
+        .find(|(_, decision)| decision.is_none())
+        .map(|(id, _)| id.clone());
+    let status = view.status.unwrap_or(RunStatus::Queued);
+    let (RunStatus::Blocked, Some(tool_use_id)) = (status, asked) else {
+        return Step::verdict(Verdict::Refused(Refusal::NotAwaitingApproval {
+            run: run.to_string(),
+            status: status.to_string(),
+        }));
+    };
+    Step::write(
+        Transition::default()
+            .event(RunEvent::ApprovalDecided(ApprovalDecided {
+                tool_use_id,
+                approved: approve,
+                by: "operator".into(),
+            }))
+            .status(RunStatus::Running),
+        vec![Effect::Advance],
+    )
 }

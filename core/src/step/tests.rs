@@ -3,9 +3,14 @@ use std::collections::BTreeSet;
 use proptest::prelude::*;
 use serde_json::json;
 
-use super::*;
+use consort_config::Limits;
+
+use super::{
+    CALL_AGENT, CHECK_RUN, CallOutcome, CostDelta, Effect, Gate, Input, ModelAnswer, Policy,
+    ReplyIn, Step, TurnAsked, Verdict, approval_gate, step,
+};
 use crate::event::{Created, ReplyOutcome};
-use crate::{Channel, Message};
+use crate::{Channel, Message, ModelStep, Refusal, RunEvent, RunId, RunStatus, RunView, ToolUse};
 
 const FLEET: [&str; 3] = ["cmo", "cfo", "ops"];
 

@@ -10,7 +10,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use super::facts::Principal;
-use super::ladder::ProbeOutcome;
+use super::ladder::probe::ProbeOutcome;
 
 /// Probe outcomes for one catalog generation.
 #[derive(Clone, Debug, Default)]

@@ -1,5 +1,13 @@
-use super::*;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
 use consort_core::RunId;
+
+use super::{FrameHandler, LinkConfig, LinkEndpoint};
+use crate::codec::{Frame, MAX_FRAME, RefusalReason, decode_frame};
+use crate::error::LinkError;
+use crate::keys::{HostKey, KeyRing};
 
 fn loopback() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()

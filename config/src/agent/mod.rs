@@ -1,0 +1,256 @@
+//! `agent.yaml`: one agent's declaration, and the set of agents a host serves.
+//!
+//! This module owns [`AgentConfig`] and the top-level reading of one file ([`AgentConfig::load`]):
+//! the name, the peer lists, `env:`, and the order in which the sections are converted. Each
+//! section with rules of its own lives in a child module: `model` (the script turns), `tools`
+//! (declared tools), `limits` (loop guards), with `names` for the name rule shared with
+//! fleet.yaml. The cross-file checks of a set ([`AgentSet::load`]: unique names, every peer
+//! named exists) are `set`'s. Unknown keys are refused everywhere, and every error names the
+//! file, line, column and key.
+//!
+//! Nothing here may start agents, open databases or decide consent at call time: it reads,
+//! checks and hands back plain data (what the declarations mean for a call is consort-core's).
+
+mod limits;
+mod model;
+mod names;
+mod set;
+mod tools;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+
+use crate::error::ConfigError;
+use crate::visibility::{
+    RawAgentVisibility, RawPolicy, VisibilityConfig, convert_agent_visibility,
+};
+use crate::yaml::{Ctx, KeyPath, Pos, SpannedPairs, load_file};
+
+pub use limits::Limits;
+use limits::{RawLimits, convert_limits};
+pub use model::{CallStep, MAX_WAIT_S, ModelConfig, ScriptStep, ToolStep};
+use model::{RawModel, convert_model};
+pub(crate) use names::{is_valid_name, name_problem};
+pub use set::AgentSet;
+pub(crate) use set::{AddError, SetBuilder};
+pub use tools::{Approval, ToolConfig, ToolKind};
+use tools::{RawTool, convert_tools};
+
+/// One agent, as declared in its folder's `agent.yaml`, validated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AgentConfig {
+    /// The agent's name (`name:`), unique in a fleet.
+    pub name: String,
+    /// What the agent does, as its callers are told (`description:`).
+    pub description: String,
+    /// Peers this agent's model may call (`agents.can_call`).
+    pub can_call: Vec<String>,
+    /// Peers this agent consents to serve (`agents.accept_from`).
+    pub accept_from: Vec<String>,
+    /// Which model drives it (`model:`).
+    pub model: ModelConfig,
+    /// Its declared tools (`tools:`).
+    pub tools: Vec<ToolConfig>,
+    /// Visible to this agent's own tools only.
+    pub env: BTreeMap<String, String>,
+    /// The agent's folder, absolute.
+    pub dir: PathBuf,
+    /// The `agent.yaml` file, absolute.
+    pub file: PathBuf,
+    /// Named policies, fallback policy, grants to peers and the probe budget.
+    pub visibility: VisibilityConfig,
+    /// The loop guards of this agent's calls (`limits:`).
+    pub limits: Limits,
+}
+
+/// The file name of an agent's declaration inside its folder.
+const AGENT_FILE: &str = "agent.yaml";
+
+// The raw shape of agent.yaml. Spanned fields are the ones a later check may need to point at.
+// The sections with rules of their own keep their raw shapes beside their conversion.
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAgent {
+    name: Spanned<String>,
+    description: Option<String>,
+    agents: Option<RawAgents>,
+    model: Spanned<RawModel>,
+    tools: Option<Vec<Spanned<RawTool>>>,
+    env: Option<SpannedPairs>,
+    policies: Option<BTreeMap<String, Spanned<RawPolicy>>>,
+    fallback_policy: Option<Spanned<String>>,
+    grants: Option<BTreeMap<String, Spanned<Vec<Spanned<String>>>>>,
+    probe_budget: Option<Spanned<u64>>,
+    limits: Option<RawLimits>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAgents {
+    can_call: Option<Vec<Spanned<String>>>,
+    accept_from: Option<Vec<Spanned<String>>>,
+}
+
+/// Where the peer names of one agent were written, for the cross-file checks of a set.
+#[derive(Clone, Debug)]
+struct PeerSpans {
+    name: Pos,
+    can_call: Vec<Pos>,
+    accept_from: Vec<Pos>,
+}
+
+impl AgentConfig {
+    /// Reads and checks `dir/agent.yaml` on its own (peer names are checked for form, not for
+    /// existence: that needs the set, see [`AgentSet::load`]). Paths in the result are absolute.
+    pub fn load(dir: &Path) -> Result<Self, ConfigError> {
+        load_agent(dir).map(|(a, _)| a)
+    }
+}
+
+fn absolute_dir(dir: &Path) -> Result<PathBuf, ConfigError> {
+    // canonicalize: the folder must exist anyway, and a canonical path makes the duplicate
+    // check of a set see through `./a` vs `a` and symlinks.
+    std::fs::canonicalize(dir).map_err(|source| ConfigError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })
+}
+
+fn load_agent(dir: &Path) -> Result<(AgentConfig, PeerSpans), ConfigError> {
+    let dir = absolute_dir(dir)?;
+    let file = dir.join(AGENT_FILE);
+    let raw: RawAgent = load_file(&file, "an agent declaration with `name` and `model`")?;
+    convert(raw, dir, file)
+}
+
+fn convert(
+    raw: RawAgent,
+    dir: PathBuf,
+    file: PathBuf,
+) -> Result<(AgentConfig, PeerSpans), ConfigError> {
+    let ctx = Ctx { file: &file };
+    let root = KeyPath::root();
+
+    let name = raw.name.value.clone();
+    if !is_valid_name(&name) {
+        return Err(ctx.invalid(Pos::of(&raw.name), &root.key("name"), name_problem(&name)));
+    }
+
+    let (can_call, accept_from) = match raw.agents {
+        Some(a) => (
+            a.can_call.unwrap_or_default(),
+            a.accept_from.unwrap_or_default(),
+        ),
+        None => (Vec::new(), Vec::new()),
+    };
+    let mut spans = PeerSpans {
+        name: Pos::of(&raw.name),
+        can_call: Vec::new(),
+        accept_from: Vec::new(),
+    };
+    let can_call = peer_list(ctx, &name, "can_call", can_call, &mut spans.can_call)?;
+    let accept_from = peer_list(
+        ctx,
+        &name,
+        "accept_from",
+        accept_from,
+        &mut spans.accept_from,
+    )?;
+
+    let model = convert_model(ctx, raw.model)?;
+    let visibility = convert_agent_visibility(
+        ctx,
+        RawAgentVisibility {
+            policies: raw.policies,
+            fallback_policy: raw.fallback_policy,
+            grants: raw.grants,
+            probe_budget: raw.probe_budget,
+        },
+    )?;
+
+    let tools = convert_tools(
+        ctx,
+        &dir,
+        raw.tools.unwrap_or_default(),
+        &visibility.policies,
+    )?;
+    let env = convert_env(ctx, &root, raw.env)?;
+    let limits = convert_limits(ctx, &root, raw.limits)?;
+    let agent = AgentConfig {
+        name,
+        limits,
+        description: raw.description.unwrap_or_default(),
+        can_call,
+        accept_from,
+        model,
+        tools,
+        env,
+        dir,
+        file,
+        visibility,
+    };
+    Ok((agent, spans))
+}
+
+fn peer_list(
+    ctx: Ctx<'_>,
+    me: &str,
+    list: &str,
+    entries: Vec<Spanned<String>>,
+    spans: &mut Vec<Pos>,
+) -> Result<Vec<String>, ConfigError> {
+    let mut out: Vec<String> = Vec::new();
+    for (i, e) in entries.into_iter().enumerate() {
+        let key = KeyPath::root().key("agents").key(list).index(i);
+        let at = Pos::of(&e);
+        let n = e.value;
+        if !is_valid_name(&n) {
+            return Err(ctx.invalid(at, &key, name_problem(&n)));
+        }
+        if n == me {
+            return Err(ctx.invalid(
+                at,
+                &key,
+                format!("an agent cannot name itself (`{n}`) as a peer"),
+            ));
+        }
+        if out.contains(&n) {
+            return Err(ctx.invalid(at, &key, format!("`{n}` is listed twice")));
+        }
+        out.push(n);
+        spans.push(at);
+    }
+    Ok(out)
+}
+
+fn convert_env(
+    ctx: Ctx<'_>,
+    root: &KeyPath,
+    raw: Option<SpannedPairs>,
+) -> Result<BTreeMap<String, String>, ConfigError> {
+    let mut env = BTreeMap::new();
+    for (k, v) in raw.unwrap_or_default().0 {
+        let key = root.key("env").key(&k.value);
+        // These become process environment variables of the agent's tools: the OS refuses
+        // `=` in a name and NUL anywhere.
+        if k.value.is_empty() || k.value.contains('=') || k.value.contains('\0') {
+            return Err(ctx.invalid(
+                Pos::of(&k),
+                &key,
+                "environment variable names must be non-empty and contain no `=` or NUL",
+            ));
+        }
+        if v.value.contains('\0') {
+            return Err(ctx.invalid(Pos::of(&v), &key, "environment values must not contain NUL"));
+        }
+        env.insert(k.value, v.value);
+    }
+    Ok(env)
+}

@@ -1,0 +1,155 @@
+//! What a step is told: the [`Input`] that just happened to a run, with the facts it carries
+//! (a model's answer, a call's outcome, a callee's reply) and the [`Policy`] of the agent's
+//! current config.
+//!
+//! Plain data, built by whoever drives [`step`](super::step()): the agent actor on a host, the
+//! fleet simulation in tests. Nothing here decides or reads the run's log; the decision is the
+//! sibling modules' work, so these types must stay free of behaviour.
+
+use std::collections::BTreeSet;
+
+use consort_config::Limits;
+
+use super::transition::CostDelta;
+use crate::event::ReplyOutcome;
+use crate::{ModelStep, Refusal, RunId};
+
+/// What the agent's current config and host say, for one step.
+#[derive(Clone, Copy, Debug)]
+pub struct Policy<'a> {
+    /// This agent.
+    pub agent: &'a str,
+    /// Its current `can_call`.
+    pub can_call: &'a [String],
+    /// Every agent of the fleet (local and remote), this one included.
+    pub fleet_agents: &'a [String],
+    /// Its current loop guards.
+    pub limits: Limits,
+    /// Most model turns one run may take.
+    pub max_model_turns: u64,
+    /// Largest reply text taken into a run, in bytes.
+    pub reply_cap: usize,
+}
+
+/// What the engine knew when it asked the model for a turn; recorded with the answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TurnAsked {
+    /// The run is still `queued`: its move to `running` goes into the turn's transaction.
+    pub starting: bool,
+    /// Calls out when the model was asked.
+    pub pending: usize,
+    /// The last event the model's conversation included: anything newer (a reply that
+    /// arrived while it thought) is news for the next turn.
+    pub seen_seq: u64,
+    /// Every tool-use id emitted before this turn (a new turn must not reuse one).
+    pub seen_tool_uses: BTreeSet<String>,
+}
+
+/// A model's answer to one turn.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelAnswer {
+    /// What it decided.
+    pub step: ModelStep,
+    /// Tokens it read, when it reports them.
+    pub input_tokens: u64,
+    /// Tokens it wrote, when it reports them.
+    pub output_tokens: u64,
+}
+
+/// How a placed call ended on the callee's side.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CallOutcome {
+    /// The callee stored the child run (`existing` when it already had it: a replay).
+    Accepted {
+        /// The child run.
+        child_run: RunId,
+        /// The callee already had it.
+        existing: bool,
+    },
+    /// The call was refused (by either side, or by the link).
+    Refused(Refusal),
+}
+
+/// A callee's reply, as it reaches the caller's agent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplyIn {
+    /// The run that placed the call.
+    pub parent_run: RunId,
+    /// The child run that answers.
+    pub child_run: RunId,
+    /// The agent that answers.
+    pub callee: String,
+    /// The `call_agent` tool use the call was placed through.
+    pub tool_use_id: String,
+    /// How the child run ended.
+    pub outcome: ReplyOutcome,
+    /// Its answer or error.
+    pub output: String,
+    /// The child's tree cost (its own and its descendants').
+    pub tree_cost: CostDelta,
+}
+
+/// What just happened to a run.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Input {
+    /// Move the run as far as it goes on its own (after it was stored, after a restart, after
+    /// anything was written). `busy` names the tool uses that have a task out; `thinking` says
+    /// a model turn is being asked.
+    Advance {
+        /// Tool uses of the last turn with a task out.
+        busy: BTreeSet<String>,
+        /// A model turn is being asked on another task.
+        thinking: bool,
+    },
+    /// The model answered a turn (or failed).
+    ModelAnswered {
+        /// What the engine knew when it asked.
+        asked: TurnAsked,
+        /// The answer, or the model's error.
+        answer: Result<ModelAnswer, String>,
+    },
+    /// A tool use (a declared tool, a meta-tool or `check_run`) has its result.
+    ToolFinished {
+        /// The tool use.
+        tool_use_id: String,
+        /// The name its result is recorded under.
+        name: String,
+        /// What the model reads.
+        content: String,
+        /// A refusal or failure.
+        is_error: bool,
+        /// Whether it counts as a tool call in the run's cost.
+        counts: bool,
+    },
+    /// A call this run asked for was accepted or refused.
+    CallEnded {
+        /// The `call_agent` tool use.
+        tool_use_id: String,
+        /// The callee.
+        callee: String,
+        /// What happened.
+        outcome: CallOutcome,
+    },
+    /// A callee replied. `placing` says the call's placement is still out (its acceptance
+    /// may not have reached this run yet).
+    Reply {
+        /// The reply.
+        reply: ReplyIn,
+        /// The call's placement is still out.
+        placing: bool,
+    },
+    /// An operator decided on the gated tool use the run waits on.
+    Decide {
+        /// The run.
+        run: RunId,
+        /// Approve (else deny).
+        approve: bool,
+    },
+    /// A blocking call's wait (its `wait_s`) is over.
+    WaitElapsed {
+        /// The `call_agent` tool use.
+        tool_use_id: String,
+    },
+    /// The host restarted: ask again for every reply the run still waits on.
+    Resume,
+}

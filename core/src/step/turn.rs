@@ -1,0 +1,126 @@
+//! A run's own pace: whether it asks its model for a turn, waits, or settles, and what a
+//! model's answer writes.
+//!
+//! [`advance`] is what a run does when nothing new arrived: it moves a fresh run to
+//! `running`, hands a turn's open tool uses to `resolve`, waits while calls are out, and
+//! enforces the turn limit. [`model_answered`] records a turn (with its cost) and rejects one
+//! that reuses tool-use ids. Neither may place calls or take replies itself: those belong to
+//! `call` and `reply`, so a rule about them lives in one place only.
+
+use std::collections::BTreeSet;
+
+use super::effect::{Effect, Step};
+use super::input::{ModelAnswer, Policy, TurnAsked};
+use super::resolve::resolve_tool_uses;
+use super::settled;
+use super::transition::{CostDelta, Transition};
+use crate::event::ModelTurn;
+use crate::{ModelStep, RunEvent, RunStatus, RunView};
+
+/// Moves the run as far as it goes on its own; `busy` and `thinking` say what is already out.
+pub(super) fn advance(
+    view: &RunView,
+    busy: &BTreeSet<String>,
+    thinking: bool,
+    policy: &Policy<'_>,
+) -> Step {
+    let status = view.status.unwrap_or(RunStatus::Queued);
+    if status.is_settled() || status == RunStatus::Blocked {
+        return Step::default();
+    }
+    let unresolved = view.unresolved_tool_uses();
+    // A fresh run goes straight to its first model turn; its move to `running` is written in
+    // that turn's transaction rather than in one of its own.
+    if status == RunStatus::Queued && (!unresolved.is_empty() || !view.needs_model()) {
+        return Step::write(
+            Transition::default().status(RunStatus::Running),
+            vec![Effect::Advance],
+        );
+    }
+    if !unresolved.is_empty() {
+        return resolve_tool_uses(view, &unresolved, busy, policy);
+    }
+    let pending = view.pending_calls();
+    if !view.needs_model() {
+        if pending > 0 {
+            if status == RunStatus::Waiting {
+                return Step::default();
+            }
+            return Step::write(Transition::default().status(RunStatus::Waiting), vec![]);
+        }
+        return settle(Err(
+            "the model is waiting but no calls are outstanding".into()
+        ));
+    }
+    if view.model_turns >= policy.max_model_turns {
+        let limit = policy.max_model_turns;
+        return settle(Err(format!("model turn limit ({limit}) reached")));
+    }
+    if thinking {
+        // A turn is already being asked for; its answer will advance the run.
+        return Step::default();
+    }
+    Step::effects(vec![Effect::AskModel(TurnAsked {
+        starting: status == RunStatus::Queued,
+        pending,
+        seen_seq: view.last_seq,
+        seen_tool_uses: view.seen_tool_uses.clone(),
+    })])
+}
+
+fn settle(outcome: Result<String, String>) -> Step {
+    Step::write(Transition::default().settle(outcome), vec![Effect::Settled])
+}
+
+/// Records a model turn and what it decided.
+pub(super) fn model_answered(
+    view: &RunView,
+    asked: TurnAsked,
+    answer: Result<ModelAnswer, String>,
+) -> Step {
+    if settled(view) {
+        return Step::default();
+    }
+    let answer = match answer {
+        Ok(answer) => answer,
+        Err(error) => return settle(Err(error)),
+    };
+    if let ModelStep::ToolUses(uses) = &answer.step {
+        let mut fresh = BTreeSet::new();
+        let reused = uses
+            .iter()
+            .any(|u| asked.seen_tool_uses.contains(&u.id) || !fresh.insert(u.id.as_str()));
+        if uses.is_empty() || reused {
+            return settle(Err(
+                "the model emitted no tool uses or reused a tool-use id".into(),
+            ));
+        }
+    }
+    let turn = Transition {
+        cost: CostDelta {
+            model_turns: 1,
+            input_tokens: answer.input_tokens,
+            output_tokens: answer.output_tokens,
+            ..CostDelta::default()
+        },
+        start: asked.starting,
+        ..Transition::default()
+    }
+    .event(RunEvent::ModelTurn(ModelTurn {
+        step: answer.step.clone(),
+        pending_calls: asked.pending,
+        seen_seq: Some(asked.seen_seq),
+    }));
+    match answer.step {
+        // The turn and the settlement are one transaction.
+        ModelStep::Answer(text) => Step::write(turn.settle(Ok(text)), vec![Effect::Settled]),
+        ModelStep::ToolUses(_) => Step::write(turn, vec![Effect::Advance]),
+        ModelStep::Wait if asked.pending > 0 => {
+            Step::write(turn.status(RunStatus::Waiting), vec![])
+        }
+        ModelStep::Wait => Step::write(
+            turn.settle(Err("the model waited with no calls outstanding".into())),
+            vec![Effect::Settled],
+        ),
+    }
+}
