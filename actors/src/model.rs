@@ -2,7 +2,7 @@
 //!
 //! A [`Model`] gets the run's conversation (its input, its earlier tool uses and their
 //! results, and `[reply from <agent>]` messages) and returns one [`ModelStep`]: a final answer,
-//! tool uses, or "wait" while calls it placed are still out. The engine in `agent.rs` records
+//! tool uses, or "wait" while calls it placed are still out. The engine in `agent/drive.rs` records
 //! every step in the run's event log *before* acting on it, so a host restarted mid-turn replays
 //! the same tool-use ids and a replayed call finds the run it already created.
 //!

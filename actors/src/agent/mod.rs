@@ -1,18 +1,21 @@
 //! The agent actor: one per agent, owning that agent's run store, model and tools.
 //!
 //! The actor decides nothing about a run itself. Every message that concerns a run becomes an
-//! [`Input`] to consort-core's [`step`](consort_core::step()); the actor writes the step's
-//! transition to the store (one transaction), folds it into the run's kept view, and executes
-//! the step's effects: ask the model, place a call, read a call's run, run a tool, ask callees
-//! for lost replies, report a settled run. Runs move one message at a time, so a run's log has
-//! one writer. See [`engine`] for the loop and [`tool_use`] for tools and meta-tools.
+//! [`Input`] to consort-core's [`step`](consort_core::step()); the actor hands the step's
+//! transition to the store writer, folds it into the run's kept view, and executes the step's
+//! effects: ask the model, place a call, read a call's run, run a tool, ask callees for lost
+//! replies, report a settled run. Runs move one message at a time, so a run's log has one
+//! writer. The files: [`drive`] (the loop over `step`), [`commits`] (tickets, suspended drives
+//! and answers held until their writes are durable), [`admission`] (new runs and accepted
+//! calls), [`engine`] (executing effects) and [`tool_use`] (tools and meta-tools).
 //!
-//! The actor never awaits another actor inside its handler: a call or a `check_run` goes to
-//! the supervisor from a spawned task, whose outcome comes back as a message. That keeps two
-//! agents calling each other at the same moment from deadlocking, and keeps the mailbox moving
-//! while a remote host answers. A task's message goes to the actor that spawned it; when that
-//! actor is gone (restarted, stopped) the outcome is dropped with a log line, and the restarted
-//! actor recovers the run from its log.
+//! The actor never awaits another actor inside its handler, nor a commit: a call or a
+//! `check_run` goes to the supervisor from a spawned task, and a commit comes back as
+//! [`AgentMsg::Committed`]. That keeps two agents calling each other at the same moment from
+//! deadlocking, and keeps the mailbox moving while a remote host answers or the disk syncs. A
+//! task's message goes to the actor that spawned it; when that actor is gone (restarted,
+//! stopped) the outcome is dropped with a log line, and the restarted actor recovers the run
+//! from its log.
 
 mod admission;
 mod commits;

@@ -8,7 +8,7 @@
 //! "the run already exists" (the child run id is derived from the parent run and the tool use).
 //!
 //! [`RunStore`] is the synchronous store over one connection. Inside a host no async code
-//! calls it: [`StoreWriter`] (in [`writer`]) owns the connections on a thread of its own,
+//! calls it: [`StoreWriter`] owns the connections on a thread of its own,
 //! commits many runs' appends together and answers each once committed; an agent actor holds
 //! an [`AgentStore`] handle. Inspection (the CLI, the HTTP API's reads) opens a store
 //! read-only on a blocking thread.
