@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 
 use consort_core::{RunEvent, RunId, RunStatus, RunView};
 
-use super::world::{StoredRun, World, short};
+use super::store::StoredRun;
+use super::trace::short;
+use super::world::World;
 
 /// One broken invariant: its class (stable, for grouping) and what exactly is wrong.
 #[derive(Clone, Debug)]

@@ -2,7 +2,12 @@
 //! its executor and scheduler, and the invariant checks.
 
 pub(crate) mod check;
+mod engine;
 pub(crate) mod fleet;
+mod link;
+mod sched;
+pub(crate) mod store;
+mod trace;
 pub(crate) mod world;
 
 use check::Violation;
