@@ -60,7 +60,8 @@ mod sim;
 
 use std::time::Instant;
 
-use sim::check::{LOST_REPLY, ORPHANS_BEYOND_CAP};
+use sim::check::{KNOWN, LOST_REPLY, ORPHANS_BEYOND_CAP, REFUSED_YET_CHILD};
+use sim::tools::{GATED_RERUN, STALE_DECISION};
 use sim::world::Options;
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -71,9 +72,14 @@ fn strict() -> bool {
     std::env::var("CONSORT_SIM_STRICT").is_ok_and(|v| !v.is_empty() && v != "0")
 }
 
+fn off(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
 fn options() -> Options {
     Options {
-        reask: std::env::var("CONSORT_SIM_NO_REASK").map_or(true, |v| v.is_empty() || v == "0"),
+        reask: !off("CONSORT_SIM_NO_REASK"),
+        reloads: !off("CONSORT_SIM_NO_RELOADS"),
         ..Options::default()
     }
 }
@@ -96,8 +102,9 @@ fn report(seed: u64, opts: &Options) -> String {
         out.push('\n');
     }
     out.push_str(&format!(
-        "reproduce: CONSORT_SIM_SEED={seed}{} cargo test -p consort-core --test fleet_sim -- --nocapture\n",
-        if opts.reask { "" } else { " CONSORT_SIM_NO_REASK=1" }
+        "reproduce: CONSORT_SIM_SEED={seed}{}{} cargo test -p consort-core --test fleet_sim -- --nocapture\n",
+        if opts.reask { "" } else { " CONSORT_SIM_NO_REASK=1" },
+        if opts.reloads { "" } else { " CONSORT_SIM_NO_RELOADS=1" },
     ));
     out
 }
@@ -119,20 +126,22 @@ fn fleet_simulation() {
     let totals_seeds = seeds;
     let started = Instant::now();
     let mut failed = Vec::new();
-    let mut known: Vec<u64> = Vec::new();
+    let mut known: Vec<(&str, u64)> = Vec::new();
     let mut totals = sim::world::Stats::default();
     for seed in 0..seeds {
         let trial = sim::trial(seed, opts.clone());
         totals.add(&trial.stats);
-        if trial.violations.iter().any(|v| v.known()) {
-            known.push(seed);
+        for class in KNOWN {
+            if trial.violations.iter().any(|v| v.class == *class) {
+                known.push((class, seed));
+            }
         }
         if trial.violations.iter().any(|v| strict() || !v.known()) {
             failed.push((trial.seed, trial.violations));
         }
     }
     println!(
-        "{seeds} seeds in {:.1?}: {} events, {} appends, {} roots, {} runs, {} delivered, {} dropped, {} duplicated, {} crashes, {} timeouts, {} re-asks; {} failed",
+        "{seeds} seeds in {:.1?}: {} events, {} appends, {} roots, {} runs, {} delivered, {} dropped, {} duplicated, {} crashes, {} timeouts, {} re-asks, {} decisions, {} reloads, {} tool runs; {} failed",
         started.elapsed(),
         totals.events,
         totals.appends,
@@ -144,14 +153,24 @@ fn fleet_simulation() {
         totals.crashes,
         totals.timeouts,
         totals.reasks,
+        totals.decisions,
+        totals.reloads,
+        totals.tool_runs,
         failed.len()
     );
-    if !known.is_empty() {
-        println!(
-            "known gap [{ORPHANS_BEYOND_CAP}] in {} seeds (first: {:?}); CONSORT_SIM_STRICT=1 fails on it",
-            known.len(),
-            &known[..known.len().min(10)]
-        );
+    for class in KNOWN {
+        let seeds: Vec<u64> = known
+            .iter()
+            .filter(|(c, _)| c == class)
+            .map(|(_, s)| *s)
+            .collect();
+        if !seeds.is_empty() {
+            println!(
+                "known gap [{class}] in {} seeds (first: {:?}); CONSORT_SIM_STRICT=1 fails on it",
+                seeds.len(),
+                &seeds[..seeds.len().min(10)]
+            );
+        }
     }
     for (what, n) in &totals.coverage {
         println!("  {what}: {n}");
@@ -170,6 +189,34 @@ fn fleet_simulation() {
             "reply held",
             "reply received",
             "run succeeded",
+            // Approval gates and operator decisions.
+            "run blocked",
+            "approval approved",
+            "approval denied",
+            "decision refused not_awaiting_approval",
+            "decision on a run blocked before a crash",
+            "decision sent again",
+            // Declared tools, across crashes, and check_run.
+            "tool not declared",
+            "tool running at a crash",
+            "tool run again after a crash",
+            "check_run answered",
+            "check_run result",
+            "check_run result (error)",
+            "check_run timed out",
+            "check_run to a host that is down",
+            "check_run asked again after a crash",
+            // Failing models.
+            "model turn failed",
+            "run failed by its model",
+            "reply received (failed)",
+            // Config reloads under runs in flight.
+            "config reloaded",
+            "call placed under a reloaded config",
+            "call refused not_in_can_call under a reloaded config",
+            "call refused call_cap under a reloaded config",
+            "call refused depth_limit under a reloaded config",
+            "inbound call decided under a reloaded config",
         ] {
             assert!(
                 totals.coverage.get(what).is_some_and(|n| *n > 0),
@@ -230,4 +277,68 @@ fn a_timed_out_placement_still_counts_against_the_cap() {
             .any(|v| v.class == ORPHANS_BEYOND_CAP)
     });
     assert_eq!(found, None, "a parent holds more children than its cap");
+}
+
+/// A placement in flight when its caller's host crashes, after its callee stored the child: on
+/// resume the caller decides the same tool use again, under its config as reloaded meanwhile
+/// (a narrower `can_call`, a lower cap or depth), and may record the call as refused while the
+/// child runs (and its reply is dropped as "a call this run never placed"). This keeps that
+/// gap on record, and shows it takes a reload.
+#[test]
+fn a_reload_under_a_lost_placement_leaves_a_child_recorded_as_refused() {
+    let found = |reloads: bool| {
+        let opts = Options {
+            reloads,
+            ..Options::default()
+        };
+        (0..300).find(|seed| {
+            sim::trial(*seed, opts.clone())
+                .violations
+                .iter()
+                .any(|v| v.class == REFUSED_YET_CHILD)
+        })
+    };
+    assert!(
+        found(true).is_some(),
+        "expected a seed where a resumed placement is refused while its child runs"
+    );
+    assert_eq!(
+        found(false),
+        None,
+        "a child recorded as refused without a reload"
+    );
+}
+
+/// A gated tool approved once runs again after a crash: its run was lost with the host before
+/// its result was recorded, and on resume the gate finds the approval and lets the use run
+/// again, without asking. This keeps that gap on record.
+#[test]
+fn a_gated_tool_runs_again_after_a_crash_under_its_one_approval() {
+    let found = (0..300).find(|seed| {
+        sim::trial(*seed, Options::default())
+            .violations
+            .iter()
+            .any(|v| v.class == GATED_RERUN)
+    });
+    assert!(
+        found.is_some(),
+        "expected a seed where a gated tool runs twice under one approval"
+    );
+}
+
+/// A decision names a run, not the gated tool use it was made for: a retried decision that
+/// arrives after its gate was decided and the run blocked again on a second gated use decides
+/// that one. This keeps that gap on record.
+#[test]
+fn a_retried_decision_decides_the_next_gate() {
+    let found = (0..300).find(|seed| {
+        sim::trial(*seed, Options::default())
+            .violations
+            .iter()
+            .any(|v| v.class == STALE_DECISION)
+    });
+    assert!(
+        found.is_some(),
+        "expected a seed where a decision decides a gate it was not made for"
+    );
 }

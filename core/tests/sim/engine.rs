@@ -3,11 +3,22 @@
 //! reach the caller.
 
 use consort_core::event::ReplyOutcome;
-use consort_core::step::{self, CallOutcome, Effect, Input, Policy, ReplyIn, Verdict};
-use consort_core::{RunEvent, RunId, RunStatus, RunView, Transition};
+use consort_core::step::{self, CALL_AGENT, CallOutcome, Effect, Input, Policy, ReplyIn, Verdict};
+use consort_core::{ModelStep, RunEvent, RunId, RunStatus, RunView, Transition};
 
+use super::store::Placed;
 use super::trace::{describe_event, short};
-use super::world::{CALL_TIMEOUT, MAX_MODEL_TURNS, Msg, REPLY_CAP, Task, World};
+use super::world::{CALL_TIMEOUT, CallMsg, Deadline, MAX_MODEL_TURNS, Msg, REPLY_CAP, Task, World};
+
+/// The class of a kept view that no longer equals its log folded from scratch.
+pub(crate) const VIEW_DIFFERS: &str = "kept view differs from the log";
+
+/// The class of a call placed (an `Effect::PlaceCall`) that the caller's config in force did
+/// not allow.
+pub(crate) const PLACED_BEYOND_CONFIG: &str = "call placed beyond the caller's config";
+
+/// What a failed model turn's error starts with.
+pub(crate) const MODEL_ERROR: &str = "sim: the model failed";
 
 impl World {
     pub(crate) fn advance_input(&self, agent: &str, run: &RunId) -> Input {
@@ -57,8 +68,30 @@ impl World {
                 return None;
             }
         }
+        if !self.execute(h, agent_name, id, hop_depth, step.effects) {
+            return None;
+        }
+        // As the real engine's `forget_if_settled`: nothing steps a settled run again but a
+        // late message, which reads it back.
+        let agent = self.agent(agent_name);
+        if agent.store.runs[id].status.is_settled() {
+            agent.vol.views.remove(id);
+        }
+        Some(step.verdict)
+    }
+
+    /// Executes a step's effects in order; false when the host crashed at an append one of
+    /// them made (a gate's block, a tool's result recorded at once).
+    fn execute(
+        &mut self,
+        h: usize,
+        agent_name: &str,
+        id: &RunId,
+        hop_depth: u32,
+        effects: Vec<Effect>,
+    ) -> bool {
         let mut again = false;
-        for effect in step.effects {
+        for effect in effects {
             match effect {
                 Effect::Advance => again = true,
                 Effect::AskModel(asked) => {
@@ -82,12 +115,18 @@ impl World {
                     callee,
                     input,
                 } => {
+                    let placed = self.placed_under(agent_name, id, &tool_use_id, &callee);
                     let clock = self.clock(h);
                     let agent = self.agent(agent_name);
                     let key = (id.clone(), tool_use_id.clone());
                     agent.vol.in_flight.insert(key.clone());
-                    agent.vol.deadlines.insert(key, clock + CALL_TIMEOUT);
-                    let msg = Msg::Call {
+                    let deadline = Deadline {
+                        at: clock + CALL_TIMEOUT,
+                        callee: callee.clone(),
+                        check: false,
+                    };
+                    agent.vol.deadlines.insert(key, deadline);
+                    let msg = Msg::Call(CallMsg {
                         caller: agent_name.to_owned(),
                         callee: callee.clone(),
                         parent_run: id.clone(),
@@ -96,15 +135,19 @@ impl World {
                         input,
                         chain_depth: hop_depth as usize + 1,
                         issued_at: clock,
-                    };
+                        placed,
+                    });
                     self.send(h, &callee, msg);
                 }
-                Effect::CheckRun { tool_use_id, .. } => {
-                    self.tool_out(h, agent_name, id, tool_use_id, step::CHECK_RUN.into());
-                }
-                Effect::UseTool(tool_use) => {
-                    self.tool_out(h, agent_name, id, tool_use.id, tool_use.name);
-                }
+                Effect::CheckRun {
+                    tool_use_id,
+                    child,
+                    callee,
+                } => self.check_run(h, agent_name, id, tool_use_id, child, callee),
+                Effect::UseTool(tool_use) => match self.use_tool(h, agent_name, id, &tool_use) {
+                    None => return false,
+                    Some(recorded) => again |= recorded,
+                },
                 Effect::AskReplies(calls) => {
                     for (callee, child_run) in calls {
                         let msg = Msg::Resend {
@@ -126,43 +169,116 @@ impl World {
                 input: None,
             });
         }
-        Some(step.verdict)
+        true
     }
 
-    pub(crate) fn tool_out(
+    /// What the caller's config in force says of a placement its step just decided, checked
+    /// against the log: the callee listed, the depth within the limit, and the calls the run
+    /// counts (recorded, ended unreachable, being placed), this one excepted, below the cap.
+    fn placed_under(
         &mut self,
-        h: usize,
         agent: &str,
         run: &RunId,
-        tool_use_id: String,
-        name: String,
-    ) {
-        self.agent(agent)
+        tool_use_id: &str,
+        callee: &str,
+    ) -> Placed {
+        let spec = self.spec(agent);
+        let placed = Placed {
+            listed: spec.can_call.iter().any(|n| n == callee),
+            limits: spec.limits,
+            version: spec.version,
+        };
+        let stored = &self.agents[agent].store.runs[run];
+        if stored.config_version != placed.version {
+            self.stats
+                .cover("call placed under a reloaded config".into());
+        }
+        let stored = &self.agents[agent].store.runs[run];
+        let mut calls: Vec<&str> = Vec::new();
+        let mut counted = 0u64;
+        for event in &stored.events {
+            match event {
+                RunEvent::ModelTurn(turn) => {
+                    if let ModelStep::ToolUses(uses) = &turn.step {
+                        calls.extend(
+                            uses.iter()
+                                .filter(|u| u.name == CALL_AGENT)
+                                .map(|u| u.id.as_str()),
+                        );
+                    }
+                }
+                RunEvent::CallPlaced(_) => counted += 1,
+                RunEvent::CallRefused(r) if r.code == "unreachable" => counted += 1,
+                _ => {}
+            }
+        }
+        let recorded = |tu: &str| {
+            stored.events.iter().any(|e| {
+                matches!(e, RunEvent::CallPlaced(c) if c.tool_use_id == tu)
+                    || matches!(e, RunEvent::CallRefused(c) if c.tool_use_id == tu)
+            })
+        };
+        counted += self.agents[agent]
             .vol
             .in_flight
-            .insert((run.clone(), tool_use_id.clone()));
-        self.hosts[h].tasks.push(Task::Tool {
-            agent: agent.to_owned(),
-            run: run.clone(),
-            tool_use_id,
-            name,
-        });
+            .iter()
+            .filter(|(r, tu)| {
+                r == run && tu != tool_use_id && calls.contains(&tu.as_str()) && !recorded(tu)
+            })
+            .count() as u64;
+        let depth = stored.hop_depth + 1;
+        if !placed.listed
+            || depth > placed.limits.max_depth
+            || counted >= u64::from(placed.limits.max_calls_per_run)
+        {
+            let detail = format!(
+                "{agent} {} placed {tool_use_id} to {callee} at depth {depth} with {counted} calls counted under config v{} (can_call lists it: {}, {:?})",
+                short(run),
+                placed.version,
+                placed.listed,
+                placed.limits
+            );
+            self.violation(PLACED_BEYOND_CONFIG, detail);
+        }
+        placed
     }
 
     /// Appends a transition and folds what was written into the kept view; the view must then
     /// equal the log folded from scratch.
     pub(crate) fn write(&mut self, agent_name: &str, id: &RunId, transition: Transition) {
+        let version = self.spec(agent_name).version;
         let agent = self.agent(agent_name);
+        let reloaded = agent.store.runs[id].config_version != version;
         let events = agent.store.append(id, transition);
         for event in &events {
+            if let RunEvent::CallRefused(c) = event
+                && reloaded
+                && ["not_in_can_call", "depth_limit", "call_cap"].contains(&c.code.as_str())
+            {
+                let what = format!("call refused {} under a reloaded config", c.code);
+                self.stats.cover(what);
+            }
             let what = match event {
                 RunEvent::CallRefused(c) => format!("call refused {}", c.code),
                 RunEvent::CallPlaced(c) if c.existing => "call placed (existing)".into(),
+                RunEvent::ReplyReceived(r) if r.status == ReplyOutcome::Failed => {
+                    "reply received (failed)".into()
+                }
                 RunEvent::ReplyReceived(_) => "reply received".into(),
                 RunEvent::Status(s) if s.to.is_settled() => format!("run {}", s.to),
+                RunEvent::Status(s) if s.to == RunStatus::Blocked => "run blocked".into(),
+                RunEvent::ApprovalDecided(d) if d.approved => "approval approved".into(),
+                RunEvent::ApprovalDecided(_) => "approval denied".into(),
+                RunEvent::ToolResult(r) if r.name == step::CHECK_RUN && r.is_error => {
+                    "check_run result (error)".into()
+                }
+                RunEvent::ToolResult(r) if r.name == step::CHECK_RUN => "check_run result".into(),
+                RunEvent::Failed(f) if f.error.starts_with(MODEL_ERROR) => {
+                    "run failed by its model".into()
+                }
                 _ => continue,
             };
-            *self.stats.coverage.entry(what).or_default() += 1;
+            self.stats.cover(what);
         }
         let agent = self.agent(agent_name);
         let run = &agent.store.runs[id];
@@ -187,7 +303,7 @@ impl World {
                 let msg = format!(
                     "kept view of {agent_name} {id} differs from its log folded from scratch"
                 );
-                self.violations.push(msg);
+                self.violation(VIEW_DIFFERS, msg);
             }
         }
         self.log(line);
@@ -282,6 +398,31 @@ impl World {
         }
     }
 
+    /// A tool use's result from its task (a declared tool, a `check_run` answered or timed
+    /// out): as the real `ToolDone`.
+    pub(crate) fn tool_done(
+        &mut self,
+        agent: &str,
+        run: RunId,
+        tool_use_id: String,
+        name: String,
+        content: String,
+        is_error: bool,
+    ) {
+        let vol = &mut self.agent(agent).vol;
+        let key = (run.clone(), tool_use_id.clone());
+        vol.in_flight.remove(&key);
+        vol.deadlines.remove(&key);
+        let input = Input::ToolFinished {
+            tool_use_id,
+            name,
+            content,
+            is_error,
+            counts: true,
+        };
+        self.drive(agent, &run, input);
+    }
+
     /// Every kept view equals its run's log folded from scratch.
     pub(crate) fn check_views(&mut self) {
         let mut bad = Vec::new();
@@ -296,6 +437,8 @@ impl World {
                 }
             }
         }
-        self.violations.extend(bad);
+        for detail in bad {
+            self.violation(VIEW_DIFFERS, detail);
+        }
     }
 }

@@ -2,11 +2,14 @@
 //! its executor and scheduler, and the invariant checks.
 
 pub(crate) mod check;
-mod engine;
+pub(crate) mod engine;
 pub(crate) mod fleet;
 mod link;
+mod model;
+mod operator;
 mod sched;
 pub(crate) mod store;
+pub(crate) mod tools;
 mod trace;
 pub(crate) mod world;
 

@@ -1,14 +1,14 @@
-//! The seeded scheduler: the fault phase and the calm phase, timers, crashes and restarts, root
-//! runs started through the API, and the tasks an agent queued for itself.
+//! The seeded scheduler: the fault phase and the calm phase, timers, crashes and restarts, and
+//! the tasks an agent queued for itself (a model turn among them, which may fail).
 
-use consort_core::guards;
-use consort_core::step::{CallOutcome, Input, ModelAnswer};
-use consort_core::{Channel, Refusal, RunId, RunStatus};
+use consort_core::step::{CHECK_RUN, CallOutcome, Input, ModelAnswer};
+use consort_core::{Refusal, RunId, RunStatus};
 use rand::Rng;
 
-use super::fleet::{self, UNREACHABLE_MARK};
-use super::trace::{describe_task, short};
-use super::world::{CALL_TIMEOUT, REASK_AFTER, Task, Volatile, World, call_use_callee};
+use super::engine::MODEL_ERROR;
+use super::model::{self, UNREACHABLE_MARK};
+use super::trace::describe_task;
+use super::world::{CALL_TIMEOUT, REASK_AFTER, Task, Volatile, World};
 
 impl World {
     /// Runs the trial: a fault phase, then a calm phase (every host up, no drops, duplicates or
@@ -34,6 +34,9 @@ impl World {
         for _ in 0..50_000 {
             if self.has_work() {
                 self.work_event();
+                continue;
+            }
+            if self.decide_all_blocked() {
                 continue;
             }
             let before = self.stats.appends;
@@ -65,6 +68,12 @@ impl World {
         let down = self.hosts.iter().filter(|h| !h.up).count() as u32;
         let up = self.hosts.len() as u32 - down;
         let tasks = self.hosts.iter().any(|h| h.up && !h.tasks.is_empty());
+        let blocked = self.agents.values().any(|a| {
+            a.store
+                .runs
+                .values()
+                .any(|r| r.status == RunStatus::Blocked)
+        });
         let weights = [
             if self.net.is_empty() { 0 } else { 10 },
             if tasks { 10 } else { 0 },
@@ -72,8 +81,21 @@ impl World {
             if up > 0 { self.faults.crash_weight } else { 0 },
             if down > 0 { 3 } else { 0 },
             if self.roots_left > 0 { 1 } else { 0 },
+            match (blocked, self.decisions_sent.is_empty()) {
+                (true, _) => 3,
+                (false, false) => 1,
+                (false, true) => 0,
+            },
+            if self.opts.reloads {
+                self.faults.reload_weight
+            } else {
+                0
+            },
         ];
-        if weights[0] + weights[1] + weights[4] + weights[5] == 0 && !self.timers_pending() {
+        if weights[0] + weights[1] + weights[4] + weights[5] == 0
+            && !blocked
+            && !self.timers_pending()
+        {
             return false;
         }
         let total: u32 = weights.iter().sum();
@@ -104,7 +126,9 @@ impl World {
                 let h = downs[self.rng.gen_range(0..downs.len())];
                 self.restart(h);
             }
-            _ => self.start_root(),
+            5 => self.start_root(),
+            6 => self.operator_decides(),
+            _ => self.reload_config(),
         }
         true
     }
@@ -153,31 +177,37 @@ impl World {
                     .vol
                     .deadlines
                     .iter()
-                    .filter(|(_, at)| **at <= clock)
+                    .filter(|(_, d)| d.at <= clock)
                     .map(|(k, _)| k.clone())
                     .collect();
                 let mut tasks = Vec::new();
                 for key in due {
-                    agent.vol.deadlines.remove(&key);
-                    if let Some(callee) = agent
-                        .vol
-                        .views
-                        .get(&key.0)
-                        .and_then(|v| v.call_uses.get(&key.1))
-                        .cloned()
-                        .or_else(|| call_use_callee(&agent.store, &key.0, &key.1))
-                    {
-                        tasks.push(Task::CallDone {
+                    let Some(deadline) = agent.vol.deadlines.remove(&key) else {
+                        continue;
+                    };
+                    let (run, tool_use_id) = key;
+                    let callee = deadline.callee;
+                    tasks.push(if deadline.check {
+                        Task::ToolDone {
                             agent: name.clone(),
-                            run: key.0.clone(),
-                            tool_use_id: key.1.clone(),
+                            run,
+                            tool_use_id,
+                            name: CHECK_RUN.to_owned(),
+                            content: format!("{callee} did not answer check_run: timed out"),
+                            is_error: true,
+                        }
+                    } else {
+                        Task::CallDone {
+                            agent: name.clone(),
+                            run,
+                            tool_use_id,
                             outcome: CallOutcome::Refused(Refusal::Unreachable {
                                 callee: callee.clone(),
                                 detail: UNREACHABLE_MARK.to_owned(),
                             }),
                             callee,
-                        });
-                    }
+                        }
+                    });
                 }
                 if reask {
                     let waiting: Vec<RunId> = agent
@@ -203,6 +233,10 @@ impl World {
                 for task in tasks {
                     match &task {
                         Task::CallDone { .. } => self.stats.timeouts += 1,
+                        Task::ToolDone { .. } => {
+                            self.stats.timeouts += 1;
+                            self.stats.cover("check_run timed out".into());
+                        }
                         _ => self.stats.reasks += 1,
                     }
                     self.log(format!("h{h} timer {}", describe_task(&task)));
@@ -218,6 +252,15 @@ impl World {
         // Kept views must equal the log up to the crash.
         self.check_views();
         self.hosts[h].up = false;
+        self.hosts[h].epoch += 1;
+        let running = self.hosts[h]
+            .tasks
+            .iter()
+            .filter(|t| matches!(t, Task::ToolDone { name, .. } if name != CHECK_RUN))
+            .count();
+        for _ in 0..running {
+            self.stats.cover("tool running at a crash".into());
+        }
         self.hosts[h].tasks.clear();
         for spec in &self.fleet.agents {
             if spec.host == h
@@ -251,41 +294,6 @@ impl World {
         self.hosts[h].tasks.extend(tasks);
     }
 
-    /// A root run started through the API on a random agent: admission, then the store.
-    pub(crate) fn start_root(&mut self) {
-        if self.roots_left == 0 {
-            return;
-        }
-        self.roots_left -= 1;
-        let name = self.fleet.names[self.rng.gen_range(0..self.fleet.names.len())].clone();
-        let h = self.fleet.host_of(&name);
-        let input = fleet::root_task(&mut self.rng);
-        let id = RunId::parse(&format!("run_{:032x}", self.rng.r#gen::<u128>())).expect("id");
-        if !self.hosts[h].up {
-            self.log(format!("root on {name}: host h{h} down, not started"));
-            return;
-        }
-        let (active, limit) = (
-            self.agents[&name].store.unsettled,
-            self.spec(&name).admission_limit,
-        );
-        if let Err(refusal) = guards::admit(&name, &input, active, limit) {
-            self.log(format!("root on {name} refused: {}", refusal.code()));
-            return;
-        }
-        self.stats.roots += 1;
-        self.log(format!("root {} on {name}: {input}", short(&id)));
-        self.insert_run(&name, id.clone(), None, 0, Channel::Api, input);
-        if self.durable(h) {
-            return;
-        }
-        self.hosts[h].tasks.push(Task::Drive {
-            agent: name,
-            run: id,
-            input: None,
-        });
-    }
-
     pub(crate) fn run_task(&mut self) {
         let hosts: Vec<usize> = (0..self.hosts.len())
             .filter(|h| self.hosts[*h].up && !self.hosts[*h].tasks.is_empty())
@@ -309,36 +317,27 @@ impl World {
                 conversation,
             } => {
                 self.agent(&agent).vol.thinking.remove(&run);
-                let step = fleet::answer(self.spec(&agent), &self.fleet, &conversation);
-                let input = Input::ModelAnswered {
-                    asked,
-                    answer: Ok(ModelAnswer {
+                let answer = if self.faults_on && self.rng.gen_bool(self.faults.model_error) {
+                    self.stats.cover("model turn failed".into());
+                    Err(format!("{MODEL_ERROR}: the provider answered 529"))
+                } else {
+                    let step = model::answer(self.spec(&agent), &self.fleet, &conversation);
+                    Ok(ModelAnswer {
                         step,
                         input_tokens: 0,
                         output_tokens: 0,
-                    }),
+                    })
                 };
-                self.drive(&agent, &run, input);
+                self.drive(&agent, &run, Input::ModelAnswered { asked, answer });
             }
-            Task::Tool {
+            Task::ToolDone {
                 agent,
                 run,
                 tool_use_id,
                 name,
-            } => {
-                self.agent(&agent)
-                    .vol
-                    .in_flight
-                    .remove(&(run.clone(), tool_use_id.clone()));
-                let input = Input::ToolFinished {
-                    tool_use_id,
-                    name,
-                    content: "sim: no such tool".into(),
-                    is_error: true,
-                    counts: true,
-                };
-                self.drive(&agent, &run, input);
-            }
+                content,
+                is_error,
+            } => self.tool_done(&agent, run, tool_use_id, name, content, is_error),
             Task::CallDone {
                 agent,
                 run,

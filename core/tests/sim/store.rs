@@ -4,14 +4,38 @@
 use std::collections::BTreeMap;
 
 use consort_core::event::StatusChanged;
-use consort_core::{RunEvent, RunId, RunStatus, Transition};
+use consort_core::{Limits, RunEvent, RunId, RunStatus, Transition};
 
-/// Who placed a child run.
+/// Who placed a child run, and what each side's config said when it decided.
 #[derive(Clone, Debug)]
 pub(crate) struct Parent {
     pub run: RunId,
     pub agent: String,
     pub tool_use_id: String,
+    pub placed: Placed,
+    pub accepted: Accepted,
+}
+
+/// The caller's config when its step decided to place the call that created a child run.
+/// Not part of the real store: the simulation keeps it so a reload cannot blur what the
+/// consent and depth invariants are checked against.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Placed {
+    /// Its `can_call` named the callee.
+    pub listed: bool,
+    pub limits: Limits,
+    pub version: u32,
+}
+
+/// The callee's config when it accepted the call (likewise the simulation's own record).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Accepted {
+    /// Its `accept_from` named the caller.
+    pub listed: bool,
+    pub limits: Limits,
+    pub version: u32,
+    /// Children of the same parent it held before this one.
+    pub children_before: u64,
 }
 
 /// One run as the store keeps it: the row and its event log.
@@ -25,6 +49,9 @@ pub(crate) struct StoredRun {
     pub error: Option<String>,
     /// The cost counter `calls_placed`, added to by transitions.
     pub calls_placed: u64,
+    /// The version of its agent's config when it was stored (the simulation's own record,
+    /// to count the steps a reload reached).
+    pub config_version: u32,
 }
 
 /// One agent's durable store, with the in-memory counters the real store keeps beside it.

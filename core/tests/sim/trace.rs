@@ -13,16 +13,14 @@ pub(crate) fn short(id: &RunId) -> &str {
 
 pub(crate) fn describe_msg(msg: &Msg) -> String {
     match msg {
-        Msg::Call {
-            caller,
-            callee,
-            tool_use_id,
-            child_run,
-            chain_depth,
-            ..
-        } => format!(
-            "Call {caller}->{callee} tu={tool_use_id} child={} depth={chain_depth}",
-            short(child_run)
+        Msg::Call(c) => format!(
+            "Call {}->{} tu={} child={} depth={} (caller config v{})",
+            c.caller,
+            c.callee,
+            c.tool_use_id,
+            short(&c.child_run),
+            c.chain_depth,
+            c.placed.version
         ),
         Msg::CallAnswer {
             caller,
@@ -49,6 +47,36 @@ pub(crate) fn describe_msg(msg: &Msg) -> String {
         Msg::Resend { callee, child_run } => {
             format!("Resend to {callee} child={}", short(child_run))
         }
+        Msg::CheckRun {
+            caller,
+            tool_use_id,
+            callee,
+            child,
+            ..
+        } => format!(
+            "CheckRun {caller}->{callee} tu={tool_use_id} child={}",
+            short(child)
+        ),
+        Msg::CheckAnswer {
+            caller,
+            run,
+            tool_use_id,
+            is_error,
+            ..
+        } => format!(
+            "CheckAnswer to {caller} {} tu={tool_use_id}{}",
+            short(run),
+            if *is_error { " (error)" } else { "" }
+        ),
+        Msg::Decide {
+            agent,
+            run,
+            approve,
+            saw,
+        } => format!(
+            "Decide {agent} {} approve={approve} saw={saw:?}",
+            short(run)
+        ),
     }
 }
 
@@ -63,12 +91,18 @@ pub(crate) fn describe_task(task: &Task) -> String {
             format!("Drive {agent} {} {what}", short(run))
         }
         Task::Model { agent, run, .. } => format!("ModelDone {agent} {}", short(run)),
-        Task::Tool {
+        Task::ToolDone {
             agent,
             run,
             tool_use_id,
+            name,
+            is_error,
             ..
-        } => format!("ToolDone {agent} {} tu={tool_use_id}", short(run)),
+        } => format!(
+            "ToolDone {agent} {} tu={tool_use_id} {name}{}",
+            short(run),
+            if *is_error { " (error)" } else { "" }
+        ),
         Task::CallDone {
             agent,
             run,
@@ -92,9 +126,9 @@ pub(crate) fn describe_event(event: &RunEvent) -> String {
             consort_core::ModelStep::ToolUses(uses) => format!(
                 "model_turn uses[{}]",
                 uses.iter()
-                    .map(|u| {
-                        let callee = u.input.get("agent").and_then(|a| a.as_str()).unwrap_or("");
-                        format!("{}->{callee}", u.id)
+                    .map(|u| match u.input.get("agent").and_then(|a| a.as_str()) {
+                        Some(callee) => format!("{}->{callee}", u.id),
+                        None => format!("{}:{}", u.id, u.name),
                     })
                     .collect::<Vec<_>>()
                     .join(" ")
@@ -114,7 +148,16 @@ pub(crate) fn describe_event(event: &RunEvent) -> String {
             if c.existing { " existing" } else { "" }
         ),
         RunEvent::CallRefused(c) => format!("call_refused {} {}", c.tool_use_id, c.code),
-        RunEvent::ReplyReceived(r) => format!("reply_received child={}", short(&r.child_run)),
+        RunEvent::ReplyReceived(r) => format!(
+            "reply_received child={} {:?}",
+            short(&r.child_run),
+            r.status
+        ),
+        RunEvent::ApprovalRequested(a) => format!("approval_requested {}", a.tool_use_id),
+        RunEvent::ApprovalDecided(d) => {
+            format!("approval_decided {} approved={}", d.tool_use_id, d.approved)
+        }
+        RunEvent::Failed(f) => format!("failed: {}", f.error),
         other => other.kind().to_owned(),
     }
 }

@@ -11,8 +11,9 @@ use consort_core::{Channel, Message, RunEvent, RunId, RunStatus, RunView};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use super::check::Violation;
 use super::fleet::{AgentSpec, Fleet};
-use super::store::{Parent, Store, StoredRun};
+use super::store::{Parent, Placed, Store, StoredRun};
 use super::trace::describe_msg;
 
 /// How long a placement waits for its answer before the call is refused as unreachable (the
@@ -25,6 +26,9 @@ pub(crate) const CALL_TTL: i64 = 5 * CALL_TIMEOUT;
 pub(crate) const ALLOWED_SKEW: i64 = 20;
 /// The proposed re-ask timer: a run waiting longer than this asks its callees again.
 pub(crate) const REASK_AFTER: i64 = 200;
+/// How long a `check_run` waits for the callee's host (the supervisor's `call_t` for a run
+/// summary is half the call timeout).
+pub(crate) const CHECK_TIMEOUT: i64 = CALL_TIMEOUT / 2;
 pub(crate) const MAX_MODEL_TURNS: u64 = 8;
 pub(crate) const REPLY_CAP: usize = 1024;
 
@@ -33,6 +37,8 @@ pub(crate) const REPLY_CAP: usize = 1024;
 pub(crate) struct Options {
     /// Model the proposed re-ask timer (a runtime change; see the crate docs).
     pub reask: bool,
+    /// Edit agent.yaml files while runs go on (in the trials whose faults draw reloads).
+    pub reloads: bool,
     /// Events of the fault phase.
     pub fault_events: usize,
     /// Record a human-readable trace.
@@ -43,6 +49,7 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             reask: true,
+            reloads: true,
             fault_events: 400,
             trace: false,
         }
@@ -56,6 +63,12 @@ pub(crate) struct Faults {
     pub duplicate: f64,
     pub crash_at_append: f64,
     pub crash_weight: u32,
+    /// How often a model turn fails (the provider errs, times out).
+    pub model_error: f64,
+    /// How often a declared tool fails.
+    pub tool_error: f64,
+    /// How often the scheduler edits an agent.yaml (0: never in this trial).
+    pub reload_weight: u32,
 }
 
 // --- volatile state ------------------------------------------------------------------------------
@@ -64,13 +77,24 @@ pub(crate) struct Faults {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Volatile {
     pub views: BTreeMap<RunId, RunView>,
+    /// Tool uses with a task out: calls being placed, `check_run`s, declared tools running.
     pub in_flight: BTreeSet<(RunId, String)>,
-    /// When each placement times out, on this host's clock.
-    pub deadlines: BTreeMap<(RunId, String), i64>,
+    /// When each placement or `check_run` times out.
+    pub deadlines: BTreeMap<(RunId, String), Deadline>,
     pub thinking: BTreeSet<RunId>,
     pub early_replies: BTreeMap<RunId, ReplyIn>,
     /// The re-ask timer: when each waiting run last asked for its replies.
     pub asked_at: BTreeMap<RunId, i64>,
+}
+
+/// A task's timeout, on its host's clock: the supervisor's `call_t` around a placement or a
+/// `check_run`.
+#[derive(Clone, Debug)]
+pub(crate) struct Deadline {
+    pub at: i64,
+    pub callee: String,
+    /// A `check_run` (else a placement).
+    pub check: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -95,12 +119,15 @@ pub(crate) enum Task {
         asked: TurnAsked,
         conversation: Vec<Message>,
     },
-    /// A tool use's result (the scripted models use none; kept for completeness).
-    Tool {
+    /// A tool use's result from its own task: a declared tool that ran, or a `check_run` the
+    /// link answered itself (a timeout, a host that is down).
+    ToolDone {
         agent: String,
         run: RunId,
         tool_use_id: String,
         name: String,
+        content: String,
+        is_error: bool,
     },
     /// A placement's outcome reached through the link itself (a timeout, a down host).
     CallDone {
@@ -117,22 +144,29 @@ pub(crate) struct Host {
     pub up: bool,
     pub skew: i64,
     pub tasks: Vec<Task>,
+    /// Crashes so far: what was started in one epoch and not finished is lost with it.
+    pub epoch: u64,
 }
 
 // --- the network ---------------------------------------------------------------------------------
 
+/// A call's envelope, with the caller's config at the decision beside it (see [`Placed`]).
+#[derive(Clone, Debug)]
+pub(crate) struct CallMsg {
+    pub caller: String,
+    pub callee: String,
+    pub parent_run: RunId,
+    pub tool_use_id: String,
+    pub child_run: RunId,
+    pub input: String,
+    pub chain_depth: usize,
+    pub issued_at: i64,
+    pub placed: Placed,
+}
+
 #[derive(Clone, Debug)]
 pub(crate) enum Msg {
-    Call {
-        caller: String,
-        callee: String,
-        parent_run: RunId,
-        tool_use_id: String,
-        child_run: RunId,
-        input: String,
-        chain_depth: usize,
-        issued_at: i64,
-    },
+    Call(CallMsg),
     CallAnswer {
         caller: String,
         run: RunId,
@@ -147,6 +181,29 @@ pub(crate) enum Msg {
     Resend {
         callee: String,
         child_run: RunId,
+    },
+    /// A `check_run` of a call's child run, to the callee's host.
+    CheckRun {
+        caller: String,
+        run: RunId,
+        tool_use_id: String,
+        callee: String,
+        child: RunId,
+    },
+    CheckAnswer {
+        caller: String,
+        run: RunId,
+        tool_use_id: String,
+        content: String,
+        is_error: bool,
+    },
+    /// An operator's decision, through the API of the agent's host. `saw` is the gated tool
+    /// use the operator saw the run blocked on (`None` for a decision on a run that was not).
+    Decide {
+        agent: String,
+        run: RunId,
+        approve: bool,
+        saw: Option<String>,
     },
 }
 
@@ -171,6 +228,9 @@ pub(crate) struct Stats {
     pub crashes: u64,
     pub timeouts: u64,
     pub reasks: u64,
+    pub decisions: u64,
+    pub reloads: u64,
+    pub tool_runs: u64,
     /// How often each interesting path was taken (refusal codes on either side, replays,
     /// held and dropped replies, expired envelopes), so a run can show it exercised them.
     pub coverage: BTreeMap<String, u64>,
@@ -189,6 +249,9 @@ impl Stats {
         self.crashes += other.crashes;
         self.timeouts += other.timeouts;
         self.reasks += other.reasks;
+        self.decisions += other.decisions;
+        self.reloads += other.reloads;
+        self.tool_runs += other.tool_runs;
         for (k, n) in &other.coverage {
             *self.coverage.entry(k.clone()).or_default() += n;
         }
@@ -215,8 +278,19 @@ pub(crate) struct World {
     pub roots_left: u32,
     pub stats: Stats,
     pub trace: Vec<String>,
-    /// Violations seen while running (kept views against the log).
-    pub violations: Vec<String>,
+    /// Violations seen while running (kept views against the log, effects against the
+    /// config in force, tool runs against approvals, decisions against the run's state).
+    pub violations: Vec<Violation>,
+    /// Every run of a declared tool, by (run, tool use): the epoch of its host when it
+    /// started. The outside world's record of side effects, so it survives crashes.
+    pub tool_runs: BTreeMap<(RunId, String), Vec<u64>>,
+    /// `check_run`s sent, by (run, tool use): the epochs of the caller's host.
+    pub checks: BTreeMap<(RunId, String), Vec<u64>>,
+    /// When each run last blocked: the epoch of its host.
+    pub blocked_in: BTreeMap<RunId, u64>,
+    /// The operator's recent decisions (agent, run, approve, the use it saw), which it may
+    /// send again: a client that got no answer (a host that crashed after the commit) retries.
+    pub decisions_sent: Vec<(String, RunId, bool, Option<String>)>,
 }
 
 impl World {
@@ -228,6 +302,9 @@ impl World {
             duplicate: [0.0, 0.05, 0.15][rng.gen_range(0..3)],
             crash_at_append: [0.0, 0.01, 0.04][rng.gen_range(0..3)],
             crash_weight: [0, 1, 3][rng.gen_range(0..3)],
+            model_error: [0.0, 0.03, 0.1][rng.gen_range(0..3)],
+            tool_error: [0.0, 0.2][rng.gen_range(0..2)],
+            reload_weight: [0, 0, 1, 2][rng.gen_range(0..4)],
         };
         let agents = fleet
             .names
@@ -247,6 +324,7 @@ impl World {
                 up: true,
                 skew: rng.gen_range(-30..=30),
                 tasks: Vec::new(),
+                epoch: 0,
             })
             .collect();
         let roots_left = rng.gen_range(1..=4);
@@ -265,6 +343,10 @@ impl World {
             stats: Stats::default(),
             trace: Vec::new(),
             violations: Vec::new(),
+            tool_runs: BTreeMap::new(),
+            checks: BTreeMap::new(),
+            blocked_in: BTreeMap::new(),
+            decisions_sent: Vec::new(),
         };
         if world.opts.trace {
             world.log(format!("fleet {:#?}", world.fleet.agents));
@@ -278,6 +360,12 @@ impl World {
             self.trace
                 .push(format!("[{:>5} t={}] {line}", self.stats.events, self.now));
         }
+    }
+
+    /// An invariant broken while running.
+    pub(crate) fn violation(&mut self, class: &'static str, detail: String) {
+        self.log(format!("  VIOLATION [{class}] {detail}"));
+        self.violations.push(Violation { class, detail });
     }
 
     pub(crate) fn clock(&self, host: usize) -> i64 {
@@ -304,6 +392,7 @@ impl World {
         input: String,
     ) {
         self.stats.runs += 1;
+        let config_version = self.spec(agent).version;
         let created = RunEvent::Created(Created {
             channel,
             input,
@@ -323,6 +412,7 @@ impl World {
                 output: None,
                 error: None,
                 calls_placed: 0,
+                config_version,
             },
         );
     }
@@ -348,13 +438,4 @@ impl World {
         ));
         self.net.push(Packet { id, from, to, msg });
     }
-}
-
-/// The callee a run's `call_agent` use asked for, from its log.
-pub(crate) fn call_use_callee(store: &Store, run: &RunId, tool_use_id: &str) -> Option<String> {
-    let events = &store.runs.get(run)?.events;
-    RunView::from_events(events)
-        .call_uses
-        .get(tool_use_id)
-        .cloned()
 }
