@@ -1,5 +1,8 @@
-//! The fleet simulation's parts: the fleet and its scripted models, the simulated world with
-//! its executor and scheduler, and the invariant checks.
+//! The fleet simulation's parts: the fleet (`fleet`) and its scripted models (`model`); the
+//! simulated world's state (`world`) and durable stores (`store`); the executor (`engine`) with
+//! declared tools and decisions (`tools`); the network and the far side of each message
+//! (`link`); the scheduler (`sched`) and the world outside the fleet (`operator`); the
+//! invariant checks (`check`) and the trace's names (`trace`).
 
 pub(crate) mod check;
 pub(crate) mod engine;

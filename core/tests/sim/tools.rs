@@ -125,6 +125,7 @@ impl World {
                 self.violation(GATED_RERUN, detail);
             }
         }
+        self.log(format!("  tool starts: {what} (host epoch {epoch})"));
         let failed = self.faults_on && self.rng.gen_bool(self.faults.tool_error);
         let content = if failed {
             format!("sim: {} failed", tool_use.name)
