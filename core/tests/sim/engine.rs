@@ -188,8 +188,7 @@ impl World {
             limits: spec.limits,
             version: spec.version,
         };
-        let stored = &self.agents[agent].store.runs[run];
-        if stored.config_version != placed.version {
+        if self.agents[agent].store.runs[run].config_version != placed.version {
             self.stats
                 .cover("call placed under a reloaded config".into());
         }
