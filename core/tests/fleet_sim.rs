@@ -254,14 +254,22 @@ fn fleet_simulation() {
             "model turn failed",
             "run failed by its model",
             "reply received (failed)",
-            // Config reloads under runs in flight.
-            "config reloaded",
-            "call placed under a reloaded config",
-            "call refused not_in_can_call under a reloaded config",
-            "call refused call_cap under a reloaded config",
-            "call refused depth_limit under a reloaded config",
-            "inbound call decided under a reloaded config",
-        ] {
+        ]
+        .into_iter()
+        .chain(
+            opts.reloads
+                .then_some([
+                    // Config reloads under runs in flight.
+                    "config reloaded",
+                    "call placed under a reloaded config",
+                    "call refused not_in_can_call under a reloaded config",
+                    "call refused call_cap under a reloaded config",
+                    "call refused depth_limit under a reloaded config",
+                    "inbound call decided under a reloaded config",
+                ])
+                .into_iter()
+                .flatten(),
+        ) {
             assert!(
                 totals.coverage.get(what).is_some_and(|n| *n > 0),
                 "no trial of {seeds} took the path `{what}`"
