@@ -1,18 +1,24 @@
-//! A trial's fleet: hosts, agents with their consent lists and limits, and the scripted models.
+//! A trial's fleet: hosts, and agents with what their agent.yaml declares (consent lists,
+//! limits, tools), and the edits of agent.yaml a reload picks up.
 
-use consort_core::step::CALL_AGENT;
-use consort_core::{Limits, Message, ModelStep, ToolUse};
+use consort_core::Limits;
 use rand::Rng;
 use rand::rngs::StdRng;
-use serde_json::{Value, json};
 
-/// The text a timed-out placement's refusal carries; the scripted models retry on it.
-pub(crate) const UNREACHABLE_MARK: &str = "sim: no answer within the call timeout";
+/// A declared tool that runs at once.
+pub(crate) const LOOKUP: &str = "lookup";
+/// A declared tool with `approval: required`.
+pub(crate) const DEPLOY: &str = "deploy";
 
-/// How many times a model retries one call refused as unreachable.
-const MAX_RETRIES: usize = 2;
+/// A tool an agent declares.
+#[derive(Clone, Debug)]
+pub(crate) struct ToolDecl {
+    pub name: String,
+    /// `approval: required`: a use parks the run until an operator decides.
+    pub gated: bool,
+}
 
-/// One agent, as its agent.yaml would declare it.
+/// One agent, as its agent.yaml declares it now.
 #[derive(Clone, Debug)]
 pub(crate) struct AgentSpec {
     pub name: String,
@@ -21,6 +27,12 @@ pub(crate) struct AgentSpec {
     pub accept_from: Vec<String>,
     pub limits: Limits,
     pub admission_limit: usize,
+    pub tools: Vec<ToolDecl>,
+    /// Bumped by each reload that changed the file, so a snapshot names the config it saw.
+    pub version: u32,
+    /// The largest per-run cap any version of this config had: what bounds the calls a run
+    /// records and the children the fleet holds for it when the cap moved under the run.
+    pub max_cap_ever: u32,
 }
 
 /// Every agent of the fleet, and where it lives.
@@ -32,9 +44,17 @@ pub(crate) struct Fleet {
     pub names: Vec<String>,
 }
 
+fn random_limits(rng: &mut StdRng) -> Limits {
+    Limits {
+        max_depth: rng.gen_range(1..=4),
+        max_calls_per_run: rng.gen_range(1..=3),
+    }
+}
+
 impl Fleet {
     /// A random fleet: 2–4 hosts, 3–7 agents, random consent (each side declares its half, and
-    /// the halves do not always match), small limits so depth and cap refusals happen.
+    /// the halves do not always match), small limits so depth and cap refusals happen, and
+    /// now and then a tool, gated or not.
     pub(crate) fn random(rng: &mut StdRng) -> Self {
         let hosts = rng.gen_range(2..=4);
         let count = rng.gen_range(3..=7);
@@ -42,24 +62,29 @@ impl Fleet {
         let mut agents: Vec<AgentSpec> = names
             .iter()
             .enumerate()
-            .map(|(i, name)| AgentSpec {
-                name: name.clone(),
-                host: if i < hosts {
+            .map(|(i, name)| {
+                let host = if i < hosts {
                     i
                 } else {
                     rng.gen_range(0..hosts)
-                },
-                can_call: names
+                };
+                let can_call = names
                     .iter()
                     .filter(|other| *other != name && rng.gen_bool(0.6))
                     .cloned()
-                    .collect(),
-                accept_from: Vec::new(),
-                limits: Limits {
-                    max_depth: rng.gen_range(1..=4),
-                    max_calls_per_run: rng.gen_range(1..=3),
-                },
-                admission_limit: rng.gen_range(3..=12),
+                    .collect();
+                let limits = random_limits(rng);
+                AgentSpec {
+                    name: name.clone(),
+                    host,
+                    can_call,
+                    accept_from: Vec::new(),
+                    limits,
+                    admission_limit: rng.gen_range(3..=12),
+                    tools: Vec::new(),
+                    version: 0,
+                    max_cap_ever: limits.max_calls_per_run,
+                }
             })
             .collect();
         // The callee's half: mostly accepts those that list it, sometimes not, and now and
@@ -75,6 +100,16 @@ impl Fleet {
             }
             agents[callee].accept_from = accept;
         }
+        for agent in &mut agents {
+            for (name, gated, p) in [(LOOKUP, false, 0.4), (DEPLOY, true, 0.4)] {
+                if rng.gen_bool(p) {
+                    agent.tools.push(ToolDecl {
+                        name: name.to_owned(),
+                        gated,
+                    });
+                }
+            }
+        }
         Self {
             hosts,
             agents,
@@ -83,137 +118,53 @@ impl Fleet {
     }
 
     pub(crate) fn spec(&self, name: &str) -> &AgentSpec {
-        let i = self
-            .names
+        &self.agents[self.index(name)]
+    }
+
+    fn index(&self, name: &str) -> usize {
+        self.names
             .binary_search_by(|n| n.as_str().cmp(name))
-            .unwrap_or_else(|_| panic!("unknown agent {name}"));
-        &self.agents[i]
+            .unwrap_or_else(|_| panic!("unknown agent {name}"))
     }
 
     pub(crate) fn host_of(&self, name: &str) -> usize {
         self.spec(name).host
     }
-}
 
-/// A root run's task: ask for `depth` more levels of delegation with `fanout` calls each.
-pub(crate) fn root_task(rng: &mut StdRng) -> String {
-    task(
-        rng.gen_range(0..=5),
-        rng.gen_range(1..=4),
-        rng.r#gen::<u32>(),
-    )
-}
-
-fn task(depth: u32, fanout: u32, salt: u32) -> String {
-    format!("task d={depth} f={fanout} s={salt}")
-}
-
-fn field(input: &str, key: &str) -> u32 {
-    input
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-fn mix(a: u32, b: u32) -> u32 {
-    a.wrapping_mul(0x9e37_79b9).rotate_left(13) ^ b.wrapping_mul(0x85eb_ca6b)
-}
-
-/// The scripted model: a deterministic function of the agent and the conversation.
-///
-/// First turn: a task with depth 0 is answered at once; otherwise it places `f` calls in one
-/// turn (mostly to agents its `can_call` names, one in five to any agent of the fleet, so
-/// consent refusals happen), each asking one level less with a smaller fan-out. Later turns:
-/// retry each call refused as unreachable (a new tool use, up to twice), answer once every
-/// call is refused or replied, else wait.
-pub(crate) fn answer(spec: &AgentSpec, fleet: &Fleet, conversation: &[Message]) -> ModelStep {
-    let Some(Message::User(input)) = conversation.first() else {
-        return ModelStep::Answer(format!("{}: no input", spec.name));
-    };
-    let (depth, fanout, salt) = (field(input, "d"), field(input, "f"), field(input, "s"));
-    let mut uses: Vec<&ToolUse> = Vec::new();
-    let mut turns = 0;
-    let mut results: Vec<(&str, &str, bool)> = Vec::new();
-    let mut replies: Vec<&str> = Vec::new();
-    for message in conversation {
-        match message {
-            Message::Assistant { tool_uses } => {
-                turns += 1;
-                uses.extend(tool_uses.iter().filter(|u| u.name == CALL_AGENT));
-            }
-            Message::ToolResult {
-                tool_use_id,
-                content,
-                is_error,
-                ..
-            } => results.push((tool_use_id, content, *is_error)),
-            Message::Reply { run_id, .. } => replies.push(run_id.as_str()),
-            Message::User(_) => {}
-        }
-    }
-    if turns == 0 {
-        if depth == 0 {
-            return ModelStep::Answer(format!("{} leaf answer to [{input}]", spec.name));
-        }
-        let calls: Vec<ToolUse> = (0..fanout)
-            .map(|i| {
-                let h = mix(salt, i);
-                let callee = if !h.is_multiple_of(5) && !spec.can_call.is_empty() {
-                    spec.can_call[(h as usize / 5) % spec.can_call.len()].clone()
-                } else {
-                    fleet.names[(h as usize / 5) % fleet.names.len()].clone()
-                };
-                call(
-                    format!("c{i}"),
-                    &callee,
-                    task(depth - 1, fanout.saturating_sub(1).max(1), h),
-                )
-            })
+    /// An edit of one agent's agent.yaml, picked up by a reload: one name more or less in
+    /// `can_call` or `accept_from`, or new limits. Returns the agent and what changed.
+    pub(crate) fn reload(&mut self, rng: &mut StdRng) -> (String, String) {
+        let i = rng.gen_range(0..self.agents.len());
+        let others: Vec<String> = self
+            .names
+            .iter()
+            .filter(|n| **n != self.agents[i].name)
+            .cloned()
             .collect();
-        return ModelStep::ToolUses(calls);
-    }
-    let result = |id: &str| results.iter().find(|(tu, _, _)| *tu == id);
-    let retries: Vec<ToolUse> = uses
-        .iter()
-        .filter(|u| {
-            let retried = uses.iter().any(|o| o.id == format!("{}r", u.id));
-            let tries = u.id.chars().filter(|c| *c == 'r').count();
-            !retried
-                && tries < MAX_RETRIES
-                && result(&u.id).is_some_and(|(_, c, e)| *e && c.contains(UNREACHABLE_MARK))
-        })
-        .map(|u| ToolUse {
-            id: format!("{}r", u.id),
-            ..(*u).clone()
-        })
-        .collect();
-    if !retries.is_empty() {
-        return ModelStep::ToolUses(retries);
-    }
-    let done = uses.iter().all(|u| match result(&u.id) {
-        None => false,
-        Some((_, _, true)) => true,
-        Some((_, content, false)) => serde_json::from_str::<Value>(content)
-            .ok()
-            .and_then(|v| v.get("run_id").and_then(Value::as_str).map(str::to_owned))
-            .is_some_and(|run| replies.contains(&run.as_str())),
-    });
-    if done {
-        let refused = results.iter().filter(|r| r.2).count();
-        return ModelStep::Answer(format!(
-            "{} answers [{input}] with {} replies, {refused} refusals",
-            spec.name,
-            replies.len()
-        ));
-    }
-    ModelStep::Wait
-}
-
-fn call(id: String, callee: &str, input: String) -> ToolUse {
-    ToolUse {
-        id,
-        name: CALL_AGENT.to_owned(),
-        input: json!({"agent": callee, "input": input}),
+        let other = others[rng.gen_range(0..others.len())].clone();
+        let agent = &mut self.agents[i];
+        let toggle = |list: &mut Vec<String>| {
+            if let Some(at) = list.iter().position(|n| *n == other) {
+                list.remove(at);
+                format!("-{other}")
+            } else {
+                list.push(other.clone());
+                format!("+{other}")
+            }
+        };
+        let what = match rng.gen_range(0..3) {
+            0 => format!("can_call {}", toggle(&mut agent.can_call)),
+            1 => format!("accept_from {}", toggle(&mut agent.accept_from)),
+            _ => {
+                agent.limits = random_limits(rng);
+                agent.max_cap_ever = agent.max_cap_ever.max(agent.limits.max_calls_per_run);
+                format!("limits {:?}", agent.limits)
+            }
+        };
+        agent.version += 1;
+        (
+            agent.name.clone(),
+            format!("{what} (version {})", agent.version),
+        )
     }
 }

@@ -1,8 +1,19 @@
-//! The fleet simulation's parts: the fleet and its scripted models, the simulated world with
-//! its executor and scheduler, and the invariant checks.
+//! The fleet simulation's parts: the fleet (`fleet`) and its scripted models (`model`); the
+//! simulated world's state (`world`) and durable stores (`store`); the executor (`engine`) with
+//! declared tools and decisions (`tools`); the network and the far side of each message
+//! (`link`); the scheduler (`sched`) and the world outside the fleet (`operator`); the
+//! invariant checks (`check`) and the trace's names (`trace`).
 
 pub(crate) mod check;
+pub(crate) mod engine;
 pub(crate) mod fleet;
+mod link;
+mod model;
+mod operator;
+mod sched;
+pub(crate) mod store;
+pub(crate) mod tools;
+mod trace;
 pub(crate) mod world;
 
 use check::Violation;

@@ -1,0 +1,136 @@
+//! The world outside the fleet: root runs started through the API, operators deciding on
+//! blocked runs (and on runs that are not), and edits of agent.yaml picked up by a reload.
+
+use consort_core::guards;
+use consort_core::{Channel, RunId, RunStatus, RunView};
+use rand::Rng;
+
+use super::model;
+use super::trace::short;
+use super::world::{Msg, Task, World};
+
+impl World {
+    /// A root run started through the API on a random agent: admission, then the store.
+    pub(crate) fn start_root(&mut self) {
+        if self.roots_left == 0 {
+            return;
+        }
+        self.roots_left -= 1;
+        let name = self.fleet.names[self.rng.gen_range(0..self.fleet.names.len())].clone();
+        let h = self.fleet.host_of(&name);
+        let input = model::root_task(&mut self.rng);
+        let id = RunId::parse(&format!("run_{:032x}", self.rng.r#gen::<u128>())).expect("id");
+        if !self.hosts[h].up {
+            self.log(format!("root on {name}: host h{h} down, not started"));
+            return;
+        }
+        let (active, limit) = (
+            self.agents[&name].store.unsettled,
+            self.spec(&name).admission_limit,
+        );
+        if let Err(refusal) = guards::admit(&name, &input, active, limit) {
+            self.log(format!("root on {name} refused: {}", refusal.code()));
+            return;
+        }
+        self.stats.roots += 1;
+        self.log(format!("root {} on {name}: {input}", short(&id)));
+        self.insert_run(&name, id.clone(), None, 0, Channel::Api, input);
+        if self.durable(h) {
+            return;
+        }
+        self.hosts[h].tasks.push(Task::Drive {
+            agent: name,
+            run: id,
+            input: None,
+        });
+    }
+
+    /// Blocked runs, with the gated tool use each waits on, from the stores (what an operator
+    /// lists through the API).
+    pub(crate) fn blocked_runs(&self) -> Vec<(String, RunId, String)> {
+        let mut out = Vec::new();
+        for (name, agent) in &self.agents {
+            for (id, run) in &agent.store.runs {
+                if run.status != RunStatus::Blocked {
+                    continue;
+                }
+                let view = RunView::from_events(&run.events);
+                if let Some((tu, _)) = view.approvals.iter().find(|(_, d)| d.is_none()) {
+                    out.push((name.clone(), id.clone(), tu.clone()));
+                }
+            }
+        }
+        out
+    }
+
+    /// An operator decides: mostly on a run it sees blocked, now and then on any run (one
+    /// that is running, waiting, settled, or blocked no more); one time in five it sends the
+    /// same decision twice (a client that retried at once), and one time in four it sends one
+    /// of its earlier decisions again (a client that got no answer and retried later).
+    pub(crate) fn operator_decides(&mut self) {
+        if !self.decisions_sent.is_empty() && self.rng.gen_bool(0.25) {
+            let i = self.rng.gen_range(0..self.decisions_sent.len());
+            let (agent, run, approve, saw) = self.decisions_sent[i].clone();
+            self.stats.cover("decision sent again".into());
+            self.send_decision(&agent, &run, approve, saw);
+            return;
+        }
+        let blocked = self.blocked_runs();
+        let approve = self.rng.gen_bool(0.7);
+        let (agent, run, saw) = if !blocked.is_empty() && self.rng.gen_bool(0.8) {
+            let (agent, run, tu) = blocked[self.rng.gen_range(0..blocked.len())].clone();
+            (agent, run, Some(tu))
+        } else {
+            let runs: Vec<(String, RunId)> = self
+                .agents
+                .iter()
+                .flat_map(|(n, a)| a.store.runs.keys().map(move |id| (n.clone(), id.clone())))
+                .collect();
+            if runs.is_empty() {
+                return;
+            }
+            let (agent, run) = runs[self.rng.gen_range(0..runs.len())].clone();
+            (agent, run, None)
+        };
+        let times = if self.rng.gen_bool(0.2) { 2 } else { 1 };
+        for _ in 0..times {
+            self.send_decision(&agent, &run, approve, saw.clone());
+        }
+    }
+
+    /// The calm phase's operator: every run still blocked gets a decision. True if any did.
+    pub(crate) fn decide_all_blocked(&mut self) -> bool {
+        let blocked = self.blocked_runs();
+        for (agent, run, tu) in &blocked {
+            let approve = self.rng.gen_bool(0.7);
+            self.send_decision(agent, run, approve, Some(tu.clone()));
+        }
+        !blocked.is_empty()
+    }
+
+    fn send_decision(&mut self, agent: &str, run: &RunId, approve: bool, saw: Option<String>) {
+        // The API of the agent's own host: a crash of that host loses the request.
+        let h = self.fleet.host_of(agent);
+        if self.decisions_sent.len() >= 16 {
+            self.decisions_sent.remove(0);
+        }
+        let sent = (agent.to_owned(), run.clone(), approve, saw.clone());
+        self.decisions_sent.push(sent);
+        let msg = Msg::Decide {
+            agent: agent.to_owned(),
+            run: run.clone(),
+            approve,
+            saw,
+        };
+        self.send(h, agent, msg);
+    }
+
+    /// An agent.yaml edited and reloaded: its host's actor steps every run from now on under
+    /// the new config (a host that is down reads it when it restarts).
+    pub(crate) fn reload_config(&mut self) {
+        self.stats.reloads += 1;
+        let (agent, what) = self.fleet.reload(&mut self.rng);
+        self.stats.cover("config reloaded".into());
+        self.log(format!("RELOAD {agent}: {what}"));
+    }
+}
