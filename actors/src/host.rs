@@ -15,6 +15,7 @@ use consort_net::RunId;
 
 use crate::ActorsError;
 use crate::data::DataFolder;
+use crate::store::{StoreWriter, WriterCounts};
 use crate::run::{Channel, EventRecord, RunRecord};
 use crate::supervisor::{AgentStatus, HostSpec, SupervisorMsg, spawn_supervisor};
 use crate::visibility::Identity;
@@ -29,6 +30,7 @@ pub struct Host {
     data: DataFolder,
     settled: broadcast::Sender<RunRecord>,
     agents: Vec<String>,
+    writer: StoreWriter,
 }
 
 impl Host {
@@ -52,13 +54,16 @@ impl Host {
         let (settled, _) = broadcast::channel(1024);
         let data = DataFolder::new(spec.data_dir.clone());
         let agents = spec.agents.names();
-        let (supervisor, join) = spawn_supervisor(spec, settled.clone(), parent).await?;
+        let writer = StoreWriter::start()?;
+        let (supervisor, join) =
+            spawn_supervisor(spec, settled.clone(), writer.clone(), parent).await?;
         Ok((
             Self {
                 supervisor,
                 data,
                 settled,
                 agents,
+                writer,
             },
             join,
         ))
@@ -72,6 +77,12 @@ impl Host {
     /// The agents this host serves.
     pub fn agents(&self) -> &[String] {
         &self.agents
+    }
+
+    /// Writes and commits of the host's store writer so far: `writes / commits` is how many
+    /// writes a group commit carried on average.
+    pub fn store_counts(&self) -> WriterCounts {
+        self.writer.counts()
     }
 
     /// The data folder this host keeps its run stores in.

@@ -197,6 +197,8 @@ pub struct SupervisorArgs {
     pub spec: HostSpec,
     /// Where every settled run is announced.
     pub settled: broadcast::Sender<RunRecord>,
+    /// The host's store writer.
+    pub writer: StoreWriter,
 }
 
 impl Actor for HostSupervisor {
@@ -235,7 +237,7 @@ impl Actor for HostSupervisor {
             slots,
             settled: args.settled,
             last_checkpoint: Instant::now(),
-            writer: StoreWriter::start()?,
+            writer: args.writer,
         };
         let names: Vec<String> = state.slots.keys().cloned().collect();
         for name in names {
@@ -504,9 +506,14 @@ fn route_reply(state: &SupervisorState, reply: ReplyEnvelope) {
 pub async fn spawn_supervisor(
     spec: HostSpec,
     settled: broadcast::Sender<RunRecord>,
+    writer: StoreWriter,
     parent: Option<ActorCell>,
 ) -> Result<(ActorRef<SupervisorMsg>, tokio::task::JoinHandle<()>), ActorsError> {
-    let args = SupervisorArgs { spec, settled };
+    let args = SupervisorArgs {
+        spec,
+        settled,
+        writer,
+    };
     let spawned = match parent {
         Some(parent) => Actor::spawn_linked(None, HostSupervisor, args, parent).await,
         None => Actor::spawn(None, HostSupervisor, args).await,

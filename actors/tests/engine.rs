@@ -397,3 +397,128 @@ tools:
     assert!(again.is_err(), "two blocked runs fill the restarted host");
     host.stop();
 }
+
+/// Many runs of one agent at once: the actor steps the others while a commit is out, so the
+/// store writer commits their writes together, and every run still reads "placed, accepted,
+/// replied" in its log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_runs_of_one_agent_share_commits_and_all_settle() {
+    let tmp = tempfile::tempdir().unwrap();
+    let agents = tmp.path().join("agents");
+    write(
+        &agents,
+        "cmo",
+        r#"
+name: cmo
+agents: {can_call: [cfo]}
+model:
+  script:
+    - call: [{agent: cfo, input: "{input}"}]
+    - answer: "cfo says {reply.cfo}"
+"#,
+    );
+    write(
+        &agents,
+        "cfo",
+        r#"
+name: cfo
+agents: {accept_from: [cmo]}
+model:
+  script:
+    - answer: "spend for {input}"
+"#,
+    );
+    let set = AgentSet::load(std::slice::from_ref(&agents)).unwrap();
+    let (host, _join) = Host::spawn(HostSpec::new(set, tmp.path().join("data")))
+        .await
+        .unwrap();
+    let before = host.store_counts();
+    let starts = (0..40).map(|i| {
+        let host = host.clone();
+        tokio::spawn(async move {
+            host.start_run("cmo", &format!("month {i}"), Channel::Api)
+                .await
+                .unwrap()
+        })
+    });
+    let mut runs = Vec::new();
+    for start in starts {
+        runs.push(start.await.unwrap());
+    }
+    for (i, run) in runs.iter().enumerate() {
+        let done = host.wait(&run.id, Duration::from_secs(20)).await.unwrap();
+        assert_eq!(done.status, RunStatus::Succeeded, "{done:?}");
+        assert_eq!(
+            done.output.as_deref(),
+            Some(format!("cfo says spend for month {i}").as_str())
+        );
+        let kinds: Vec<String> = host
+            .events(&run.id)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.kind().to_owned())
+            .collect();
+        let at = |k: &str| kinds.iter().position(|x| x == k).unwrap();
+        assert!(at("model_turn") < at("call_placed"), "{kinds:?}");
+        assert!(at("call_placed") < at("reply_received"), "{kinds:?}");
+    }
+    assert_eq!(host.jobs(Some("cfo")).unwrap().len(), 40);
+    let after = host.store_counts();
+    let (writes, commits) = (
+        after.writes - before.writes,
+        after.commits - before.commits,
+    );
+    assert!(writes >= 40 * 4, "{writes} writes");
+    assert!(
+        commits * 3 < writes * 2,
+        "{writes} writes took {commits} commits: the runs did not share them"
+    );
+}
+
+/// A fan-out whose calls all arrive at once: the callee admits them without waiting for each
+/// commit, and still accepts exactly its own cap of children for the parent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_calls_from_one_parent_stops_exactly_at_the_callees_cap() {
+    let tmp = tempfile::tempdir().unwrap();
+    let agents = tmp.path().join("agents");
+    write(
+        &agents,
+        "fan",
+        r#"
+name: fan
+agents: {can_call: [sink]}
+limits: {max_calls_per_run: 30}
+model:
+  script:
+    - call: [{agent: sink, input: "n{n}", count: 30}]
+    - answer: "{replies}"
+"#,
+    );
+    write(
+        &agents,
+        "sink",
+        r#"
+name: sink
+agents: {accept_from: [fan]}
+limits: {max_calls_per_run: 10}
+model:
+  script:
+    - answer: "ok {input}"
+"#,
+    );
+    let set = AgentSet::load(std::slice::from_ref(&agents)).unwrap();
+    let (host, _join) = Host::spawn(HostSpec::new(set, tmp.path().join("data")))
+        .await
+        .unwrap();
+    let run = host.start_run("fan", "go", Channel::Api).await.unwrap();
+    let done = host.wait(&run.id, Duration::from_secs(20)).await.unwrap();
+    assert_eq!(done.status, RunStatus::Succeeded, "{done:?}");
+    assert_eq!(host.jobs(Some("sink")).unwrap().len(), 10);
+    let refused = host
+        .events(&run.id)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind() == "call_refused")
+        .count();
+    assert_eq!(refused, 20, "the callee refused every call past its cap");
+}

@@ -118,7 +118,13 @@ impl AgentActor {
             }
         };
         let span = info_span!("accept", run_id = %hop.child_run, agent = %me, caller = %hop.caller, hop_depth = envelope.depth());
-        let known_children = state.children.get(&hop.parent_run).copied();
+        // The kept count is exact only when no job that counts in the store is out for this
+        // parent: such a job's insert is not in the kept count yet.
+        let known_children = if state.children_counting.contains_key(&hop.parent_run) {
+            None
+        } else {
+            state.children.get(&hop.parent_run).copied()
+        };
         let gate = InboundGate {
             caller: hop.caller.clone(),
             callee: me.clone(),
@@ -143,8 +149,14 @@ impl AgentActor {
         };
         // Reserved now, settled when the job's answer comes back (see the module doc).
         state.unsettled += 1;
-        if let Some(n) = state.children.get_mut(&hop.parent_run) {
-            *n += 1;
+        match known_children {
+            Some(_) => {
+                if let Some(n) = state.children.get_mut(&hop.parent_run) {
+                    *n += 1;
+                }
+            }
+            // Counted in the store, behind every insert sent before it.
+            None => *state.children_counting.entry(hop.parent_run.clone()).or_insert(0) += 1,
         }
         state.chains.insert(hop.child_run.clone(), envelope.hops);
         let ticket = state.commits.issue();

@@ -285,6 +285,9 @@ impl AgentActor {
         for waiter in ready.into_values().flatten() {
             self.release(myself, state, waiter).await?;
         }
+        // A settled record is kept only for the suspended drive that reports it.
+        let commits = &state.commits;
+        state.just_settled.retain(|id, _| commits.is_suspended(id));
         Ok(())
     }
 
@@ -389,6 +392,14 @@ impl AgentActor {
         outcome: Result<Admission, String>,
     ) -> Result<(), ActorsError> {
         let span = info_span!("accept", run_id = %child, agent = %state.config.name);
+        if !reserved_child
+            && let Some(n) = state.children_counting.get_mut(&parent)
+        {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                state.children_counting.remove(&parent);
+            }
+        }
         let undo = |state: &mut AgentState| {
             state.unsettled = state.unsettled.saturating_sub(1);
             state.chains.remove(&child);

@@ -213,6 +213,9 @@ pub(crate) struct AgentState {
     /// Child runs accepted per parent run (what the callee's cap counts): read from the store
     /// the first time a parent calls after start, then kept.
     children: HashMap<RunId, u64>,
+    /// Admission jobs out that count a parent's children in the store (the kept count was
+    /// not known when they were sent), by parent.
+    children_counting: HashMap<RunId, u32>,
     /// Views of the unsettled runs touched since start, each updated with the events this
     /// actor appends: a step reads its run's view, never the whole log again.
     views: HashMap<RunId, RunView>,
@@ -425,6 +428,7 @@ impl Actor for AgentActor {
             reask: HashMap::new(),
             unsettled: 0,
             children: HashMap::new(),
+            children_counting: HashMap::new(),
             views: HashMap::new(),
             records: HashMap::new(),
             chains: HashMap::new(),
