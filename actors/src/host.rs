@@ -15,8 +15,8 @@ use consort_net::RunId;
 
 use crate::ActorsError;
 use crate::data::DataFolder;
-use crate::store::{StoreWriter, WriterCounts};
 use crate::run::{Channel, EventRecord, RunRecord};
+use crate::store::{StoreWriter, WriterCounts};
 use crate::supervisor::{AgentStatus, HostSpec, SupervisorMsg, spawn_supervisor};
 use crate::visibility::Identity;
 

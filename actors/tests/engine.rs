@@ -464,10 +464,7 @@ model:
     }
     assert_eq!(host.jobs(Some("cfo")).unwrap().len(), 40);
     let after = host.store_counts();
-    let (writes, commits) = (
-        after.writes - before.writes,
-        after.commits - before.commits,
-    );
+    let (writes, commits) = (after.writes - before.writes, after.commits - before.commits);
     assert!(writes >= 40 * 4, "{writes} writes");
     assert!(
         commits * 3 < writes * 2,

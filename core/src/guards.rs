@@ -9,6 +9,9 @@
 //! This module performs no I/O and holds no state: callers gather the facts, these functions
 //! decide. Replays of an accepted call never reach these functions (the guards bound decisions,
 //! never recovery).
+//!
+//! Across hosts, [`arrived_call`] decides relay and locality of an arriving call, and
+//! [`remote`] who may deliver a reply to, or ask about, a run afterwards.
 
 use std::collections::BTreeMap;
 
@@ -16,6 +19,8 @@ use consort_config::Limits;
 
 use crate::Refusal;
 use crate::consent::{callee_consents, caller_consents};
+
+pub mod remote;
 
 /// What the caller's side knows when its model asks to call a peer.
 #[derive(Clone, Debug)]

@@ -4,7 +4,7 @@
 //! HTTP API on loopback (`api`) and offers the Rust client SDK that talks to that API
 //! (`client`). A host of a multi-host fleet is assembled by `serve`, whose links to the
 //! other hosts are `remote`. The CLI is one user of these; an embedding app is another. The crate decides
-//! no call rules itself (they live in consort-actors' guards) and never touches a run store
+//! no call rules itself (they live in consort-core's guards) and never touches a run store
 //! except through the host handle or the read-only data folder.
 
 mod api;

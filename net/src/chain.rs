@@ -10,8 +10,19 @@
 //! inside one host can be signed later, when the chain first leaves the host
 //! ([`sign_pending_hops`]).
 //!
-//! Signatures are checked with `verify_strict` (plain ed25519 verification accepts malleated
-//! signatures); nothing here deduplicates on signature bytes: the child run id does that.
+//! A chain accepts exactly the signatures `verify_strict` accepts (plain ed25519 verification
+//! accepts malleated signatures); nothing here deduplicates on signature bytes: the child run
+//! id does that. A chain with several signed hops is checked in one batch
+//! (`ed25519_dalek::verify_batch`), which is looser than `verify_strict`: it takes a non-canonical
+//! or small-order R and, since it checks one combination of the signatures' equations with
+//! pseudo-random coefficients that small-order components can vanish under, an R or a key
+//! with a small-order component. So a batch is tried only when every key lies in the
+//! prime-order subgroup (decided once per pinned key, in `KeyRing`) and every R is a canonical
+//! encoding of a point of that subgroup; for such inputs both checks accept the same
+//! signatures (but for the 2^-128 chance of any batch). Anything else, and any batch that
+//! fails, is checked one signature at a time with `verify_strict`, which also names the bad
+//! hop. The R check costs about as much as a signature check, which makes the batch slower
+//! than checking one by one (docs/BENCHMARKS.md).
 //!
 //! This module proves facts (who signed which hop, how deep the chain is, whether it is fresh);
 //! it never decides whether a call is allowed: depth limits, consent and caps belong to the
@@ -19,14 +30,15 @@
 
 use std::collections::BTreeMap;
 
-use ed25519_dalek::Signature;
+use curve25519_dalek::edwards::CompressedEdwardsY;
+use ed25519_dalek::{Signature, VerifyingKey};
 use sha2::{Digest, Sha256};
 
 use crate::envelope::{
     CallEnvelope, ENVELOPE_VERSION, Hop, HopSignature, ReplyEnvelope, ReplyStatus,
 };
 use crate::error::ChainError;
-use crate::keys::{HostKey, KeyRing};
+use crate::keys::{HostKey, KeyRing, PublicKey};
 use consort_core::RunId;
 
 /// Domain tag of a hop's canonical bytes.
@@ -205,11 +217,47 @@ pub fn sign_pending_hops(
 /// crypto. Only the last hop is checked for expiry, lifetime and age: earlier hops were
 /// deadlines for calls already accepted, and a long-running child may legitimately call on
 /// after its own call's deadline. No hop may be issued later than `now_ms + allowed_skew_ms`.
+///
+/// Each signature is checked on its own with `verify_strict`. A batch that accepts exactly
+/// what `verify_strict` accepts ([`verify_chain_batched`]) needs a subgroup check of every
+/// signature's R point, which costs about as much as a signature check: measured, it is
+/// slower at every chain length (docs/BENCHMARKS.md), so it is not the default.
 pub fn verify_chain(
     envelope: &CallEnvelope,
     ring: &KeyRing,
     placements: &BTreeMap<String, String>,
     limits: &ChainLimits,
+) -> Result<VerifiedChain, ChainError> {
+    verify_chain_with(envelope, ring, placements, limits, Batching::Never)
+}
+
+/// [`verify_chain`] with the signatures of a chain with several signed hops checked in one
+/// batch (after the checks that make the batch as strict as `verify_strict`), falling back to
+/// one by one to name the bad hop. Kept to be measured against (`consort-bench chain`) and
+/// tested for the same answers.
+#[doc(hidden)]
+pub fn verify_chain_batched(
+    envelope: &CallEnvelope,
+    ring: &KeyRing,
+    placements: &BTreeMap<String, String>,
+    limits: &ChainLimits,
+) -> Result<VerifiedChain, ChainError> {
+    verify_chain_with(envelope, ring, placements, limits, Batching::Allowed)
+}
+
+/// Whether several signatures may be checked in one batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Batching {
+    Allowed,
+    Never,
+}
+
+fn verify_chain_with(
+    envelope: &CallEnvelope,
+    ring: &KeyRing,
+    placements: &BTreeMap<String, String>,
+    limits: &ChainLimits,
+    batching: Batching,
 ) -> Result<VerifiedChain, ChainError> {
     let ChainLimits {
         now_ms,
@@ -291,29 +339,111 @@ pub fn verify_chain(
         });
     }
 
-    let mut signers = Vec::with_capacity(envelope.hops.len());
-    for (index, hop) in envelope.hops.iter().enumerate() {
-        let signature = hop
-            .signature
-            .as_ref()
-            .ok_or(ChainError::Unsigned { hop: index })?;
-        verify_signature(
-            index,
-            &hop.caller,
-            signature,
-            &hop_canonical_bytes(hop),
-            ring,
-            placements,
-        )?;
-        signers.push(signature.host.clone());
-    }
-
     Ok(VerifiedChain {
         depth: envelope.hops.len(),
         root_caller: envelope.hops[0].caller.clone(),
-        signers,
+        signers: verify_hop_signatures(&envelope.hops, ring, placements, batching)?,
         last_hop: last.clone(),
     })
+}
+
+/// One hop's signature with the key it must verify under.
+struct PendingSignature<'a> {
+    hop: usize,
+    host: &'a str,
+    key: &'a PublicKey,
+    key_prime_order: bool,
+    signature: Signature,
+    message: Vec<u8>,
+}
+
+/// Checks every hop's signature and returns the signing hosts, oldest first. Refuses with the
+/// same error, naming the same hop, as checking each hop in turn with `verify_strict` would.
+fn verify_hop_signatures(
+    hops: &[Hop],
+    ring: &KeyRing,
+    placements: &BTreeMap<String, String>,
+    batching: Batching,
+) -> Result<Vec<String>, ChainError> {
+    let mut pending = Vec::with_capacity(hops.len());
+    let mut unresolved = None;
+    for (index, hop) in hops.iter().enumerate() {
+        let resolved = hop
+            .signature
+            .as_ref()
+            .ok_or(ChainError::Unsigned { hop: index })
+            .and_then(|signature| {
+                let (key, key_prime_order) =
+                    pinned_key(index, &hop.caller, signature, ring, placements)?;
+                Ok(PendingSignature {
+                    hop: index,
+                    host: &signature.host,
+                    key,
+                    key_prime_order,
+                    signature: Signature::from_bytes(&signature.signature),
+                    message: hop_canonical_bytes(hop),
+                })
+            });
+        match resolved {
+            Ok(signature) => pending.push(signature),
+            Err(error) => {
+                unresolved = Some(error);
+                break;
+            }
+        }
+    }
+    // Checked one by one, a bad signature before the first hop without a usable key was
+    // reported first: verify those hops before reporting it.
+    verify_signatures(&pending, batching)?;
+    match unresolved {
+        Some(error) => Err(error),
+        None => Ok(pending
+            .iter()
+            .map(|signature| signature.host.to_owned())
+            .collect()),
+    }
+}
+
+/// Verifies these signatures: in one batch when there are several and every one is safe to
+/// batch (see the module documentation), else, or when the batch fails, one by one.
+fn verify_signatures(
+    pending: &[PendingSignature<'_>],
+    batching: Batching,
+) -> Result<(), ChainError> {
+    let batchable = batching == Batching::Allowed
+        && pending.len() > 1
+        && pending.iter().all(|signature| {
+            signature.key_prime_order && r_is_prime_order(signature.signature.r_bytes())
+        });
+    if batchable {
+        let messages: Vec<&[u8]> = pending.iter().map(|s| s.message.as_slice()).collect();
+        let signatures: Vec<Signature> = pending.iter().map(|s| s.signature).collect();
+        let keys: Vec<VerifyingKey> = pending.iter().map(|s| *s.key.verifying_key()).collect();
+        if ed25519_dalek::verify_batch(&messages, &signatures, &keys).is_ok() {
+            return Ok(());
+        }
+    }
+    for signature in pending {
+        signature
+            .key
+            .verifying_key()
+            .verify_strict(&signature.message, &signature.signature)
+            .map_err(|_| ChainError::BadSignature { hop: signature.hop })?;
+    }
+    Ok(())
+}
+
+/// Whether a signature's R is a canonical encoding of a point of the prime-order subgroup
+/// other than the identity. `verify_strict` accepts no other R under a prime-order key (it
+/// refuses a small-order R, and compares R's bytes with a canonical encoding of a point of
+/// that subgroup), while a batch could accept one. The subgroup check is a full scalar
+/// multiplication, about as costly as a signature check: see docs/BENCHMARKS.md.
+fn r_is_prime_order(r_bytes: &[u8; 32]) -> bool {
+    let compressed = CompressedEdwardsY(*r_bytes);
+    let Some(r) = compressed.decompress() else {
+        return false;
+    };
+    r.compress() == compressed && !r.is_small_order() && r.is_torsion_free()
 }
 
 /// The (unsigned) reply to the call `hop`, carrying the child's capped output.
@@ -385,25 +515,24 @@ pub fn verify_reply(
         .signature
         .as_ref()
         .ok_or(ChainError::Unsigned { hop: 0 })?;
-    verify_signature(
-        0,
-        &reply.callee,
-        signature,
-        &reply_canonical_bytes(reply),
-        ring,
-        placements,
-    )
+    let (key, _) = pinned_key(0, &reply.callee, signature, ring, placements)?;
+    key.verifying_key()
+        .verify_strict(
+            &reply_canonical_bytes(reply),
+            &Signature::from_bytes(&signature.signature),
+        )
+        .map_err(|_| ChainError::BadSignature { hop: 0 })
 }
 
-/// Checks that `signature` is by the host serving `agent` and verifies over `message`.
-fn verify_signature(
+/// The key `signature` must verify under: the one pinned for the host serving `agent`, which
+/// must be the host the signature names. With it, whether it lies in the prime-order subgroup.
+fn pinned_key<'a>(
     index: usize,
     agent: &str,
     signature: &HopSignature,
-    message: &[u8],
-    ring: &KeyRing,
+    ring: &'a KeyRing,
     placements: &BTreeMap<String, String>,
-) -> Result<(), ChainError> {
+) -> Result<(&'a PublicKey, bool), ChainError> {
     let expected = placements
         .get(agent)
         .ok_or_else(|| ChainError::UnknownAgent {
@@ -417,13 +546,11 @@ fn verify_signature(
             actual: signature.host.clone(),
         });
     }
-    let key = ring.key(expected).ok_or_else(|| ChainError::UnknownHost {
-        hop: index,
-        host: expected.clone(),
-    })?;
-    key.verifying_key()
-        .verify_strict(message, &Signature::from_bytes(&signature.signature))
-        .map_err(|_| ChainError::BadSignature { hop: index })
+    ring.pinned(expected)
+        .ok_or_else(|| ChainError::UnknownHost {
+            hop: index,
+            host: expected.clone(),
+        })
 }
 
 fn check_version(found: u16) -> Result<(), ChainError> {

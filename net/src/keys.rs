@@ -179,6 +179,13 @@ impl PublicKey {
     pub(crate) fn verifying_key(&self) -> &VerifyingKey {
         &self.0
     }
+
+    /// True when the key lies in the prime-order subgroup (no small-order component), as every
+    /// key made from a secret does. Costs a scalar multiplication: the ring computes it once
+    /// per pinned key.
+    fn is_prime_order(&self) -> bool {
+        self.0.to_edwards().is_torsion_free()
+    }
 }
 
 impl fmt::Display for PublicKey {
@@ -204,7 +211,16 @@ impl FromStr for PublicKey {
 /// key seen at a TLS handshake names exactly one host).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct KeyRing {
-    keys: BTreeMap<String, PublicKey>,
+    keys: BTreeMap<String, Pinned>,
+}
+
+/// A pinned key and what chain verification needs to know about it, computed once at pinning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Pinned {
+    key: PublicKey,
+    /// Batch verification of this key's signatures accepts exactly what `verify_strict` does
+    /// only for a key without a small-order component (see `chain.rs`).
+    prime_order: bool,
 }
 
 impl KeyRing {
@@ -237,26 +253,36 @@ impl KeyRing {
                 second: host,
             });
         }
-        self.keys.insert(host, key);
+        let prime_order = key.is_prime_order();
+        self.keys.insert(host, Pinned { key, prime_order });
         Ok(())
     }
 
     /// The key pinned for `host`.
     pub fn key(&self, host: &str) -> Option<&PublicKey> {
-        self.keys.get(host)
+        self.keys.get(host).map(|pinned| &pinned.key)
+    }
+
+    /// The key pinned for `host`, and whether it lies in the prime-order subgroup.
+    pub(crate) fn pinned(&self, host: &str) -> Option<(&PublicKey, bool)> {
+        self.keys
+            .get(host)
+            .map(|pinned| (&pinned.key, pinned.prime_order))
     }
 
     /// The host whose key this is.
     pub fn host_for(&self, key: &PublicKey) -> Option<&str> {
         self.keys
             .iter()
-            .find(|(_, candidate)| *candidate == key)
+            .find(|(_, candidate)| candidate.key == *key)
             .map(|(host, _)| host.as_str())
     }
 
     /// Every host and its key, by host name.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &PublicKey)> {
-        self.keys.iter().map(|(host, key)| (host.as_str(), key))
+        self.keys
+            .iter()
+            .map(|(host, pinned)| (host.as_str(), &pinned.key))
     }
 
     /// The number of hosts.

@@ -2,6 +2,10 @@
 //! bare link, measured in one run on loopback (see docs/BENCHMARKS.md).
 //!
 //!     cargo run --release --bin consort-bench
+//!     cargo run --release --bin consort-bench chain    # only the chain verification rows
+//!
+//! First, without hosts: verifying a chain of N signed hops (N = 2, 4, 8) with its signatures
+//! checked one by one and in one batch, alternated round by round.
 //!
 //! Two real hosts (QUIC links with pinned mutual TLS, SQLite stores with synchronous=NORMAL,
 //! script models) run in this process on one tokio runtime: alpha serves `cmo` and `lcfo`,
@@ -11,6 +15,7 @@
 //! quinn and on a bare link endpoint (quinn + TLS + codec, no signatures, actors or stores). It owns no
 //! logic of its own beyond timing; it must not be run as a test.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,8 +25,10 @@ use tokio::task::JoinSet;
 use consort_actors::supervisor::{RemoteCalls, SupervisorMsg};
 use consort_actors::{AgentOptions, CallOutcome, Channel};
 use consort_fleet::{LinkRemote, ServeOptions, ServedHost, prepare};
+use consort_net::chain::verify_chain_batched;
 use consort_net::{
-    CallEnvelope, Frame, HostKey, KeyRing, LinkConfig, LinkEndpoint, NextHop, RunId,
+    CallEnvelope, ChainLimits, Frame, HostKey, KeyRing, LinkConfig, LinkEndpoint, NextHop, RunId,
+    VerifiedChain, verify_chain,
 };
 
 struct Stats {
@@ -118,6 +125,10 @@ fn free_port() -> Result<u16> {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
+    chain_verification()?;
+    if std::env::args().nth(1).as_deref() == Some("chain") {
+        return Ok(());
+    }
     let root = std::env::temp_dir().join(format!("consort-bench-{}", std::process::id()));
     let result = run(&root).await;
     let _ = std::fs::remove_dir_all(&root);
@@ -366,6 +377,92 @@ async fn run(root: &std::path::Path) -> Result<()> {
     for h in &hosts {
         h.host.stop();
     }
+    Ok(())
+}
+
+/// Times `verify_chain_batched` (several signatures in one batch) against `verify_chain` (every
+/// signature checked alone), on chains of 2, 4 and 8 hops signed by three hosts.
+fn chain_verification() -> Result<()> {
+    const ROUNDS: usize = 9;
+    const PER_ROUND: u32 = 400;
+    let hosts = ["h0", "h1", "h2"];
+    let keys: Vec<HostKey> = hosts.iter().map(|_| HostKey::generate()).collect();
+    let ring = KeyRing::from_hosts(hosts.iter().zip(&keys).map(|(h, k)| (*h, k.public())))?;
+    let agents: Vec<String> = (0..=8).map(|i| format!("a{i}")).collect();
+    let placements: BTreeMap<String, String> = agents
+        .iter()
+        .enumerate()
+        .map(|(i, agent)| (agent.clone(), hosts[i % hosts.len()].to_owned()))
+        .collect();
+    let now = consort_actors::run::now_ms();
+    let limits = ChainLimits {
+        now_ms: now,
+        allowed_skew_ms: 30_000,
+        max_depth: 16,
+        max_lifetime_ms: 15 * 60_000,
+    };
+    eprintln!("consort-bench: chain verification, {ROUNDS} alternated rounds of {PER_ROUND}");
+    println!("| chain | one by one µs | batch µs | one by one / batch |");
+    println!("|---|---:|---:|---:|");
+    for depth in [2, 4, 8] {
+        let mut envelope: Option<CallEnvelope> = None;
+        let root_run = RunId::random();
+        for i in 0..depth {
+            let parent = envelope
+                .as_ref()
+                .and_then(|e| e.hops.last())
+                .map_or_else(|| root_run.clone(), |hop| hop.child_run.clone());
+            let next = NextHop {
+                caller: &agents[i],
+                callee: &agents[i + 1],
+                parent_run: &parent,
+                tool_use_id: &format!("tu_{i}"),
+                input: "2026-08",
+                issued_at_ms: now,
+                expires_at_ms: now + 600_000,
+            };
+            envelope = Some(match &envelope {
+                None => consort_net::new_call(next),
+                Some(chain) => consort_net::extend(chain, next)?,
+            });
+        }
+        let mut envelope = envelope.context("no hops")?;
+        for (host, key) in hosts.iter().zip(&keys) {
+            consort_net::sign_pending_hops(&mut envelope, host, key, |agent| {
+                placements.get(agent).map(String::as_str) == Some(*host)
+            });
+        }
+        let batch = || verify_chain_batched(&envelope, &ring, &placements, &limits);
+        let one_by_one = || verify_chain(&envelope, &ring, &placements, &limits);
+        anyhow::ensure!(batch()?.depth() == depth && one_by_one()?.depth() == depth);
+        let time = |verify: &dyn Fn() -> Result<VerifiedChain, consort_net::ChainError>| {
+            let start = Instant::now();
+            for _ in 0..PER_ROUND {
+                std::hint::black_box(verify()).ok();
+            }
+            start.elapsed().as_secs_f64() * 1e6 / f64::from(PER_ROUND)
+        };
+        let (mut alone, mut batched) = (Vec::new(), Vec::new());
+        for round in 0..ROUNDS {
+            if round % 2 == 0 {
+                alone.push(time(&one_by_one));
+                batched.push(time(&batch));
+            } else {
+                batched.push(time(&batch));
+                alone.push(time(&one_by_one));
+            }
+        }
+        let median = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let (alone, batched) = (median(alone), median(batched));
+        println!(
+            "| {depth} signed hops | {alone:.1} | {batched:.1} | {:.2}x |",
+            alone / batched
+        );
+    }
+    println!();
     Ok(())
 }
 

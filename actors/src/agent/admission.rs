@@ -156,7 +156,12 @@ impl AgentActor {
                 }
             }
             // Counted in the store, behind every insert sent before it.
-            None => *state.children_counting.entry(hop.parent_run.clone()).or_insert(0) += 1,
+            None => {
+                *state
+                    .children_counting
+                    .entry(hop.parent_run.clone())
+                    .or_insert(0) += 1;
+            }
         }
         state.chains.insert(hop.child_run.clone(), envelope.hops);
         let ticket = state.commits.issue();

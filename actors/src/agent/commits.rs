@@ -392,9 +392,7 @@ impl AgentActor {
         outcome: Result<Admission, String>,
     ) -> Result<(), ActorsError> {
         let span = info_span!("accept", run_id = %child, agent = %state.config.name);
-        if !reserved_child
-            && let Some(n) = state.children_counting.get_mut(&parent)
-        {
+        if !reserved_child && let Some(n) = state.children_counting.get_mut(&parent) {
             *n = n.saturating_sub(1);
             if *n == 0 {
                 state.children_counting.remove(&parent);

@@ -1,0 +1,362 @@
+//! The inbound half of the link glue: `Inbound`, the [`FrameHandler`] that answers other
+//! hosts' requests. A call's chain is verified (`consort_net::verify_chain`, with this host's
+//! [`InboundLimits`]) and a reply's signature (`consort_net::verify_reply`); consort-core's
+//! guards then say whether the sending host may send it (`guards::arrived_call`,
+//! `guards::remote::arrived_reply`) or may ask about the run it names
+//! (`guards::remote::run_query`), and calls and replies go to the supervisor, where the agent
+//! actors decide the rest exactly as for an in-host call.
+//!
+//! It must not decide anything itself: it gathers the facts (placements, the authenticated
+//! sending host, what a store holds) and asks. It never writes a run store; it reads one,
+//! read-only and off the async workers, only after the guards said the agent is served here.
+
+use std::sync::{Arc, OnceLock};
+
+use ractor::ActorRef;
+use tracing::{Instrument, debug, info_span, warn};
+
+use consort_actors::run::now_ms;
+use consort_actors::store::RunStore;
+use consort_actors::supervisor::SupervisorMsg;
+use consort_actors::{CallOutcome, DataFolder, RunRecord, RunStatus};
+use consort_core::Refusal;
+use consort_core::guards::remote::{self, Denial, RunQuery, RunQueryFacts, StoredRun};
+use consort_core::step::cap_output;
+use consort_net::{
+    CallEnvelope, ChainError, ChainLimits, Frame, FrameHandler, RefusalReason, ReplyEnvelope, RunId,
+};
+
+use super::wire::{chain_refusal, denial_frame, frame_name, refusal_frame, refused, run_state};
+use super::{FleetMap, InboundLimits};
+
+/// How long the inbound side waits for the supervisor to answer a call.
+const ACCEPT_TIMEOUT_MS: u64 = 30_000;
+/// How long the caller's agent may take to say whether it takes a reply.
+const REPLY_CHECK_TIMEOUT_MS: u64 = 10_000;
+
+/// This host's answers to other hosts' requests.
+pub(crate) struct Inbound {
+    map: Arc<FleetMap>,
+    data: DataFolder,
+    reply_cap: usize,
+    limits: InboundLimits,
+    supervisor: OnceLock<ActorRef<SupervisorMsg>>,
+}
+
+impl Inbound {
+    pub(crate) fn new(map: Arc<FleetMap>, data: DataFolder, reply_cap: usize) -> Self {
+        Self {
+            map,
+            data,
+            reply_cap,
+            limits: InboundLimits::default(),
+            supervisor: OnceLock::new(),
+        }
+    }
+
+    /// These limits instead of [`InboundLimits::default`].
+    pub(crate) fn with_limits(mut self, limits: InboundLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Hands over the supervisor once the host is up; until then requests are answered
+    /// `Internal` (the sender retries).
+    pub(crate) fn set_supervisor(&self, supervisor: ActorRef<SupervisorMsg>) {
+        if self.supervisor.set(supervisor).is_err() {
+            warn!("the host supervisor was handed over twice; the first one stays");
+        }
+    }
+
+    /// This handler as the link endpoint wants it.
+    pub(crate) fn handler(self: &Arc<Self>) -> Arc<dyn FrameHandler> {
+        let me = self.clone();
+        Arc::new(move |peer: String, frame: Frame| {
+            let me = me.clone();
+            async move { me.handle(peer, frame).await }
+        })
+    }
+
+    fn supervisor(&self) -> Result<&ActorRef<SupervisorMsg>, Box<Frame>> {
+        self.supervisor.get().ok_or_else(|| {
+            Box::new(refused(
+                RefusalReason::Internal,
+                "the host is starting; try again",
+            ))
+        })
+    }
+
+    /// Answers one request from the authenticated host `peer`.
+    pub(crate) async fn handle(&self, peer: String, frame: Frame) -> Frame {
+        match frame {
+            Frame::Call(envelope) => {
+                let span = match envelope.last_hop() {
+                    Some(hop) => {
+                        info_span!("link_inbound", host = %self.map.host, peer_host = %peer,
+                        run_id = %hop.child_run, agent = %hop.callee, caller = %hop.caller,
+                        hop_depth = envelope.depth())
+                    }
+                    None => info_span!("link_inbound", host = %self.map.host, peer_host = %peer),
+                };
+                self.on_call(&peer, envelope).instrument(span).await
+            }
+            Frame::Reply(reply) => {
+                let span = info_span!("link_inbound_reply", host = %self.map.host, peer_host = %peer,
+                    run_id = %reply.child_run, agent = %reply.callee, caller = %reply.caller);
+                self.on_reply(&peer, reply).instrument(span).await
+            }
+            Frame::CheckRun {
+                caller,
+                callee,
+                parent_run,
+                child_run,
+            } => {
+                let span = info_span!("link_inbound_check", host = %self.map.host, peer_host = %peer,
+                    run_id = %child_run, agent = %callee, caller = %caller);
+                self.on_check(&peer, &caller, &callee, &parent_run, &child_run)
+                    .instrument(span)
+                    .await
+            }
+            Frame::ResendReply { callee, child_run } => {
+                let span = info_span!("link_inbound_resend", host = %self.map.host, peer_host = %peer,
+                    run_id = %child_run, agent = %callee);
+                self.on_resend(&peer, &callee, &child_run)
+                    .instrument(span)
+                    .await
+            }
+            other => {
+                warn!(peer_host = %peer, "refused: not a request frame: {}", frame_name(&other));
+                refused(RefusalReason::Malformed, "not a request frame")
+            }
+        }
+    }
+
+    async fn on_call(&self, peer: &str, envelope: CallEnvelope) -> Frame {
+        let Some(last) = envelope.last_hop().cloned() else {
+            warn!(peer_host = %peer, "call refused: empty chain");
+            return chain_refusal("", &ChainError::Empty);
+        };
+        let limits = ChainLimits {
+            now_ms: now_ms(),
+            allowed_skew_ms: self.limits.allowed_skew_ms,
+            max_depth: self.limits.max_chain_depth,
+            max_lifetime_ms: self.limits.max_envelope_lifetime_ms,
+        };
+        let verified =
+            consort_net::verify_chain(&envelope, &self.map.ring, &self.map.placements, &limits);
+        if let Err(ChainError::TooDeep { depth, limit }) = verified {
+            // The refusal the agent itself would give (same code, same words), only cheaper:
+            // no signature of a chain this deep is worth checking.
+            let refusal = Refusal::DepthLimit { limit };
+            warn!(peer_host = %peer, depth, reason = refusal.code(), "call refused at the receiving host before verification: {refusal}");
+            return refusal_frame(&refusal);
+        }
+        if let Err(error) = verified {
+            warn!(peer_host = %peer, %error, "call refused: the envelope failed verification");
+            return chain_refusal(&last.callee, &error);
+        }
+        // Relay and locality: the sending host serves the caller, this host the callee.
+        if let Err(refusal) = consort_core::guards::arrived_call(
+            &self.map.placements,
+            &self.map.host,
+            peer,
+            &last.caller,
+            &last.callee,
+        ) {
+            warn!(peer_host = %peer, reason = refusal.code(), "call refused: {refusal}");
+            return refusal_frame(&refusal);
+        }
+        let supervisor = match self.supervisor() {
+            Ok(s) => s,
+            Err(frame) => return *frame,
+        };
+        let outcome = ractor::call_t!(
+            supervisor,
+            |reply| SupervisorMsg::PlaceCall {
+                envelope: envelope.clone(),
+                reply,
+            },
+            ACCEPT_TIMEOUT_MS
+        );
+        match outcome {
+            Ok(CallOutcome::Accepted {
+                child_run,
+                existing,
+            }) => Frame::Accepted {
+                child_run,
+                existing,
+            },
+            Ok(CallOutcome::Refused(refusal)) => {
+                warn!(peer_host = %peer, reason = refusal.code(), "call refused at the receiving host: {refusal}");
+                refusal_frame(&refusal)
+            }
+            Err(e) => refused(
+                RefusalReason::Internal,
+                format!("the host did not take the call: {e}"),
+            ),
+        }
+    }
+
+    async fn on_reply(&self, peer: &str, reply: ReplyEnvelope) -> Frame {
+        if let Err(error) = consort_net::verify_reply(&reply, &self.map.ring, &self.map.placements)
+        {
+            warn!(peer_host = %peer, %error, "reply refused: it failed verification");
+            return refused(RefusalReason::BadChain, format!("reply refused: {error}"));
+        }
+        // Locality: the sending host serves the callee, this host the caller.
+        if let Err(denial) = remote::arrived_reply(
+            &self.map.placements,
+            &self.map.host,
+            peer,
+            &reply.caller,
+            &reply.callee,
+        ) {
+            warn!(peer_host = %peer, "reply refused: {denial}");
+            return denial_frame(&denial);
+        }
+        // Only a reply to a call this host's run placed is delivered: the caller's agent
+        // actor, which owns the run, decides (and holds a reply that overtook its call's ack).
+        let supervisor = match self.supervisor() {
+            Ok(supervisor) => supervisor.clone(),
+            Err(frame) => return *frame,
+        };
+        let offered = reply.clone();
+        let taken = ractor::call_t!(
+            supervisor,
+            |taken| SupervisorMsg::OfferReply {
+                reply: offered.clone(),
+                taken
+            },
+            REPLY_CHECK_TIMEOUT_MS
+        );
+        match taken {
+            Ok(true) => Frame::Ack,
+            Ok(false) => {
+                warn!(peer_host = %peer, "reply refused: no such call was placed");
+                refused(
+                    RefusalReason::UnknownRun,
+                    format!(
+                        "run {} placed no call {} to {}",
+                        reply.parent_run, reply.child_run, reply.callee
+                    ),
+                )
+            }
+            Err(e) => refused(
+                RefusalReason::Internal,
+                format!("the caller's agent did not answer: {e}"),
+            ),
+        }
+    }
+
+    /// The stored child run `child` of local agent `callee`, if `peer` may have `query`
+    /// answered about it (consort-core's `guards::remote::run_query` decides).
+    async fn asked_run(
+        &self,
+        peer: &str,
+        callee: &str,
+        child: &RunId,
+        query: RunQuery<'_>,
+    ) -> Result<RunRecord, Box<Frame>> {
+        let denied = |denial: Denial| {
+            warn!(peer_host = %peer, run_id = %child, agent = %callee, "refused: {denial}");
+            Box::new(denial_frame(&denial))
+        };
+        // Before any path is built from a name another host sent.
+        remote::asked_agent(&self.map.placements, &self.map.host, callee).map_err(denied)?;
+        let run = self.stored_run(callee, child).await;
+        let facts = RunQueryFacts {
+            placements: &self.map.placements,
+            here: &self.map.host,
+            sender: peer,
+            callee,
+            child_run: child,
+            query,
+            stored: run.as_ref().map(|run| StoredRun {
+                parent_agent: run.parent_agent.as_deref(),
+                parent_run: run.parent_run.as_ref(),
+            }),
+        };
+        remote::run_query(&facts).map_err(denied)?;
+        run.ok_or_else(|| {
+            denied(Denial::NoSuchChild {
+                callee: callee.to_owned(),
+                child_run: child.clone(),
+                sender: peer.to_owned(),
+            })
+        })
+    }
+
+    /// Run `child` as local agent `callee`'s store holds it, read on a blocking thread (opening
+    /// and querying SQLite would stall this tokio worker). A store that cannot be read holds
+    /// nothing to tell the asking host.
+    async fn stored_run(&self, callee: &str, child: &RunId) -> Option<RunRecord> {
+        let path = self.data.store_path(callee);
+        let id = child.clone();
+        let read = tokio::task::spawn_blocking(move || {
+            RunStore::open_read_only(&path).and_then(|store| store.run(&id))
+        })
+        .await;
+        match read {
+            Ok(Ok(run)) => run,
+            Ok(Err(error)) => {
+                debug!(agent = %callee, %error, "run store not readable");
+                None
+            }
+            Err(error) => {
+                warn!(agent = %callee, %error, "reading the run store did not finish");
+                None
+            }
+        }
+    }
+
+    async fn on_check(
+        &self,
+        peer: &str,
+        caller: &str,
+        callee: &str,
+        parent_run: &RunId,
+        child: &RunId,
+    ) -> Frame {
+        let query = RunQuery::Check { caller, parent_run };
+        let run = match self.asked_run(peer, callee, child, query).await {
+            Ok(run) => run,
+            Err(frame) => return *frame,
+        };
+        let state = run_state(run.status);
+        let output = match run.status {
+            RunStatus::Succeeded => run.output,
+            RunStatus::Failed => run.error,
+            _ => None,
+        };
+        Frame::RunStatus {
+            child_run: run.id,
+            state,
+            output: output.map(|o| cap_output(&o, self.reply_cap)),
+            hop_depth: run.hop_depth,
+            created_at_ms: run.created_at_ms,
+            input: cap_output(&run.input, self.reply_cap),
+        }
+    }
+
+    async fn on_resend(&self, peer: &str, callee: &str, child: &RunId) -> Frame {
+        if let Err(frame) = self.asked_run(peer, callee, child, RunQuery::Resend).await {
+            return *frame;
+        }
+        match self.supervisor() {
+            Ok(supervisor) => {
+                let asked = supervisor.cast(SupervisorMsg::ResendReply {
+                    callee: callee.to_owned(),
+                    child_run: child.clone(),
+                });
+                match asked {
+                    Ok(()) => Frame::Ack,
+                    Err(e) => {
+                        warn!(peer_host = %peer, "resend request not delivered: {e}");
+                        refused(RefusalReason::Internal, "the host is shutting down")
+                    }
+                }
+            }
+            Err(frame) => *frame,
+        }
+    }
+}

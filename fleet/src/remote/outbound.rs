@@ -1,0 +1,306 @@
+//! The outbound half of the link glue: [`LinkRemote`], the supervisor's [`RemoteCalls`] seam
+//! over this host's [`LinkEndpoint`]. It places calls on the callee's host (signing every
+//! pending hop this host serves first), delivers replies (signed, retried with backoff), asks
+//! for a remote child's status and for a lost reply again, and turns link failures into typed
+//! outcomes (`unreachable`, the callee host's own refusal read off the wire).
+//!
+//! It must not decide whether a call is allowed (the caller's agent did, the callee's host
+//! will again) nor read or write any run store; and it resends a call only when the answer
+//! was lost or the peer could not take it yet, which the child run id makes effectively-once.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::{Instrument, debug, info_span, warn};
+
+use consort_actors::supervisor::{BoxFuture, RemoteCalls};
+use consort_actors::{ActorsError, CallOutcome, Channel, Cost, RunRecord, RunStatus};
+use consort_core::Refusal;
+use consort_net::{
+    CallEnvelope, Frame, HostKey, LinkEndpoint, LinkError, RefusalReason, ReplyEnvelope, RunId,
+};
+
+use super::FleetMap;
+use super::wire::{refusal_from_wire, run_status};
+
+/// The supervisor's way to other hosts: calls, replies, `check_run` and reply resends as
+/// frames over this host's [`LinkEndpoint`].
+pub struct LinkRemote {
+    map: Arc<FleetMap>,
+    key: HostKey,
+    endpoint: LinkEndpoint,
+    /// How often a reply is tried before it is left to the caller's resend-on-resume.
+    reply_attempts: u32,
+}
+
+impl LinkRemote {
+    /// The link glue of one host: its fleet map, its key (to sign what leaves it) and its
+    /// link endpoint.
+    pub fn new(map: Arc<FleetMap>, key: HostKey, endpoint: LinkEndpoint) -> Self {
+        Self {
+            map,
+            key,
+            endpoint,
+            reply_attempts: 8,
+        }
+    }
+
+    /// The peer host serving `agent` and its address.
+    fn route(&self, agent: &str) -> Result<(String, SocketAddr), String> {
+        let host = self
+            .map
+            .host_of(agent)
+            .ok_or_else(|| format!("agent `{agent}` is not placed on any host"))?;
+        let addr = self
+            .map
+            .addresses
+            .get(host)
+            .copied()
+            .ok_or_else(|| format!("host `{host}` has no address"))?;
+        Ok((host.to_owned(), addr))
+    }
+
+    async fn call(&self, mut envelope: CallEnvelope) -> CallOutcome {
+        let Some(last) = envelope.last_hop().cloned() else {
+            return CallOutcome::Refused(Refusal::BadEnvelope {
+                callee: String::new(),
+                detail: "empty chain".into(),
+            });
+        };
+        let callee = last.callee.clone();
+        let (peer, addr) = match self.route(&callee) {
+            Ok(route) => route,
+            Err(detail) => return CallOutcome::Refused(Refusal::Unreachable { callee, detail }),
+        };
+        let map = &self.map;
+        consort_net::sign_pending_hops(&mut envelope, &map.host, &self.key, |agent| {
+            map.is_local(agent)
+        });
+        let frame = Frame::Call(envelope);
+        // Only a call whose response was lost (the request may have been handled) or that the
+        // peer could not take yet is sent again: the child run id makes that safe. A call
+        // that could not be delivered at all ends as `unreachable` at once.
+        let mut retries_left = 2u32;
+        loop {
+            let answer = self.endpoint.request(&peer, addr, &frame).await;
+            match answer {
+                Ok(Frame::Accepted {
+                    child_run,
+                    existing,
+                }) if child_run == last.child_run => {
+                    debug!(existing, "call accepted by the callee's host");
+                    return CallOutcome::Accepted {
+                        child_run,
+                        existing,
+                    };
+                }
+                Ok(Frame::Refused {
+                    reason: RefusalReason::Internal,
+                    text,
+                }) if retries_left > 0 => {
+                    retries_left -= 1;
+                    debug!(%text, "callee's host could not take the call yet; retrying");
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+                Ok(Frame::Refused { reason, text }) => {
+                    let refusal = refusal_from_wire(reason, &text, &callee);
+                    debug!(reason = refusal.code(), "call refused by the callee's host");
+                    return CallOutcome::Refused(refusal);
+                }
+                Ok(other) => {
+                    warn!(peer_host = %peer, "unexpected answer to a call: {other:?}");
+                    return CallOutcome::Refused(Refusal::BadEnvelope {
+                        callee,
+                        detail: "the callee's host answered with an unexpected frame".into(),
+                    });
+                }
+                Err(e @ (LinkError::ConnectionLost { .. } | LinkError::Timeout(_)))
+                    if retries_left > 0 =>
+                {
+                    retries_left -= 1;
+                    warn!(peer_host = %peer, error = %e, "response lost; sending the same call again on a fresh connection (it dedupes on the child run id)");
+                    self.endpoint.reset_peer(&peer);
+                }
+                Err(e) => {
+                    warn!(peer_host = %peer, error = %e, "call not delivered");
+                    return CallOutcome::Refused(Refusal::Unreachable {
+                        callee,
+                        detail: e.to_string(),
+                    });
+                }
+            }
+        }
+    }
+
+    async fn reply(&self, mut reply: ReplyEnvelope) {
+        let (peer, addr) = match self.route(&reply.caller) {
+            Ok(route) => route,
+            Err(detail) => {
+                warn!(%detail, "reply has nowhere to go");
+                return;
+            }
+        };
+        consort_net::sign_reply(&mut reply, &self.map.host, &self.key);
+        let frame = Frame::Reply(reply);
+        let mut delay = Duration::from_millis(50);
+        for attempt in 1..=self.reply_attempts {
+            match self.endpoint.request(&peer, addr, &frame).await {
+                Ok(Frame::Ack) => {
+                    debug!(attempt, "reply delivered");
+                    return;
+                }
+                // Not known *yet* (the caller records the call when its ack arrives) or the
+                // caller's host is starting: try again shortly.
+                // A reply that is still unknown after a few tries answers no call of the caller.
+                Ok(Frame::Refused {
+                    reason: RefusalReason::UnknownRun,
+                    text,
+                }) if attempt >= 3 => {
+                    warn!(peer_host = %peer, %text, "reply refused: the caller placed no such call");
+                    return;
+                }
+                Ok(Frame::Refused {
+                    reason: RefusalReason::UnknownRun | RefusalReason::Internal,
+                    text,
+                }) => debug!(attempt, %text, "reply not taken yet"),
+                Ok(other) => {
+                    warn!(peer_host = %peer, "reply refused: {other:?}");
+                    return;
+                }
+                Err(e) => debug!(attempt, error = %e, "reply not delivered yet"),
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(2));
+        }
+        warn!(peer_host = %peer, "reply not delivered; the caller's host asks for it again when it resumes the run");
+    }
+
+    async fn summary(
+        &self,
+        caller: String,
+        parent_run: RunId,
+        agent: String,
+        run: RunId,
+    ) -> Result<RunRecord, ActorsError> {
+        let (peer, addr) = self.route(&agent).map_err(ActorsError::Remote)?;
+        let frame = Frame::CheckRun {
+            caller: caller.clone(),
+            callee: agent.clone(),
+            parent_run: parent_run.clone(),
+            child_run: run.clone(),
+        };
+        let answer = self
+            .endpoint
+            .request(&peer, addr, &frame)
+            .await
+            .map_err(|e| ActorsError::Remote(format!("{agent} is unreachable: {e}")))?;
+        match answer {
+            Frame::RunStatus {
+                child_run,
+                state,
+                output,
+                hop_depth,
+                created_at_ms,
+                input,
+            } if child_run == run => {
+                // A state added by a newer host: say so rather than guess one.
+                let Some(status) = run_status(state) else {
+                    warn!(peer_host = %peer, "check_run answered with an unknown state: {state:?}");
+                    return Err(ActorsError::Remote(format!(
+                        "{agent}'s host reports a run state this host does not know ({state:?})"
+                    )));
+                };
+                let (output, error) = if status == RunStatus::Failed {
+                    (None, output)
+                } else {
+                    (output, None)
+                };
+                let caller_principal = caller.clone();
+                Ok(RunRecord {
+                    id: child_run,
+                    agent,
+                    status,
+                    channel: Channel::Agent(caller.clone()),
+                    parent_run: Some(parent_run),
+                    parent_agent: Some(caller),
+                    // The callee's host does not share it: the tool-use id is the caller's own.
+                    tool_use_id: None,
+                    hop_depth,
+                    input,
+                    output,
+                    error,
+                    created_at_ms,
+                    settled_at_ms: None,
+                    cost: Cost::default(),
+                    tree_cost: Cost::default(),
+                    principal: format!("agent:{caller_principal}"),
+                    roles: Vec::new(),
+                })
+            }
+            Frame::Refused { text, .. } => Err(ActorsError::Remote(format!(
+                "{agent}'s host refused check_run: {text}"
+            ))),
+            other => Err(ActorsError::Remote(format!(
+                "{agent}'s host answered check_run with an unexpected frame: {other:?}"
+            ))),
+        }
+    }
+
+    async fn resend(&self, callee: String, child_run: RunId) {
+        let Ok((peer, addr)) = self.route(&callee) else {
+            return;
+        };
+        let frame = Frame::ResendReply { callee, child_run };
+        match self.endpoint.request(&peer, addr, &frame).await {
+            Ok(Frame::Ack) => debug!("asked the callee's host to send a reply again"),
+            Ok(other) => debug!("reply resend refused: {other:?}"),
+            Err(e) => {
+                debug!(error = %e, "reply resend not delivered; the callee's host replies when the child settles");
+            }
+        }
+    }
+}
+
+impl RemoteCalls for LinkRemote {
+    fn serves(&self, agent: &str) -> bool {
+        self.map.host_of(agent).is_some_and(|h| h != self.map.host)
+    }
+
+    fn place_call(&self, envelope: CallEnvelope) -> BoxFuture<'_, CallOutcome> {
+        let span = match envelope.last_hop() {
+            Some(hop) => info_span!("link_call", host = %self.map.host,
+                peer_host = self.map.host_of(&hop.callee).unwrap_or("?"),
+                run_id = %hop.child_run, agent = %hop.callee, caller = %hop.caller,
+                hop_depth = envelope.depth()),
+            None => info_span!("link_call", host = %self.map.host),
+        };
+        Box::pin(self.call(envelope).instrument(span))
+    }
+
+    fn send_reply(&self, reply: ReplyEnvelope) -> BoxFuture<'_, ()> {
+        let span = info_span!("link_reply", host = %self.map.host, run_id = %reply.child_run,
+            agent = %reply.callee, caller = %reply.caller);
+        Box::pin(self.reply(reply).instrument(span))
+    }
+
+    fn run_summary(
+        &self,
+        caller: String,
+        parent_run: RunId,
+        agent: String,
+        run: RunId,
+    ) -> BoxFuture<'_, Result<RunRecord, ActorsError>> {
+        let span = info_span!("link_check_run", host = %self.map.host, run_id = %run, agent = %agent, caller = %caller);
+        Box::pin(
+            self.summary(caller, parent_run, agent, run)
+                .instrument(span),
+        )
+    }
+
+    fn resend_reply(&self, callee: String, child_run: RunId) -> BoxFuture<'_, ()> {
+        let span =
+            info_span!("link_resend", host = %self.map.host, run_id = %child_run, agent = %callee);
+        Box::pin(self.resend(callee, child_run).instrument(span))
+    }
+}
