@@ -17,7 +17,7 @@
 
 use std::path::{Path, PathBuf};
 
-use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 
 use consort_net::{Hop, RunId};
@@ -28,56 +28,6 @@ use consort_core::{RunEvent, Transition};
 
 use crate::run::{Channel, EventRecord, RunRecord, RunStatus, now_ms};
 use crate::visibility::Identity;
-
-const SCHEMA: &str = r#"
-CREATE TABLE IF NOT EXISTS runs (
-    id            TEXT PRIMARY KEY,
-    agent         TEXT NOT NULL,
-    status        TEXT NOT NULL,
-    channel       TEXT NOT NULL,
-    parent_run    TEXT,
-    parent_agent  TEXT,
-    tool_use_id   TEXT,
-    hop_depth     INTEGER NOT NULL,
-    input         TEXT NOT NULL,
-    output        TEXT,
-    error         TEXT,
-    chain         TEXT NOT NULL,
-    created_at_ms INTEGER NOT NULL,
-    settled_at_ms INTEGER,
-    model_turns   INTEGER NOT NULL DEFAULT 0,
-    tool_calls    INTEGER NOT NULL DEFAULT 0,
-    calls_placed  INTEGER NOT NULL DEFAULT 0,
-    input_tokens  INTEGER NOT NULL DEFAULT 0,
-    output_tokens INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS runs_by_parent ON runs(parent_run);
-CREATE INDEX IF NOT EXISTS runs_by_status ON runs(status);
-CREATE TABLE IF NOT EXISTS events (
-    run_id TEXT NOT NULL,
-    seq    INTEGER NOT NULL,
-    at_ms  INTEGER NOT NULL,
-    kind   TEXT NOT NULL,
-    data   TEXT NOT NULL,
-    PRIMARY KEY (run_id, seq)
-) WITHOUT ROWID;
-"#;
-
-const RUN_COLUMNS: &str = "id, agent, status, channel, parent_run, parent_agent, tool_use_id, \
-     hop_depth, input, output, error, created_at_ms, settled_at_ms, model_turns, tool_calls, \
-     calls_placed, input_tokens, output_tokens";
-
-/// The principal columns, added to stores created before runs carried a principal. A store
-/// without them (opened read-only) reads NULL, and [`RunStore::decode`] falls back to the
-/// channel: `agent:<caller>` for a peer run, `anonymous` otherwise.
-const PRINCIPAL_COLUMNS: &str = "principal, principal_roles";
-const NO_PRINCIPAL_COLUMNS: &str = "NULL, NULL";
-
-/// The descendants' cost columns (what replies carried back), added to stores created before
-/// tree costs existed; a store without them (opened read-only) reads zeros.
-const DESCENDANT_COLUMNS: &str =
-    "desc_model_turns, desc_tool_calls, desc_calls_placed, desc_input_tokens, desc_output_tokens";
-const NO_DESCENDANT_COLUMNS: &str = "0, 0, 0, 0, 0";
 
 /// How hard each commit is pushed to disk.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -162,89 +112,7 @@ pub struct RunStore {
     has_descendants: bool,
 }
 
-/// The column names of the runs table (one schema read, for the checks of optional columns).
-fn run_columns(conn: &Connection) -> rusqlite::Result<Vec<String>> {
-    let mut stmt = conn.prepare_cached("SELECT name FROM pragma_table_info('runs')")?;
-    let names = stmt
-        .query_map([], |row| row.get::<_, String>(0))?
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(names)
-}
-
 impl RunStore {
-    /// Opens (creating if needed) the store at `path` for writing.
-    pub fn open(path: &Path, durability: Durability) -> Result<Self, ActorsError> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|source| ActorsError::Io {
-                path: dir.to_owned(),
-                source,
-            })?;
-        }
-        let err = |source| ActorsError::Store {
-            path: path.to_owned(),
-            source,
-        };
-        let conn = Connection::open(path).map_err(err)?;
-        let sync = match durability {
-            Durability::Normal => "NORMAL",
-            Durability::Full => "FULL",
-        };
-        // Automatic checkpoints stall the committing thread; the host checkpoints on a timer.
-        conn.execute_batch(&format!(
-            "PRAGMA journal_mode=WAL; PRAGMA synchronous={sync}; PRAGMA wal_autocheckpoint=0; \
-             PRAGMA busy_timeout=5000; PRAGMA foreign_keys=ON;"
-        ))
-        .map_err(err)?;
-        conn.execute_batch(SCHEMA).map_err(err)?;
-        let columns = run_columns(&conn).map_err(err)?;
-        let has = |name: &str| columns.iter().any(|c| c == name);
-        if !has("principal") {
-            conn.execute_batch(
-                "ALTER TABLE runs ADD COLUMN principal TEXT; \
-                 ALTER TABLE runs ADD COLUMN principal_roles TEXT;",
-            )
-            .map_err(err)?;
-        }
-        if !has("desc_model_turns") {
-            conn.execute_batch(
-                "ALTER TABLE runs ADD COLUMN desc_model_turns INTEGER NOT NULL DEFAULT 0; \
-                 ALTER TABLE runs ADD COLUMN desc_tool_calls INTEGER NOT NULL DEFAULT 0; \
-                 ALTER TABLE runs ADD COLUMN desc_calls_placed INTEGER NOT NULL DEFAULT 0; \
-                 ALTER TABLE runs ADD COLUMN desc_input_tokens INTEGER NOT NULL DEFAULT 0; \
-                 ALTER TABLE runs ADD COLUMN desc_output_tokens INTEGER NOT NULL DEFAULT 0;",
-            )
-            .map_err(err)?;
-        }
-        Ok(Self {
-            conn,
-            path: path.to_owned(),
-            has_principal: true,
-            has_descendants: true,
-        })
-    }
-
-    /// Opens an existing store for reading only (inspection of a stopped or serving host).
-    pub fn open_read_only(path: &Path) -> Result<Self, ActorsError> {
-        let conn = Connection::open_with_flags(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(|source| ActorsError::Store {
-            path: path.to_owned(),
-            source,
-        })?;
-        let _ = conn.busy_timeout(std::time::Duration::from_secs(5));
-        let columns = run_columns(&conn).unwrap_or_default();
-        let has_principal = columns.iter().any(|c| c == "principal");
-        let has_descendants = columns.iter().any(|c| c == "desc_model_turns");
-        Ok(Self {
-            conn,
-            path: path.to_owned(),
-            has_principal,
-            has_descendants,
-        })
-    }
-
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
@@ -580,39 +448,6 @@ impl RunStore {
             })
             .collect()
     }
-
-    /// Folds the write-ahead log of the store at `path` into its database through a
-    /// connection of its own, so the agent that writes the store is never held up by it (a
-    /// passive checkpoint takes no lock a writer waits on). Run it off the async workers.
-    pub fn checkpoint_file(path: &Path) -> Result<(), ActorsError> {
-        let err = |source| ActorsError::Store {
-            path: path.to_owned(),
-            source,
-        };
-        let conn = Connection::open_with_flags(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(err)?;
-        conn.busy_timeout(std::time::Duration::from_secs(1))
-            .map_err(err)?;
-        conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE);")
-            .map_err(err)
-    }
-
-    fn columns(&self) -> String {
-        let principal = if self.has_principal {
-            PRINCIPAL_COLUMNS
-        } else {
-            NO_PRINCIPAL_COLUMNS
-        };
-        let descendants = if self.has_descendants {
-            DESCENDANT_COLUMNS
-        } else {
-            NO_DESCENDANT_COLUMNS
-        };
-        format!("{RUN_COLUMNS}, {principal}, {descendants}")
-    }
 }
 
 /// Runs one statement through the connection's statement cache: the hot statements of the
@@ -632,6 +467,7 @@ fn query_one<T>(
 }
 
 mod rows;
+mod schema;
 #[cfg(test)]
 mod tests;
 mod writer;

@@ -1,4 +1,5 @@
 //! Unit tests of the synchronous store: inserts, appends, typed errors, old layouts.
+use super::schema::SCHEMA;
 use super::*;
 
 fn new_run(id: RunId) -> NewRun {

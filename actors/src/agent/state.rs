@@ -1,0 +1,197 @@
+//! The agent actor's state: what it keeps between messages and the small reads and updates
+//! of it that every part of the actor shares.
+//!
+//! Everything here is volatile except through the store: the kept views and records, the
+//! counters admission and the callee's cap read, the tool uses and calls out. A restarted
+//! actor rebuilds all of it from the store (`post_start` and `AgentState::load`).
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ractor::ActorRef;
+use tracing::warn;
+
+use consort_config::AgentConfig;
+use consort_core::RunView;
+use consort_core::step::Input;
+use consort_net::{Hop, ReplyEnvelope, RunId};
+
+use super::{AgentOptions, commits};
+use crate::ActorsError;
+use crate::meta_tools::AgentCatalog;
+use crate::model::Model;
+use crate::routing::SupervisorMsg;
+use crate::run::RunRecord;
+use crate::store::AgentStore;
+use crate::tools::Tool;
+use crate::visibility::ProbeCache;
+
+/// The most parents whose children count is kept in memory.
+const CHILDREN_KEPT: usize = 10_000;
+
+/// The agent actor's state: its config, store, model and tools, and what is in flight.
+pub(crate) struct AgentState {
+    pub(super) config: AgentConfig,
+    pub(super) store: AgentStore,
+    pub(super) model: Arc<dyn Model>,
+    /// The model was set by an embedding app in code: a reload of agent.yaml keeps it.
+    pub(super) model_from_app: bool,
+    /// The agent's tools with their auth, policies, grants and catalog generation.
+    pub(super) catalog: AgentCatalog,
+    /// T2 probe outcomes per principal, for the catalog's generation.
+    pub(super) probe_cache: ProbeCache,
+    pub(super) extra_tools: Vec<Arc<dyn Tool>>,
+    pub(super) supervisor: ActorRef<SupervisorMsg>,
+    pub(super) fleet_agents: Vec<String>,
+    pub(super) options: AgentOptions,
+    /// Tool uses whose outcome is being fetched by a spawned task.
+    pub(super) in_flight: UsesOut,
+    /// Blocking calls (`wait_s`) whose tool use stays open until the reply or the timeout.
+    pub(super) awaiting: UsesOut,
+    /// Runs whose model turn is being answered on a separate task.
+    pub(super) thinking: HashSet<RunId>,
+    /// Replies that arrived before the acceptance of their call was recorded, by child run.
+    pub(super) early_replies: HashMap<RunId, ReplyEnvelope>,
+    /// When each waiting run next asks its callees again for the replies it lacks, and the
+    /// backoff after that.
+    pub(super) reask: HashMap<RunId, (Instant, Duration)>,
+    /// Runs of this agent that have not settled (what admission counts): counted once from
+    /// the store at start, then kept as runs are stored and settle.
+    pub(super) unsettled: usize,
+    /// Child runs accepted per parent run (what the callee's cap counts): read from the store
+    /// the first time a parent calls after start, then kept.
+    pub(super) children: HashMap<RunId, u64>,
+    /// Admission jobs out that count a parent's children in the store (the kept count was
+    /// not known when they were sent), by parent.
+    pub(super) children_counting: HashMap<RunId, u32>,
+    /// Views of the unsettled runs touched since start, each updated with the events this
+    /// actor appends: a step reads its run's view, never the whole log again.
+    pub(super) views: HashMap<RunId, RunView>,
+    /// The stored records of the runs in `views`, as of their last committed append.
+    pub(super) records: HashMap<RunId, RunRecord>,
+    /// The chains of hops of the runs in `views` (what a call they place extends).
+    pub(super) chains: HashMap<RunId, Vec<Hop>>,
+    /// The jobs out at the store writer, and what waits for their commits.
+    pub(super) commits: commits::Commits,
+    /// Records of runs whose settling append just committed, for their settle notice.
+    pub(super) just_settled: HashMap<RunId, RunRecord>,
+}
+
+impl AgentState {
+    /// Makes sure run `id`'s view and record are kept: read and folded once from the store
+    /// if they are not. Returns false when the store has no such run.
+    pub(super) async fn load(&mut self, id: &RunId) -> Result<bool, ActorsError> {
+        if self.views.contains_key(id) && self.records.contains_key(id) {
+            return Ok(true);
+        }
+        let (key, found) = (id.clone(), id.clone());
+        let loaded = self
+            .store
+            .read(move |store| {
+                let Some(record) = store.run(&key)? else {
+                    return Ok(None);
+                };
+                Ok(Some((record, store.events(&key)?)))
+            })
+            .await?;
+        let Some((record, events)) = loaded else {
+            return Ok(false);
+        };
+        // A settled run is kept only for the drive that loaded it (see `forget_if_settled`).
+        let view = RunView::from_events(events.iter().map(|e| &e.event));
+        self.views.insert(found.clone(), view);
+        self.records.insert(found, record);
+        Ok(true)
+    }
+
+    /// Drops what is kept of run `id` once it has settled: nothing steps it again but a late
+    /// message, which reads it back.
+    pub(super) fn forget_if_settled(&mut self, id: &RunId) {
+        self.just_settled.remove(id);
+        if self.records.get(id).is_some_and(|r| r.status.is_settled()) {
+            self.records.remove(id);
+            self.views.remove(id);
+            self.chains.remove(id);
+        }
+    }
+
+    /// Run `id`'s stored record: the kept one, or read from the store.
+    pub(super) async fn record(&mut self, id: &RunId) -> Result<Option<RunRecord>, ActorsError> {
+        if let Some(record) = self.records.get(id) {
+            return Ok(Some(record.clone()));
+        }
+        self.store.run(id).await
+    }
+
+    /// The tool uses of run `id` with a task out.
+    pub(super) fn busy(&self, id: &RunId) -> BTreeSet<String> {
+        self.in_flight
+            .of(id)
+            .chain(self.awaiting.of(id))
+            .cloned()
+            .collect()
+    }
+
+    /// The input that moves run `id` forward now.
+    pub(super) fn advance_input(&self, id: &RunId) -> Input {
+        Input::Advance {
+            busy: self.busy(id),
+            thinking: self.thinking.contains(id),
+        }
+    }
+
+    /// Keeps the count of child runs accepted for `parent`, as the store counted it (never
+    /// below what this actor has counted since).
+    pub(super) fn count_children(&mut self, parent: &RunId, n: u64) {
+        if let Some(kept) = self.children.get_mut(parent) {
+            *kept = (*kept).max(n);
+            return;
+        }
+        if self.children.len() >= CHILDREN_KEPT {
+            // The store is the truth; forgetting the counts only costs one query per parent.
+            self.children.clear();
+        }
+        self.children.insert(parent.clone(), n);
+    }
+
+    /// Casts to this actor's supervisor; a supervisor that is gone is logged, not ignored.
+    pub(super) fn tell_supervisor(&self, message: SupervisorMsg) {
+        if let Err(e) = self.supervisor.cast(message) {
+            warn!(agent = %self.config.name, "the host supervisor is gone; message dropped: {e}");
+        }
+    }
+}
+
+/// Tool uses with something out, by run: looking up one run's never scans the others'.
+#[derive(Default)]
+pub(super) struct UsesOut(HashMap<RunId, BTreeSet<String>>);
+
+impl UsesOut {
+    pub(super) fn insert(&mut self, run: &RunId, tool_use: &str) {
+        self.0
+            .entry(run.clone())
+            .or_default()
+            .insert(tool_use.to_owned());
+    }
+
+    /// Whether it was out.
+    pub(super) fn remove(&mut self, run: &RunId, tool_use: &str) -> bool {
+        let Some(uses) = self.0.get_mut(run) else {
+            return false;
+        };
+        let was = uses.remove(tool_use);
+        if uses.is_empty() {
+            self.0.remove(run);
+        }
+        was
+    }
+
+    pub(super) fn contains(&self, run: &RunId, tool_use: &str) -> bool {
+        self.0.get(run).is_some_and(|uses| uses.contains(tool_use))
+    }
+
+    pub(super) fn of(&self, run: &RunId) -> impl Iterator<Item = &String> {
+        self.0.get(run).into_iter().flatten()
+    }
+}
