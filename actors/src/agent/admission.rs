@@ -20,14 +20,15 @@ use super::commits::{Admission, Committed, Done};
 use super::{AgentActor, AgentMsg, AgentState, refused, tell};
 use crate::ActorsError;
 use crate::fault::{self, Point};
-use crate::run::{Channel, RunRecord};
+use crate::run::{Channel, RunRecord, now_ms};
 use crate::store::{Inserted, NewRun, RunStore};
 use crate::visibility::Identity;
 
 impl AgentActor {
-    /// Starts a root run: admission first, then the store; the starter gets the run once it
-    /// is committed, and the run's first step follows.
-    pub(super) fn start(
+    /// Starts a root run: admission first, then the store. The run takes its first steps at
+    /// once, behind its insert in the writer's queue (nothing it does leaves the host before
+    /// the insert commits); the starter gets the run once it is committed.
+    pub(super) async fn start(
         &self,
         myself: &ActorRef<AgentMsg>,
         state: &mut AgentState,
@@ -61,22 +62,22 @@ impl AgentActor {
         };
         state.unsettled += 1;
         state.chains.insert(id.clone(), Vec::new());
+        state.keep_new(new.record(now_ms()), &[new.created_event()]);
         let ticket = state.commits.issue();
-        let me = myself.clone();
+        state.commits.written(&id, ticket);
+        let (me, run) = (myself.clone(), id.clone());
         state.store.write_then(
-            move |store| {
-                let inserted = store.insert_run(new)?;
-                let events = logged(store, inserted.record())?;
-                Ok((inserted.record().clone(), events))
-            },
-            move |result: Result<(RunRecord, Vec<RunEvent>), ActorsError>| {
+            move |store| store.insert_run(new),
+            move |result: Result<Inserted, ActorsError>| {
                 let stored = match result {
-                    Ok((record, events)) => {
+                    Ok(inserted) => {
+                        let record = inserted.record();
                         fault::crash_at(Point::RootStored, &record.id);
+                        info!(run_id = %record.id, agent = %record.agent, hop_depth = 0, "run started");
                         if reply.send(Ok(record.clone())).is_err() {
                             warn!(run_id = %record.id, "a run's starter stopped waiting; the run goes on");
                         }
-                        Ok((record, events))
+                        Ok(())
                     }
                     Err(e) => {
                         let error = e.to_string();
@@ -86,10 +87,13 @@ impl AgentActor {
                         Err(error)
                     }
                 };
-                let done = Done::Started { run: id, stored };
+                let done = Done::Started { run, stored };
                 tell(&me, AgentMsg::Committed(Box::new(Committed { ticket, done })));
             },
-        )
+        )?;
+        let input = state.advance_input(&id);
+        self.drive(myself, state, &id, input).await?;
+        Ok(())
     }
 
     /// The callee's side of a call: the chain's last hop must name this agent; then one job

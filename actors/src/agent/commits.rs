@@ -21,7 +21,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use ractor::{ActorRef, RpcReplyPort};
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{Instrument, info_span, warn};
 
 use consort_core::{RunEvent, RunView, Transition};
 use consort_net::RunId;
@@ -46,12 +46,13 @@ pub(super) enum Done {
     Appended {
         run: RunId,
         expected_seq: u64,
-        result: Result<Applied, ActorsError>,
+        result: Result<Box<Applied>, ActorsError>,
     },
-    /// A root run's insert (its starter has been answered already).
+    /// A root run's insert (its starter has been answered already; the run has been
+    /// stepping since it was sent).
     Started {
         run: RunId,
-        stored: Result<(RunRecord, Vec<RunEvent>), String>,
+        stored: Result<(), String>,
     },
     /// A call's admission (its caller has been answered already).
     Admitted {
@@ -123,6 +124,11 @@ impl Commits {
             .get(id)
             .copied()
             .filter(|t| *t > self.committed)
+    }
+
+    /// Records `ticket` as run `id`'s last write.
+    pub(super) fn written(&mut self, id: &RunId, ticket: u64) {
+        self.last_write.insert(id.clone(), ticket);
     }
 
     /// Whether run `id` has a drive waiting for a commit.
@@ -199,7 +205,7 @@ impl AgentState {
         }
         let expected_seq = view.last_seq;
         let ticket = self.commits.issue();
-        self.commits.last_write.insert(id.clone(), ticket);
+        self.commits.written(id, ticket);
         let (me, run, key) = (myself.clone(), id.clone(), id.clone());
         self.store.write_then(
             move |store| store.append(&key, transition),
@@ -207,7 +213,7 @@ impl AgentState {
                 let done = Done::Appended {
                     run,
                     expected_seq,
-                    result,
+                    result: result.map(Box::new),
                 };
                 tell(
                     &me,
@@ -264,9 +270,9 @@ impl AgentActor {
                     state.commits.last_write.remove(&run);
                 }
                 // A failed commit fails the actor: see the module doc.
-                state.appended(run, expected_seq, result?);
+                state.appended(run, expected_seq, *result?);
             }
-            Done::Started { run, stored } => self.started(myself, state, run, stored).await?,
+            Done::Started { run, stored } => Self::started(state, ticket, &run, stored)?,
             Done::Admitted {
                 parent,
                 child,
@@ -356,28 +362,21 @@ impl AgentActor {
         Ok(())
     }
 
-    /// A root run is stored (its starter has its record): step it.
-    async fn started(
-        &self,
-        myself: &ActorRef<AgentMsg>,
+    /// A root run's insert is committed (its starter has its record). One that failed fails
+    /// the actor, as a failed append does: the run has been stepping on it.
+    fn started(
         state: &mut AgentState,
-        run: RunId,
-        stored: Result<(RunRecord, Vec<RunEvent>), String>,
+        ticket: u64,
+        run: &RunId,
+        stored: Result<(), String>,
     ) -> Result<(), ActorsError> {
-        match stored {
-            Ok((record, events)) => {
-                info!(run_id = %run, agent = %record.agent, hop_depth = 0, "run started");
-                state.keep_new(record, &events);
-                let input = state.advance_input(&run);
-                self.drive(myself, state, &run, input).await?;
-            }
-            Err(error) => {
-                warn!(run_id = %run, %error, "a root run could not be stored");
-                state.unsettled = state.unsettled.saturating_sub(1);
-                state.chains.remove(&run);
-            }
+        if state.commits.last_write.get(run) == Some(&ticket) {
+            state.commits.last_write.remove(run);
         }
-        Ok(())
+        stored.map_err(|detail| ActorsError::Commit {
+            path: state.store.path().to_owned(),
+            detail: format!("run {run} was not stored: {detail}"),
+        })
     }
 
     /// A call's admission is committed (its caller has its answer): settle the reserved

@@ -340,7 +340,10 @@ impl AgentActor {
                 channel,
                 identity,
                 reply,
-            } => self.start(myself, state, input, channel, identity, reply)?,
+            } => {
+                self.start(myself, state, input, channel, identity, reply)
+                    .await?;
+            }
             AgentMsg::Decide {
                 run,
                 approve,

@@ -26,7 +26,7 @@ use crate::ActorsError;
 use consort_core::event::Created;
 use consort_core::{RunEvent, Transition};
 
-use crate::run::{Channel, EventRecord, RunRecord, RunStatus, now_ms};
+use crate::run::{Channel, Cost, EventRecord, RunRecord, RunStatus, now_ms};
 use crate::visibility::Identity;
 
 /// How hard each commit is pushed to disk.
@@ -71,6 +71,44 @@ pub struct NewRun {
     pub input: String,
     /// Who the run acts for (see [`RunRecord::principal`]).
     pub identity: Identity,
+}
+
+impl NewRun {
+    /// The run's first event, as [`RunStore::insert_run`] writes it.
+    pub fn created_event(&self) -> RunEvent {
+        RunEvent::Created(Created {
+            channel: self.channel.clone(),
+            input: self.input.clone(),
+            parent_run: self.parent_run.clone(),
+            hop_depth: self.chain.len() as u32,
+            principal: crate::run::identity_text(&self.identity).0,
+        })
+    }
+
+    /// The run as [`RunStore::insert_run`] stores it (queued, nothing spent), for an actor
+    /// that steps a new run while its insert is still being committed.
+    pub fn record(&self, created_at_ms: u64) -> RunRecord {
+        let (principal, roles) = crate::run::identity_text(&self.identity);
+        RunRecord {
+            id: self.id.clone(),
+            agent: self.agent.clone(),
+            status: RunStatus::Queued,
+            channel: self.channel.clone(),
+            parent_run: self.parent_run.clone(),
+            parent_agent: self.parent_agent.clone(),
+            tool_use_id: self.tool_use_id.clone(),
+            hop_depth: self.chain.len() as u32,
+            input: self.input.clone(),
+            output: None,
+            error: None,
+            created_at_ms,
+            settled_at_ms: None,
+            cost: Cost::default(),
+            tree_cost: Cost::default(),
+            principal,
+            roles,
+        }
+    }
 }
 
 /// What [`RunStore::insert_run`] found.
@@ -173,13 +211,7 @@ impl RunStore {
             source,
         })?;
         if inserted == 1 {
-            let created = RunEvent::Created(Created {
-                channel: new.channel.clone(),
-                input: new.input.clone(),
-                parent_run: new.parent_run.clone(),
-                hop_depth: new.chain.len() as u32,
-                principal,
-            });
+            let created = new.created_event();
             exec(
                 &tx,
                 "INSERT INTO events (run_id, seq, at_ms, kind, data) VALUES (?1, 1, ?2, ?3, ?4)",

@@ -124,3 +124,29 @@ fn principal_is_stored_and_old_stores_keep_working() {
         ("unknown", Identity::Unknown)
     );
 }
+
+#[test]
+fn a_new_runs_provisional_record_and_first_event_are_what_the_insert_stores() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = RunStore::open(&dir.path().join("runs.db"), Durability::Normal).unwrap();
+    let new = new_run(RunId::random());
+    let (provisional, first) = (new.record(0), new.created_event());
+    let stored = store.insert_run(new).unwrap().record().clone();
+    assert_eq!(
+        RunRecord {
+            // The clock's: when the store wrote it, and how long ago that was.
+            created_at_ms: stored.created_at_ms,
+            cost: Cost {
+                wall_ms: stored.cost.wall_ms,
+                ..provisional.cost
+            },
+            tree_cost: Cost {
+                wall_ms: stored.tree_cost.wall_ms,
+                ..provisional.tree_cost
+            },
+            ..provisional
+        },
+        stored
+    );
+    assert_eq!(store.events(&stored.id).unwrap()[0].event, first);
+}
