@@ -374,6 +374,15 @@ async fn run(root: &std::path::Path) -> Result<()> {
             println!("| {a} / {b} | {lat:.1}x | {thr:.1}x |");
         }
     }
+    println!();
+    println!("| host | store writes | group commits | writes per commit |");
+    println!("|---|---:|---:|---:|");
+    for (name, h) in ["alpha", "beta"].iter().zip(&hosts) {
+        let c = h.host.store_counts();
+        #[allow(clippy::cast_precision_loss)]
+        let per = c.writes as f64 / c.commits.max(1) as f64;
+        println!("| {name} | {} | {} | {per:.1} |", c.writes, c.commits);
+    }
     for h in &hosts {
         h.host.stop();
     }
