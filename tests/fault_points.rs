@@ -92,9 +92,15 @@ fn crash_and_resume(point: &str, window: impl Fn(&[Value], &[Value])) {
 #[test]
 fn crash_after_the_root_run_is_stored() {
     crash_and_resume("after_root_stored", |jobs, log| {
+        // The run steps behind its insert in the store writer's queue, so its first turn may
+        // have committed in the same batch; nothing left the host before the crash.
         assert_eq!(jobs.len(), 1, "{jobs:?}");
-        assert_eq!(jobs[0]["status"], "queued");
-        assert_eq!(count(log, "model_turn"), 0, "{:?}", kinds(log));
+        assert!(
+            matches!(jobs[0]["status"].as_str(), Some("queued" | "running")),
+            "{jobs:?}"
+        );
+        assert!(count(log, "model_turn") <= 1, "{:?}", kinds(log));
+        assert_eq!(count(log, "call_placed"), 0, "{:?}", kinds(log));
     });
 }
 

@@ -11,7 +11,8 @@ use consort_net::RunId;
 /// A durable boundary of a call where a test may crash the process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Point {
-    /// A root run is stored; the API has not answered yet.
+    /// A root run is stored (its first turn may be too: it steps behind the insert); the API
+    /// has not answered yet and nothing has left the host.
     RootStored,
     /// A model turn with tool uses is stored; none of them is resolved yet.
     TurnRecorded,
