@@ -9,9 +9,9 @@
 //! back down if the job finds a replay or a refusal. A reserved count can only make admission
 //! stricter for a moment, never let a run past a limit.
 
+use consort_core::Refusal;
 use consort_core::guards::{self, InboundFacts};
 use consort_core::step::CallOutcome;
-use consort_core::{Refusal, RunEvent};
 use consort_net::{CallEnvelope, RunId};
 use ractor::{ActorRef, RpcReplyPort};
 use tracing::{info, info_span, warn};
@@ -238,29 +238,20 @@ fn admit(
     if let Err(refusal) = gate.check(children) {
         return Ok((Admission::Refused { children }, Some(refusal)));
     }
+    // The log the insert starts, so the actor's first step of the run reads nothing back.
+    let created = new.created_event();
     let inserted = store.insert_run(new)?;
     let Inserted::Created(record) = inserted else {
         return Ok((Admission::Replay, None));
     };
-    let events = logged(store, &record)?;
     Ok((
         Admission::Stored {
             children_before: children,
             record: Box::new(record),
-            events,
+            created,
         },
         None,
     ))
-}
-
-/// A new run's log as stored, read in the same job, so the actor's first step of it reads
-/// nothing back.
-fn logged(store: &RunStore, record: &RunRecord) -> Result<Vec<RunEvent>, ActorsError> {
-    Ok(store
-        .events(&record.id)?
-        .into_iter()
-        .map(|e| e.event)
-        .collect())
 }
 
 fn answer_call(reply: RpcReplyPort<CallOutcome>, outcome: CallOutcome) {

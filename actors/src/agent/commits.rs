@@ -70,11 +70,11 @@ pub(super) enum Admission {
     Replay,
     /// The inbound guards refused it; the parent's children counted in the store.
     Refused { children: u64 },
-    /// Stored: the new run, its log, and the parent's children before it.
+    /// Stored: the new run, its first event, and the parent's children before it.
     Stored {
         children_before: u64,
         record: Box<RunRecord>,
-        events: Vec<RunEvent>,
+        created: RunEvent,
     },
 }
 
@@ -408,12 +408,12 @@ impl AgentActor {
             Ok(Admission::Stored {
                 children_before,
                 record,
-                events,
+                created,
             }) => {
                 if !reserved_child {
                     state.count_children(&parent, children_before + 1);
                 }
-                state.keep_new(*record, &events);
+                state.keep_new(*record, std::slice::from_ref(&created));
                 let input = state.advance_input(&child);
                 self.drive(myself, state, &child, input)
                     .instrument(span)

@@ -3,8 +3,8 @@
 //! SQLite is synchronous. Run on a tokio worker, each commit (22–63 µs with
 //! `synchronous=NORMAL`, milliseconds with `FULL`) would hold up every actor and link task
 //! scheduled on that worker. So no async code touches a connection: an agent actor hands its
-//! store a job ([`AgentStore::append`], [`AgentStore::insert_run`], a read) and awaits the answer,
-//! while this thread does the SQLite work.
+//! store a job ([`AgentStore::write_then`], [`AgentStore::write`], a read) and gets the answer
+//! when it is committed, while this thread does the SQLite work.
 //!
 //! **Group commit.** The thread takes every job that is waiting when it wakes (up to
 //! [`MAX_BATCH`]), opens one transaction per store that has writes among them, runs each write
@@ -27,12 +27,11 @@ use std::sync::mpsc;
 use tokio::sync::oneshot;
 use tracing::{error, warn};
 
-use consort_core::Transition;
 use consort_net::{Hop, RunId};
 
-use super::{Applied, Durability, Inserted, NewRun, RunStore};
+use super::{Durability, RunStore};
 use crate::ActorsError;
-use crate::run::{EventRecord, RunRecord};
+use crate::run::RunRecord;
 
 /// The most jobs committed in one batch: a bound on how long the first job of a busy batch
 /// waits for the others.
@@ -205,20 +204,9 @@ impl AgentStore {
         &self.path
     }
 
-    /// Creates a run (or finds the one with its id); answered once committed.
-    pub async fn insert_run(&self, new: NewRun) -> Result<Inserted, ActorsError> {
-        self.write(move |store| store.insert_run(new)).wait().await
-    }
-
-    /// Appends a transition to a run. The append is queued at once and answered once
-    /// committed: a caller may go on stepping and [`Pending::wait`] only before it lets
-    /// anything out of the host that depends on the append.
-    pub fn append(&self, id: &RunId, transition: Transition) -> Pending<Applied> {
-        let id = id.clone();
-        self.write(move |store| store.append(&id, transition))
-    }
-
-    /// Runs any write against the store, in one savepoint of the batch's transaction.
+    /// Runs any write against the store, in one savepoint of the batch's transaction; the
+    /// answer comes once it is committed. A caller may go on and [`Pending::wait`] only before
+    /// it lets anything out of the host that depends on the write.
     pub fn write<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut RunStore) -> Result<T, ActorsError> + Send + 'static,
@@ -257,21 +245,9 @@ impl AgentStore {
         self.read(move |store| store.chain(&id)).await
     }
 
-    /// A run's event log, in order.
-    pub async fn events(&self, id: &RunId) -> Result<Vec<EventRecord>, ActorsError> {
-        let id = id.clone();
-        self.read(move |store| store.events(&id)).await
-    }
-
     /// Runs that have not settled.
     pub async fn unsettled(&self) -> Result<Vec<RunRecord>, ActorsError> {
         self.read(|store| store.unsettled()).await
-    }
-
-    /// Child runs accepted for one parent run.
-    pub async fn count_children(&self, parent: &RunId) -> Result<u64, ActorsError> {
-        let parent = parent.clone();
-        self.read(move |store| store.count_children(&parent)).await
     }
 
     /// Lets the writer close the connection once the jobs sent before are done.

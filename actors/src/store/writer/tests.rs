@@ -5,10 +5,10 @@ use consort_core::event::Answer;
 use consort_core::{RunEvent, RunStatus, Transition};
 use consort_net::RunId;
 
-use super::{StoreWriter, WriterCounts};
+use super::{AgentStore, Pending, StoreWriter, WriterCounts};
 use crate::ActorsError;
 use crate::run::Channel;
-use crate::store::{Durability, Inserted, NewRun, RunStore};
+use crate::store::{Applied, Durability, Inserted, NewRun, RunStore};
 use crate::visibility::Identity;
 
 fn new_run(id: &RunId) -> NewRun {
@@ -23,6 +23,20 @@ fn new_run(id: &RunId) -> NewRun {
         input: "August".into(),
         identity: Identity::Absent,
     }
+}
+
+async fn insert(store: &AgentStore, id: &RunId) {
+    let new = new_run(id);
+    store
+        .write(move |s| s.insert_run(new))
+        .wait()
+        .await
+        .unwrap();
+}
+
+fn append(store: &AgentStore, id: &RunId, text: &str) -> Pending<Applied> {
+    let (id, transition) = (id.clone(), answer(text));
+    store.write(move |s| s.append(&id, transition))
 }
 
 fn answer(text: &str) -> Transition {
@@ -42,14 +56,11 @@ async fn appends_of_many_runs_commit_together_and_each_is_answered_after_its_com
     let store = writer.open(&path, Durability::Normal).await.unwrap();
     let ids: Vec<RunId> = (0..64).map(|_| RunId::random()).collect();
     for id in &ids {
-        store.insert_run(new_run(id)).await.unwrap();
+        insert(&store, id).await;
     }
     let before = writer.counts();
     // Queued back to back, as an agent stepping many runs does.
-    let pending: Vec<_> = ids
-        .iter()
-        .map(|id| store.append(id, answer("42")))
-        .collect();
+    let pending: Vec<_> = ids.iter().map(|id| append(&store, id, "42")).collect();
     for p in pending {
         let applied = p.wait().await.unwrap();
         assert_eq!(applied.record.status, RunStatus::Succeeded);
@@ -79,8 +90,8 @@ async fn a_read_sent_after_an_append_sees_it() {
         .await
         .unwrap();
     let id = RunId::random();
-    store.insert_run(new_run(&id)).await.unwrap();
-    let pending = store.append(&id, answer("seen"));
+    insert(&store, &id).await;
+    let pending = append(&store, &id, "seen");
     let read = store.run(&id).await.unwrap().unwrap();
     assert_eq!(read.output.as_deref(), Some("seen"));
     pending.wait().await.unwrap();
@@ -95,9 +106,9 @@ async fn a_failing_append_rolls_back_alone() {
         .await
         .unwrap();
     let (known, unknown) = (RunId::random(), RunId::random());
-    store.insert_run(new_run(&known)).await.unwrap();
-    let good = store.append(&known, answer("kept"));
-    let bad = store.append(&unknown, answer("lost"));
+    insert(&store, &known).await;
+    let good = append(&store, &known, "kept");
+    let bad = append(&store, &unknown, "lost");
     let also_good = store.write({
         let id = RunId::random();
         move |s| s.insert_run(new_run(&id))
@@ -120,7 +131,7 @@ async fn a_store_that_is_not_open_takes_reads_but_not_writes() {
     let writer = StoreWriter::start().unwrap();
     let store = writer.open(&path, Durability::Normal).await.unwrap();
     let id = RunId::random();
-    store.insert_run(new_run(&id)).await.unwrap();
+    insert(&store, &id).await;
     store.close();
     // Read-only, through a connection of the job's own.
     let key = id.clone();
@@ -130,13 +141,13 @@ async fn a_store_that_is_not_open_takes_reads_but_not_writes() {
         .unwrap()
         .unwrap();
     assert_eq!(found.id, id);
-    let refused = store.append(&id, answer("x")).wait().await;
+    let refused = append(&store, &id, "x").wait().await;
     assert!(
         matches!(refused, Err(ActorsError::Commit { ref detail, .. }) if detail.contains("not open")),
         "{refused:?}"
     );
     // Reopened (a restarted agent), it writes again.
     let store = writer.open(&path, Durability::Normal).await.unwrap();
-    store.append(&id, answer("x")).wait().await.unwrap();
+    append(&store, &id, "x").wait().await.unwrap();
     assert_ne!(writer.counts(), WriterCounts::default());
 }
