@@ -19,12 +19,15 @@
 //! - [`RunEvent`] and [`RunView`]: a run's typed, versioned event log and its incremental fold.
 //! - `conversation`: what a model is shown and what it may answer.
 //! - [`step()`]: the run state machine: what a run writes and does next, given what happened.
+//! - [`directory`]: the peer directory's rules: which goal a caller may see, the presence
+//!   vocabulary and its one mapping, and how a packet is assembled from every host's answer.
 //! - [`visibility`]: which tools a caller is shown (allow / deny / unknown): the auth
 //!   descriptor, caller facts, the seven-rule decision, the evaluation ladder with its probe
 //!   cache, and the meta-tool answers.
 
 mod consent;
 mod conversation;
+pub mod directory;
 mod error;
 pub mod event;
 pub mod guards;

@@ -1,0 +1,35 @@
+//! The peer directory's rules: who may see which goal, what an owning host's report means as
+//! presence, and how one packet is put together from every host's answer.
+//!
+//! The directory answers three questions for an agent (or an operator): which agents share my
+//! goal, which of them is live right now, and what is each doing. Its facts have owners:
+//! registration comes from the fleet's goals, work state from the store of the host that serves
+//! the agent, presence from that host's supervisor. Nothing here creates a fact; it maps them.
+//!
+//! - [`scope`]: the [`Audience`] (who asks, as the host established it, never as the caller
+//!   names itself) and [`resolve_goal`], which finds the goal it may see or the typed
+//!   [`ScopeGap`] that makes a packet of zero rows.
+//! - [`presence`]: the vocabulary ([`PresenceState`]: working, blocked, idle, done,
+//!   unreachable, unknown) and [`presence_of`], the one mapping from what a host knows about
+//!   one of its agents ([`AgentReport`]) to a state and its basis.
+//! - [`packet`]: [`assemble`], which turns the registered agents and every host's
+//!   [`HostAnswer`] into a [`DirectoryPacket`]: one row per registered agent in a fixed order,
+//!   capped, with `rows + omitted = registered` always and every gap named as a
+//!   [`Limitation`].
+//!
+//! Presence is advisory colour: it never adds, drops or orders a row, and no typed fact depends
+//! on it. This module reads no clock and no store: times and reports come in as arguments.
+
+pub mod packet;
+pub mod presence;
+pub mod scope;
+
+pub use packet::{
+    DirectoryPacket, DirectoryRow, HostAnswer, Limitation, PacketRequest, RegisteredAgent,
+    SCHEMA_VERSION, assemble, scope_gap_packet,
+};
+pub use presence::{
+    ActorState, AgentReport, LastSettled, Presence, PresenceBasis, PresenceState, WorkState,
+    presence_of,
+};
+pub use scope::{Audience, Goal, ScopeGap, resolve_goal};
