@@ -1,10 +1,12 @@
-//! `fleet.yaml`: the hosts of a fleet, their addresses and pinned keys, and the agents each
-//! serves.
+//! `fleet.yaml`: the hosts of a fleet, their addresses and pinned keys, the agents each
+//! serves, and the fleet's goals.
 //!
 //! Owns parsing and checking of the file (unique host names, addresses and keys; well-formed
-//! ed25519 public keys) and [`FleetConfig::agents`], which loads every host's agent folders and
-//! checks that each agent lives on exactly one host. It must not resolve host names, open
-//! sockets or verify keys cryptographically: addresses are IP literals, keys are 32 bytes that
+//! ed25519 public keys) and [`FleetConfig::agents`], which loads every host's agent folders,
+//! checks that each agent lives on exactly one host and that every goal member is one of them.
+//! What a goal declaration may hold is the `goals` module's; this one only embeds it and
+//! points its member check at fleet.yaml. It must not resolve host names, open sockets or
+//! verify keys cryptographically: addresses are IP literals, keys are 32 bytes that
 //! consort-net checks when it uses them.
 
 use std::collections::BTreeMap;
@@ -16,6 +18,7 @@ use serde_saphyr::Spanned;
 
 use crate::agent::{AddError, AgentSet, SetBuilder, is_valid_name, name_problem};
 use crate::error::ConfigError;
+use crate::goals::{GoalsConfig, ParsedGoals, RawDirectory, RawGoal, convert_goals};
 use crate::yaml::{Ctx, KeyPath, Pos, load_file};
 
 /// The prefix of a public key in `fleet.yaml`.
@@ -45,12 +48,17 @@ pub struct FleetConfig {
     /// Where each host's `agents` entries were written (same indexes as `hosts`), so that
     /// [`FleetConfig::agents`] can point at the entry that caused an error.
     dir_positions: Vec<Vec<Pos>>,
+    /// `goals:` and `directory:`, checked on their own; members are checked against the
+    /// fleet's agents by [`FleetConfig::agents`], where the agents are loaded.
+    goals: ParsedGoals,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawFleet {
     hosts: Vec<Spanned<RawHost>>,
+    goals: Option<Vec<Spanned<RawGoal>>>,
+    directory: Option<Spanned<RawDirectory>>,
 }
 
 #[derive(Deserialize)]
@@ -90,8 +98,8 @@ pub(crate) fn parse_public_key(text: &str) -> Result<[u8; 32], String> {
 }
 
 impl FleetConfig {
-    /// Reads and checks `fleet.yaml` (agent folders are resolved, not yet loaded: see
-    /// [`FleetConfig::agents`]).
+    /// Reads and checks `fleet.yaml` (agent folders are resolved, not yet loaded, and goal
+    /// members are checked for form, not yet against the agents: see [`FleetConfig::agents`]).
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let file = std::fs::canonicalize(path).map_err(|source| ConfigError::Io {
             path: path.to_path_buf(),
@@ -158,10 +166,13 @@ impl FleetConfig {
                 agent_dirs,
             });
         }
+        // After the hosts: errors come in file order, and `goals:` usually follows `hosts:`.
+        let goals = convert_goals(ctx, raw.goals, raw.directory)?;
         Ok(Self {
             file,
             hosts,
             dir_positions,
+            goals,
         })
     }
 
@@ -172,8 +183,9 @@ impl FleetConfig {
 
     /// Loads the agents of every host: the whole fleet's [`AgentSet`] (checked as one set, so
     /// peers on other hosts count as existing) and, for each agent, the host that serves it.
-    /// An agent placed on two hosts and an `agents` entry that is not an agent folder (or a
-    /// folder of them) are [`ConfigError::Invalid`] pointing into `fleet.yaml`.
+    /// An agent placed on two hosts, an `agents` entry that is not an agent folder (or a
+    /// folder of them) and a goal member that is no agent of the fleet are
+    /// [`ConfigError::Invalid`] pointing into `fleet.yaml`.
     pub fn agents(&self) -> Result<(AgentSet, BTreeMap<String, String>), ConfigError> {
         let ctx = Ctx { file: &self.file };
         let mut builder = SetBuilder::new();
@@ -225,7 +237,25 @@ impl FleetConfig {
                 }
             }
         }
-        Ok((builder.finish(&[])?, placement))
+        let set = builder.finish(&[])?;
+        // Here rather than in `load`: the members can only be checked once the agents are
+        // loaded, and every caller that serves the fleet loads them through this method.
+        self.goals.check_members(ctx, &set)?;
+        Ok((set, placement))
+    }
+
+    /// The goals and directory settings as declared, checked on their own but not against the
+    /// fleet's agents: after [`FleetConfig::agents`] succeeded, every member is an agent.
+    pub fn declared_goals(&self) -> &GoalsConfig {
+        &self.goals.config
+    }
+
+    /// The goals and directory settings, with every member checked against the fleet's agents
+    /// (loaded through [`FleetConfig::agents`], so its errors are this method's too). A fleet
+    /// without `goals:` has [`GoalsConfig::default`].
+    pub fn goals(&self) -> Result<GoalsConfig, ConfigError> {
+        self.agents()?;
+        Ok(self.goals.config.clone())
     }
 }
 

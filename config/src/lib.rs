@@ -1,8 +1,11 @@
 //! consort-config: the declarations an operator writes, read and checked.
 //!
 //! This crate owns `agent.yaml` (one agent: its peers, model, tools and env), `fleet.yaml`
-//! (hosts, their keys and the agents each serves), the tool-visibility declarations of
-//! agent.yaml (`visibility`) and the host auth file of HTTP bearer tokens (`host_auth`).
+//! (hosts, their keys and the agents each serves), the goals that scope the peer directory
+//! (`goals`: named sets of agents that may see each other, and the directory's settings;
+//! declared in fleet.yaml or in the `goals.yaml` of a `consort dev` folder), the
+//! tool-visibility declarations of agent.yaml (`visibility`) and the host auth file of HTTP
+//! bearer tokens (`host_auth`).
 //! It parses and validates; every error names the file, line, column and key. It decides
 //! nothing: what the declarations mean for a call (consent, guards) is consort-core's. It must
 //! never start anything, open a network connection or touch a run store: it is plain data in,
@@ -11,6 +14,7 @@
 mod agent;
 mod error;
 mod fleet;
+mod goals;
 mod host_auth;
 mod visibility;
 mod yaml;
@@ -21,5 +25,6 @@ pub use agent::{
 };
 pub use error::ConfigError;
 pub use fleet::{FleetConfig, HostConfig};
+pub use goals::{DirectorySettings, GoalConfig, GoalsConfig, load_dev_goals};
 pub use host_auth::{HostAuthConfig, IdentityHookConfig, TokenConfig, TokenSecret};
 pub use visibility::{GuardConfig, PolicyConfig, ToolAuthConfig, VisibilityConfig};
