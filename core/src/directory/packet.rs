@@ -7,7 +7,7 @@
 //! in its basis and in a [`Limitation`]; a packet with rows always carries
 //! [`Limitation::PresenceIsAdvisory`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -161,7 +161,9 @@ pub struct PacketRequest {
 
 /// The packet for `request`, from the goal's registered agents and the answers of their hosts.
 /// A registered agent whose host is missing from `answers` was not asked: its presence is
-/// `unknown` and the packet says the provider was unavailable.
+/// `unknown` on basis `host_no_answer`, and the packet names its host in
+/// [`Limitation::HostNoAnswer`] (and says the provider was unavailable when no row has
+/// presence from a supervisor).
 pub fn assemble(
     request: &PacketRequest,
     registered: &[RegisteredAgent],
@@ -196,16 +198,21 @@ pub fn assemble(
             presence,
         });
     }
-    for answer in &by_host {
-        let limitation = match answer.1 {
-            HostAnswer::Answered { .. } => continue,
-            HostAnswer::Unreachable { host } => Limitation::HostUnreachable { host: host.clone() },
-            HostAnswer::NoAnswer { host } => Limitation::HostNoAnswer { host: host.clone() },
-            HostAnswer::Refused { host } => Limitation::HostRefused { host: host.clone() },
+    let row_hosts: BTreeSet<&str> = rows.iter().map(|r| r.host.as_str()).collect();
+    for host in row_hosts {
+        let host_owned = || host.to_owned();
+        let limitation = match by_host.get(host) {
+            Some(HostAnswer::Answered { .. }) => continue,
+            Some(HostAnswer::Unreachable { .. }) => {
+                Limitation::HostUnreachable { host: host_owned() }
+            }
+            // A host that was not asked did not answer either: its rows say `host_no_answer`.
+            Some(HostAnswer::NoAnswer { .. }) | None => {
+                Limitation::HostNoAnswer { host: host_owned() }
+            }
+            Some(HostAnswer::Refused { .. }) => Limitation::HostRefused { host: host_owned() },
         };
-        if rows.iter().any(|r| r.host == answer.1.host()) {
-            limitations.push(limitation);
-        }
+        limitations.push(limitation);
     }
     if !rows.is_empty() && !provided {
         limitations.push(Limitation::PresenceProviderUnavailable);
@@ -298,8 +305,11 @@ fn row_facts(
             ),
             Some(report) => {
                 let (state, basis) = presence_of(report);
+                // A host that does not serve the agent does not own its work: whatever it
+                // counted is no fact about the agent.
+                let work = (basis != PresenceBasis::NotServedByHost).then(|| report.work.clone());
                 (
-                    Some(report.work.clone()),
+                    work,
                     Presence {
                         state,
                         provider,
@@ -311,3 +321,6 @@ fn row_facts(
         },
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -199,3 +199,6 @@ pub fn presence_of(report: &AgentReport) -> (PresenceState, PresenceBasis) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -125,3 +125,6 @@ fn only_one<'a>(goals: Vec<Goal<'a>>, none: ScopeGap) -> Result<Goal<'a>, ScopeG
         }),
     }
 }
+
+#[cfg(test)]
+mod tests;
