@@ -88,6 +88,19 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The peer directory of a goal: every registered agent, its work and its presence.
+    Directory {
+        /// The goal (needed when the fleet declares several).
+        #[arg(long)]
+        goal: Option<String>,
+        /// Bearer token of an operator (default: $CONSORT_TOKEN).
+        #[arg(long)]
+        token: Option<String>,
+        #[command(flatten)]
+        at: At,
+        #[arg(long)]
+        json: bool,
+    },
     /// Make a serving host re-read every agent.yaml now.
     Reload {
         #[command(flatten)]
@@ -245,8 +258,13 @@ fn resolve_url(at: &Option<String>) -> String {
 }
 
 fn print_json(value: &impl serde::Serialize) -> Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
-    Ok(())
+    use std::io::Write;
+    let text = serde_json::to_string_pretty(value)?;
+    match writeln!(std::io::stdout().lock(), "{text}") {
+        // A reader that stopped reading (`| head`) is not an error of this command.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
 }
 
 async fn run(cli: Cli) -> Result<ExitCode> {
@@ -360,6 +378,27 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 );
             }
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Directory {
+            goal,
+            token,
+            at,
+            json,
+        } => {
+            let packet = Client::new(&resolve_url(&at.at))
+                .with_token(token.or_else(|| std::env::var("CONSORT_TOKEN").ok()))
+                .directory(goal.as_deref())
+                .await?;
+            if json {
+                print_json(&packet)?;
+            } else {
+                println!("{}", output::directory(&packet));
+            }
+            Ok(if packet.scope_gap.is_some() {
+                ExitCode::from(3)
+            } else {
+                ExitCode::SUCCESS
+            })
         }
         Command::Reload { at } => {
             let changed = Client::new(&resolve_url(&at.at)).reload().await?;

@@ -2,6 +2,7 @@
 //! Printing only: nothing here talks to a host.
 
 use consort_actors::{EventRecord, RunRecord};
+use consort_core::directory::DirectoryPacket;
 
 /// A left-aligned text table with a header row.
 pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
@@ -125,6 +126,61 @@ pub(crate) fn run_detail(run: &RunRecord, events: &[EventRecord]) -> String {
     out.push_str("\nevents:\n");
     for e in events {
         out.push_str(&format!("  {:>3}  {:<18} {}\n", e.seq, e.kind(), e.data()));
+    }
+    out
+}
+
+/// A directory packet for people: the goal, one line per row, then what the packet cannot
+/// say (its limitations) or why it has no rows (its scope gap).
+pub(crate) fn directory(packet: &DirectoryPacket) -> String {
+    if let Some(gap) = &packet.scope_gap {
+        return format!("no rows: {gap}");
+    }
+    let rows: Vec<Vec<String>> = packet
+        .rows
+        .iter()
+        .map(|r| {
+            let work = r.work.as_ref().map_or_else(
+                || "-".to_owned(),
+                |w| {
+                    format!(
+                        "{} open ({} running, {} waiting, {} blocked, {} queued)",
+                        w.open(),
+                        w.running,
+                        w.waiting,
+                        w.blocked,
+                        w.queued
+                    )
+                },
+            );
+            vec![
+                r.agent.clone(),
+                r.host.clone(),
+                r.presence.state.to_string(),
+                r.presence.basis.as_str().to_owned(),
+                work,
+            ]
+        })
+        .collect();
+    let mut out = format!(
+        "goal {}: {} registered, {} shown, {} omitted\n",
+        packet.goal.as_deref().unwrap_or("-"),
+        packet.registered_agent_count,
+        packet.rows.len(),
+        packet.omitted_row_count
+    );
+    out.push_str(&table(
+        &["AGENT", "HOST", "PRESENCE", "BASIS", "WORK"],
+        &rows,
+    ));
+    let limits: Vec<String> = packet
+        .limitations
+        .iter()
+        .map(|l| serde_json::to_value(l).map_or_else(|_| format!("{l:?}"), |v| v.to_string()))
+        .collect();
+    if !limits.is_empty() {
+        out.push_str("\nlimitations: ");
+        out.push_str(&limits.join(", "));
     }
     out
 }

@@ -237,6 +237,26 @@ impl Host {
             .map_err(|e| ActorsError::Actor(e.to_string()))
     }
 
+    /// The peer directory of `goal` (or of the one goal `audience` may see) as `audience` may
+    /// see it. `audience` must be what this host established about the caller (a run's agent,
+    /// an operator's credentials), never a name the caller gave.
+    pub async fn directory(
+        &self,
+        audience: consort_core::directory::Audience,
+        goal: Option<String>,
+    ) -> Result<consort_core::directory::DirectoryPacket, ActorsError> {
+        ractor::call_t!(
+            self.supervisor,
+            |reply| SupervisorMsg::Directory {
+                audience: audience.clone(),
+                goal: goal.clone(),
+                reply
+            },
+            ASK_TIMEOUT_MS
+        )
+        .map_err(|e| ActorsError::Actor(e.to_string()))
+    }
+
     /// Stops the host and its agents. Unsettled runs stay in the stores and resume on restart.
     pub fn stop(&self) {
         self.supervisor.stop(Some("host stopping".into()));

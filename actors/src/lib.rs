@@ -16,12 +16,14 @@
 
 mod agent;
 mod data;
+pub mod directory;
 mod error;
 mod fault;
 mod guard;
 mod host;
 mod meta_tools;
 pub mod model;
+mod presence;
 mod restart;
 mod routing;
 pub mod run;
@@ -43,6 +45,7 @@ pub use error::ActorsError;
 pub use guard::{Guard, GuardContext, GuardVerdict};
 pub use host::Host;
 pub use meta_tools::{AgentCatalog, MetaAnswer};
+pub use presence::PresenceBoard;
 pub use restart::RestartBudget;
 pub use run::{Channel, Cost, EventRecord, RunRecord, RunStatus};
 pub use supervisor::HostSpec;

@@ -10,6 +10,7 @@ use std::pin::Pin;
 
 use ractor::RpcReplyPort;
 
+use consort_core::directory::{AgentReport, Audience, DirectoryPacket, HostAnswer};
 use consort_core::step::CallOutcome;
 use consort_net::{CallEnvelope, ReplyEnvelope, RunId};
 
@@ -38,6 +39,12 @@ pub trait RemoteCalls: Send + Sync + 'static {
     ) -> BoxFuture<'_, Result<RunRecord, ActorsError>>;
     /// Asks the callee's host to send a settled run's reply again.
     fn resend_reply(&self, callee: String, child_run: RunId) -> BoxFuture<'_, ()>;
+    /// Asks `host` for the presence of `agents` it serves. The supervisor bounds the wait by
+    /// the presence deadline; a seam without presence support answers that the host refused.
+    fn presence(&self, host: String, agents: Vec<String>) -> BoxFuture<'_, HostAnswer> {
+        let _unused = agents;
+        Box::pin(async move { HostAnswer::Refused { host } })
+    }
 }
 
 /// Messages the host supervisor handles.
@@ -117,6 +124,23 @@ pub enum SupervisorMsg {
     },
     /// The agents and whether each is up.
     Agents(RpcReplyPort<Vec<AgentStatus>>),
+    /// The peer directory of a goal, for an audience the host established (never one the
+    /// caller named).
+    Directory {
+        /// Who asks.
+        audience: Audience,
+        /// The goal asked for, if named.
+        goal: Option<String>,
+        /// Where the packet goes.
+        reply: RpcReplyPort<DirectoryPacket>,
+    },
+    /// Another host asks for the presence of agents this host serves.
+    Presence {
+        /// The agents.
+        agents: Vec<String>,
+        /// This host's reports and when it observed them (Unix milliseconds).
+        reply: RpcReplyPort<(u64, Vec<AgentReport>)>,
+    },
     /// Timer: checkpoint stores, watch config files.
     Tick,
 }

@@ -25,7 +25,9 @@ use consort_net::ReplyEnvelope;
 use crate::ActorsError;
 use crate::agent::{AgentActor, AgentArgs, AgentMsg, AgentOptions, tell};
 use crate::data::DataFolder;
+use crate::directory::{self, DirectorySpec};
 use crate::model::Model;
+use crate::presence::PresenceBoard;
 use crate::restart::RestartBudget;
 use crate::run::RunRecord;
 use crate::store::StoreWriter;
@@ -56,6 +58,10 @@ pub struct HostSpec {
     pub watch_config: Option<Duration>,
     /// How often each store's WAL is checkpointed.
     pub checkpoint_every: Duration,
+    /// This host's name in its fleet (`local` for a host of its own).
+    pub host_name: String,
+    /// The fleet's goals and placements, for the peer directory.
+    pub directory: DirectorySpec,
 }
 
 impl HostSpec {
@@ -72,6 +78,8 @@ impl HostSpec {
             remote: None,
             watch_config: Some(Duration::from_millis(500)),
             checkpoint_every: Duration::from_secs(5),
+            host_name: "local".to_owned(),
+            directory: DirectorySpec::default(),
         }
     }
 }
@@ -93,6 +101,8 @@ pub struct SupervisorState {
     last_checkpoint: Instant,
     /// The host's store writer: it owns every agent store's connection.
     writer: StoreWriter,
+    /// Each agent's open runs, kept by the agent actors, read for presence.
+    board: PresenceBoard,
 }
 
 /// The host supervisor actor.
@@ -105,6 +115,43 @@ fn modified(config: &AgentConfig) -> Option<SystemTime> {
 }
 
 impl HostSupervisor {
+    /// Answers a directory request: the scope gap at once, or this host's reports now and the
+    /// other hosts' on a task bounded by the presence deadline.
+    fn directory(
+        &self,
+        state: &SupervisorState,
+        audience: &consort_core::directory::Audience,
+        goal: Option<&str>,
+        reply: RpcReplyPort<consort_core::directory::DirectoryPacket>,
+    ) {
+        let spec = &state.spec;
+        let host = spec.host_name.clone();
+        let plan = match spec
+            .directory
+            .plan(&host, audience, goal, crate::run::now_ms())
+        {
+            Ok(plan) => plan,
+            Err(gap) => return answer(reply, *gap),
+        };
+        let local =
+            plan.by_host
+                .get(&host)
+                .map(|agents| consort_core::directory::HostAnswer::Answered {
+                    host: host.clone(),
+                    observed_at_ms: crate::run::now_ms(),
+                    reports: directory::local_reports(
+                        agents,
+                        |a| state.slots.get(a).map(|s| s.actor.is_some()),
+                        &state.board,
+                    ),
+                });
+        let (remote, deadline) = (spec.remote.clone(), spec.directory.presence_deadline);
+        tokio::spawn(async move {
+            let packet = directory::gather(plan, &host, local, remote, deadline).await;
+            answer(reply, packet);
+        });
+    }
+
     fn fleet_agents(spec: &HostSpec) -> Vec<String> {
         let mut names: Vec<String> = spec.agents.names();
         names.extend(spec.remote_agents.iter().cloned());
@@ -130,6 +177,14 @@ impl HostSupervisor {
             supervisor: myself.clone(),
             fleet_agents: Self::fleet_agents(&state.spec),
             options: state.spec.options.clone(),
+            board: state.board.clone(),
+            goals: state
+                .spec
+                .directory
+                .goals_of(name)
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
         };
         let (actor, _) = Actor::spawn_linked(None, AgentActor, args, myself.get_cell())
             .await
@@ -238,6 +293,7 @@ impl Actor for HostSupervisor {
             settled: args.settled,
             last_checkpoint: Instant::now(),
             writer: args.writer,
+            board: PresenceBoard::default(),
         };
         let names: Vec<String> = state.slots.keys().cloned().collect();
         for name in names {
@@ -424,6 +480,19 @@ impl Actor for HostSupervisor {
                     })
                     .collect();
                 answer(reply, list);
+            }
+            SupervisorMsg::Directory {
+                audience,
+                goal,
+                reply,
+            } => self.directory(state, &audience, goal.as_deref(), reply),
+            SupervisorMsg::Presence { agents, reply } => {
+                let reports = directory::local_reports(
+                    &agents,
+                    |a| state.slots.get(a).map(|s| s.actor.is_some()),
+                    &state.board,
+                );
+                answer(reply, (crate::run::now_ms(), reports));
             }
             SupervisorMsg::Tick => {
                 // Each agent's re-read error is logged where it happens; the old config stays.

@@ -20,6 +20,9 @@
 //! Presence is advisory colour: it never adds, drops or orders a row, and no typed fact depends
 //! on it. This module reads no clock and no store: times and reports come in as arguments.
 
+/// The model tool that lists an agent's peers.
+pub const LIST_PEERS: &str = "list_peers";
+
 pub mod packet;
 pub mod presence;
 pub mod scope;

@@ -158,9 +158,34 @@ pub(crate) fn router_with_auth(host: Host, auth: Arc<HostAuth>) -> Router {
         .route("/runs/{id}/approve", post(approve))
         .route("/jobs", get(jobs))
         .route("/agents", get(agents))
+        .route("/directory", get(directory))
         .route("/reload", post(reload))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .with_state(ApiState { host, auth })
+}
+
+#[derive(Deserialize)]
+struct DirectoryQuery {
+    goal: Option<String>,
+}
+
+/// `GET /directory?goal=G`: the peer directory as the caller may see it. The caller's scope
+/// comes from its credentials ([`HostAuth::audience`]); a caller without one gets a packet of
+/// zero rows that names the scope gap, with status 200 (the packet is the answer).
+async fn directory(
+    State(host): State<Host>,
+    State(auth): State<Arc<HostAuth>>,
+    headers: HeaderMap,
+    Query(q): Query<DirectoryQuery>,
+) -> Result<Response, ApiError> {
+    let authorization = headers
+        .get(AUTHORIZATION)
+        .map(|v| v.to_str().unwrap_or("<not text>"));
+    let identity = auth.identify(authorization).await;
+    let audience = auth.audience(&identity);
+    let goal = q.goal.filter(|g| !g.trim().is_empty());
+    let packet = host.directory(audience, goal).await?;
+    Ok(Json(packet).into_response())
 }
 
 async fn start_run(

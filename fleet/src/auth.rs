@@ -18,6 +18,10 @@ use tokio::io::AsyncWriteExt;
 
 use consort_actors::visibility::{BearerCheck, Caller, Identity, Principal, RoleGrants};
 use consort_config::{HostAuthConfig, IdentityHookConfig, TokenSecret};
+use consort_core::directory::Audience;
+
+/// The role that makes a token's holder an operator of the host.
+pub(crate) const OPERATOR_ROLE: &str = "operator";
 
 /// The token check of one host.
 #[derive(Clone, Debug, Default)]
@@ -82,6 +86,26 @@ impl HostAuth {
         match found {
             Some(token_name) => BearerCheck::Valid { token_name },
             None => BearerCheck::Invalid,
+        }
+    }
+
+    /// True when the host has an auth file (tokens or an identity hook).
+    pub fn is_configured(&self) -> bool {
+        !self.tokens.is_empty() || self.hook.is_some()
+    }
+
+    /// Who an HTTP caller with `identity` is to the peer directory. A host without an auth
+    /// file serves its local operator (its API listens on loopback); with one, a token with the
+    /// `operator` role is an operator, any other token a principal that belongs to no goal,
+    /// and a request without a known token is unidentified.
+    pub fn audience(&self, identity: &Identity) -> Audience {
+        if !self.is_configured() {
+            return Audience::Operator;
+        }
+        match identity {
+            Identity::Present(caller) if caller.roles.contains(OPERATOR_ROLE) => Audience::Operator,
+            Identity::Present(caller) => Audience::Principal(caller.principal.to_string()),
+            Identity::Absent | Identity::Unknown => Audience::Unidentified,
         }
     }
 

@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 
 use consort_actors::supervisor::AgentStatus;
 use consort_actors::{EventRecord, RunRecord};
+use consort_core::directory::DirectoryPacket;
 
 use crate::FleetError;
 
@@ -53,6 +54,18 @@ impl Client {
     ) -> Result<RunRecord, FleetError> {
         let body = json!({"agent": agent, "input": input, "channel": channel});
         let mut request = self.http.post(self.url("/runs")).json(&body);
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        self.send(request).await
+    }
+
+    /// The peer directory of `goal` (or of the one goal this client's token may see).
+    pub async fn directory(&self, goal: Option<&str>) -> Result<DirectoryPacket, FleetError> {
+        let mut request = self.http.get(self.url("/directory"));
+        if let Some(goal) = goal {
+            request = request.query(&[("goal", goal)]);
+        }
         if let Some(token) = &self.token {
             request = request.bearer_auth(token);
         }

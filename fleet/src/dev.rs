@@ -47,7 +47,9 @@ impl DevHost {
     /// Loads the agents, starts the host and serves its API.
     pub async fn start(options: DevOptions) -> Result<Self, FleetError> {
         let agents = AgentSet::load(&options.dirs)?;
+        let goals = consort_config::load_dev_goals(&options.dirs, &agents)?;
         let mut spec = HostSpec::new(agents, options.data_dir.clone());
+        spec.directory = crate::directory_spec(&goals, Default::default());
         spec.options = options.agent_options;
         let listener =
             TcpListener::bind(options.listen)

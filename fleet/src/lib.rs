@@ -20,3 +20,23 @@ pub use client::Client;
 pub use error::FleetError;
 pub use remote::{FleetMap, LinkRemote};
 pub use serve::{Prepared, ServeOptions, ServedHost, default_key_path, prepare};
+
+/// The directory a host serves, from the fleet's goals and where each agent lives.
+pub(crate) fn directory_spec(
+    goals: &consort_config::GoalsConfig,
+    placement: std::collections::BTreeMap<String, String>,
+) -> consort_actors::directory::DirectorySpec {
+    consort_actors::directory::DirectorySpec {
+        goals: goals
+            .goals
+            .iter()
+            .map(|g| consort_actors::directory::GoalMembers {
+                name: g.name.clone(),
+                agents: g.agents.clone(),
+            })
+            .collect(),
+        placement,
+        row_cap: goals.directory.row_cap,
+        presence_deadline: std::time::Duration::from_millis(goals.directory.presence_deadline_ms),
+    }
+}

@@ -85,6 +85,8 @@ pub struct Prepared {
     pub key: HostKey,
     /// Where this host's link listens.
     pub link_addr: SocketAddr,
+    /// The fleet's goals and directory settings (members checked against the fleet).
+    pub goals: consort_config::GoalsConfig,
 }
 
 /// Reads fleet.yaml and the key of `host`; every error names the file (and line) at fault.
@@ -150,6 +152,7 @@ pub fn prepare(
         },
         key,
         link_addr: me.address,
+        goals: fleet.declared_goals().clone(),
     })
 }
 
@@ -193,7 +196,8 @@ impl ServedHost {
                 DataFolder::new(options.data_dir.clone()),
                 options.agent_options.reply_cap,
             )
-            .with_limits(limits),
+            .with_limits(limits)
+            .with_key(prepared.key.clone()),
         );
         let endpoint = LinkEndpoint::bind_with_config(
             prepared.link_addr,
@@ -209,6 +213,8 @@ impl ServedHost {
 
         let mut spec = HostSpec::new(prepared.local, options.data_dir.clone());
         spec.remote_agents = prepared.remote_agents;
+        spec.host_name = options.host.clone();
+        spec.directory = crate::directory_spec(&prepared.goals, map.placements.clone());
         spec.options = options.agent_options;
         spec.remote = Some(Arc::new(remote));
 

@@ -41,6 +41,8 @@ use crate::error::ChainError;
 use crate::keys::{HostKey, KeyRing, PublicKey};
 use consort_core::RunId;
 
+pub mod presence;
+
 /// Domain tag of a hop's canonical bytes.
 const HOP_DOMAIN: &[u8] = b"consort/hop/v1";
 /// Domain tag of a reply's canonical bytes.

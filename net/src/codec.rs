@@ -20,6 +20,7 @@ use bincode::error::{DecodeError, EncodeError};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::chain::presence::PresenceReport;
 use crate::envelope::{CallEnvelope, ENVELOPE_VERSION, ReplyEnvelope};
 use crate::error::CodecError;
 use consort_core::RunId;
@@ -96,6 +97,17 @@ pub enum Frame {
         /// The child run whose reply is wanted.
         child_run: RunId,
     },
+    /// Request: the presence of these agents, as the receiving host's supervisor sees them.
+    /// Answered by `PresenceReport` (or `Refused`). `nonce` ties the signed answer to this
+    /// query.
+    PresenceQuery {
+        /// Fresh random bytes per query.
+        nonce: [u8; 16],
+        /// The agents asked about (at most `chain::presence::MAX_PRESENCE_AGENTS`).
+        agents: Vec<String>,
+    },
+    /// Response to `PresenceQuery`, signed by the reporting host.
+    PresenceReport(PresenceReport),
 }
 
 /// Why a host refused a request. Append only: the index is the wire tag.

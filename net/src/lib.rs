@@ -27,6 +27,9 @@ mod link;
 #[cfg(test)]
 mod testing;
 
+pub use chain::presence::{
+    MAX_PRESENCE_AGENTS, PresenceReport, presence_canonical_bytes, sign_presence, verify_presence,
+};
 pub use chain::{
     ChainLimits, NextHop, VerifiedChain, extend, hop_digest, new_call, new_hop, new_reply,
     sign_pending_hops, sign_reply, verify_chain, verify_reply,

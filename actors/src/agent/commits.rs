@@ -225,6 +225,10 @@ impl AgentState {
 
     /// Keeps what a committed append left: the run's record, or forgets a settled run.
     fn appended(&mut self, run: RunId, expected_seq: u64, applied: Applied) {
+        let record = &applied.record;
+        let at_ms = record.settled_at_ms.unwrap_or(record.created_at_ms);
+        self.board
+            .saw(&self.config.name, &run, record.status, at_ms);
         if applied.record.status.is_settled() {
             self.views.remove(&run);
             self.records.remove(&run);
@@ -245,6 +249,8 @@ impl AgentState {
     /// Keeps a run just stored with its log, so its first step reads nothing back.
     pub(super) fn keep_new(&mut self, record: RunRecord, events: &[RunEvent]) {
         let id = record.id.clone();
+        self.board
+            .saw(&self.config.name, &id, record.status, record.created_at_ms);
         self.views.insert(id.clone(), RunView::from_events(events));
         self.records.insert(id, record);
     }

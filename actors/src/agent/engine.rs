@@ -43,6 +43,7 @@ impl AgentActor {
             .catalog
             .visible_specs(&identity, &mut state.probe_cache);
         specs.extend(builtin_specs(&state.config));
+        specs.extend(super::peers::specs(&state.goals));
         specs.extend(crate::meta_tools::meta_specs());
         let conversation = state.views.get(&id)?.conversation.clone();
         if !state.model.is_immediate() {

@@ -22,6 +22,7 @@ mod admission;
 mod commits;
 mod drive;
 mod engine;
+mod peers;
 mod state;
 mod tool_use;
 
@@ -184,6 +185,10 @@ pub(crate) struct AgentArgs {
     pub supervisor: ActorRef<SupervisorMsg>,
     pub fleet_agents: Vec<String>,
     pub options: AgentOptions,
+    /// The host's presence board, kept up to date as this agent's commits land.
+    pub board: crate::PresenceBoard,
+    /// The goals this agent belongs to (it is offered `list_peers` when there are any).
+    pub goals: Vec<String>,
 }
 
 /// The facts a step needs from the agent's current config and options.
@@ -273,6 +278,8 @@ impl Actor for AgentActor {
             chains: HashMap::new(),
             commits: commits::Commits::default(),
             just_settled: HashMap::new(),
+            board: args.board,
+            goals: args.goals,
         })
     }
 
@@ -284,6 +291,10 @@ impl Actor for AgentActor {
     ) -> Result<(), ActorProcessingErr> {
         let unsettled = state.store.unsettled().await?;
         state.unsettled = unsettled.len();
+        state.board.reset(
+            &state.config.name,
+            unsettled.iter().map(|r| (r.id.clone(), r.status)),
+        );
         if !unsettled.is_empty() {
             info!(agent = %state.config.name, runs = unsettled.len(), "resuming unsettled runs");
         }

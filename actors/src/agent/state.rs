@@ -76,6 +76,10 @@ pub(crate) struct AgentState {
     pub(super) commits: commits::Commits,
     /// Records of runs whose settling append just committed, for their settle notice.
     pub(super) just_settled: HashMap<RunId, RunRecord>,
+    /// The host's presence board: every committed status of this agent's runs goes there.
+    pub(super) board: crate::PresenceBoard,
+    /// The goals this agent belongs to.
+    pub(super) goals: Vec<String>,
 }
 
 impl AgentState {

@@ -13,6 +13,7 @@ use tracing::{Instrument, info, warn};
 
 use consort_config::Approval;
 use consort_core::ToolUse;
+use consort_core::directory::LIST_PEERS;
 use consort_core::step::{self, Gate, Transition};
 
 use super::{AgentActor, AgentMsg, AgentState, tell, tool_error_text};
@@ -102,6 +103,10 @@ impl AgentActor {
                         Ok(true)
                     }
                 }
+            }
+            LIST_PEERS if !state.goals.is_empty() => {
+                super::peers::list_peers(myself, state, record, tool_use);
+                Ok(false)
             }
             name => {
                 if state.catalog.tool(name).is_none() {

@@ -23,7 +23,8 @@ use consort_core::Refusal;
 use consort_core::guards::remote::{self, Denial, RunQuery, RunQueryFacts, StoredRun};
 use consort_core::step::cap_output;
 use consort_net::{
-    CallEnvelope, ChainError, ChainLimits, Frame, FrameHandler, RefusalReason, ReplyEnvelope, RunId,
+    CallEnvelope, ChainError, ChainLimits, Frame, FrameHandler, HostKey, MAX_PRESENCE_AGENTS,
+    PresenceReport, RefusalReason, ReplyEnvelope, RunId,
 };
 
 use super::wire::{chain_refusal, denial_frame, frame_name, refusal_frame, refused, run_state};
@@ -31,6 +32,8 @@ use super::{FleetMap, InboundLimits};
 
 /// How long the inbound side waits for the supervisor to answer a call.
 const ACCEPT_TIMEOUT_MS: u64 = 30_000;
+/// How long the supervisor may take to report its agents' presence.
+const PRESENCE_TIMEOUT_MS: u64 = 2_000;
 /// How long the caller's agent may take to say whether it takes a reply.
 const REPLY_CHECK_TIMEOUT_MS: u64 = 10_000;
 
@@ -41,6 +44,8 @@ pub(crate) struct Inbound {
     reply_cap: usize,
     limits: InboundLimits,
     supervisor: OnceLock<ActorRef<SupervisorMsg>>,
+    /// This host's key, to sign presence reports.
+    key: Option<HostKey>,
 }
 
 impl Inbound {
@@ -51,7 +56,14 @@ impl Inbound {
             reply_cap,
             limits: InboundLimits::default(),
             supervisor: OnceLock::new(),
+            key: None,
         }
+    }
+
+    /// Signs presence reports with `key` (without one, presence queries are refused).
+    pub(crate) fn with_key(mut self, key: HostKey) -> Self {
+        self.key = Some(key);
+        self
     }
 
     /// These limits instead of [`InboundLimits::default`].
@@ -124,10 +136,65 @@ impl Inbound {
                     .instrument(span)
                     .await
             }
+            Frame::PresenceQuery { nonce, agents } => {
+                let span = info_span!("link_inbound_presence", host = %self.map.host, peer_host = %peer,
+                    agents = agents.len());
+                self.on_presence(&peer, nonce, agents)
+                    .instrument(span)
+                    .await
+            }
             other => {
                 warn!(peer_host = %peer, "refused: not a request frame: {}", frame_name(&other));
                 refused(RefusalReason::Malformed, "not a request frame")
             }
+        }
+    }
+
+    /// Reports the presence of agents this host serves, signed, to a host of the fleet (the
+    /// link proved which). The asking host decided the caller's scope; an agent this host does
+    /// not serve is reported as not served, never guessed.
+    async fn on_presence(&self, peer: &str, nonce: [u8; 16], agents: Vec<String>) -> Frame {
+        if agents.len() > MAX_PRESENCE_AGENTS {
+            warn!(peer_host = %peer, asked = agents.len(), "presence query refused: too many agents");
+            return refused(
+                RefusalReason::Malformed,
+                format!("a presence query names at most {MAX_PRESENCE_AGENTS} agents"),
+            );
+        }
+        let Some(key) = &self.key else {
+            return refused(
+                RefusalReason::Internal,
+                "this host cannot sign presence reports",
+            );
+        };
+        let supervisor = match self.supervisor() {
+            Ok(supervisor) => supervisor.clone(),
+            Err(frame) => return *frame,
+        };
+        let asked = ractor::call_t!(
+            supervisor,
+            |reply| SupervisorMsg::Presence {
+                agents: agents.clone(),
+                reply
+            },
+            PRESENCE_TIMEOUT_MS
+        );
+        match asked {
+            Ok((observed_at_ms, reports)) => {
+                let mut report = PresenceReport {
+                    host: self.map.host.clone(),
+                    nonce,
+                    observed_at_ms,
+                    reports,
+                    signature: Vec::new(),
+                };
+                consort_net::sign_presence(&mut report, key);
+                Frame::PresenceReport(report)
+            }
+            Err(e) => refused(
+                RefusalReason::Internal,
+                format!("the host supervisor did not answer: {e}"),
+            ),
         }
     }
 

@@ -17,6 +17,7 @@ use tracing::{Instrument, debug, info_span, warn};
 use consort_actors::supervisor::{BoxFuture, RemoteCalls};
 use consort_actors::{ActorsError, CallOutcome, Channel, Cost, RunRecord, RunStatus};
 use consort_core::Refusal;
+use consort_core::directory::HostAnswer;
 use consort_net::{
     CallEnvelope, Frame, HostKey, LinkEndpoint, LinkError, RefusalReason, ReplyEnvelope, RunId,
 };
@@ -247,6 +248,40 @@ impl LinkRemote {
         }
     }
 
+    /// Asks `peer` for its agents' presence and checks the signed answer: from that host, for
+    /// this query's nonce, signed with its pinned key. The caller bounds the wait.
+    async fn presence_of(&self, peer: String, agents: Vec<String>) -> HostAnswer {
+        let Some(addr) = self.map.addresses.get(&peer).copied() else {
+            return HostAnswer::Unreachable { host: peer };
+        };
+        let nonce: [u8; 16] = rand::random();
+        let frame = Frame::PresenceQuery { nonce, agents };
+        match self.endpoint.request(&peer, addr, &frame).await {
+            Ok(Frame::PresenceReport(report)) => {
+                match consort_net::verify_presence(&report, &peer, &nonce, &self.map.ring) {
+                    Ok(()) => HostAnswer::Answered {
+                        host: peer,
+                        observed_at_ms: report.observed_at_ms,
+                        reports: report.reports,
+                    },
+                    Err(error) => {
+                        warn!(peer_host = %peer, %error, "presence report refused: it failed verification");
+                        HostAnswer::Refused { host: peer }
+                    }
+                }
+            }
+            Ok(other) => {
+                debug!(peer_host = %peer, "presence not reported: {other:?}");
+                HostAnswer::Refused { host: peer }
+            }
+            Err(LinkError::Timeout(_)) => HostAnswer::NoAnswer { host: peer },
+            Err(error) => {
+                debug!(peer_host = %peer, %error, "presence query not delivered");
+                HostAnswer::Unreachable { host: peer }
+            }
+        }
+    }
+
     async fn resend(&self, callee: String, child_run: RunId) {
         let Ok((peer, addr)) = self.route(&callee) else {
             return;
@@ -296,6 +331,12 @@ impl RemoteCalls for LinkRemote {
             self.summary(caller, parent_run, agent, run)
                 .instrument(span),
         )
+    }
+
+    fn presence(&self, host: String, agents: Vec<String>) -> BoxFuture<'_, HostAnswer> {
+        let span = info_span!("link_presence", host = %self.map.host, peer_host = %host,
+            agents = agents.len());
+        Box::pin(self.presence_of(host, agents).instrument(span))
     }
 
     fn resend_reply(&self, callee: String, child_run: RunId) -> BoxFuture<'_, ()> {

@@ -141,6 +141,8 @@ pub(crate) fn frame_name(frame: &Frame) -> &'static str {
         Frame::RunStatus { .. } => "RunStatus",
         Frame::Ack => "Ack",
         Frame::ResendReply { .. } => "ResendReply",
+        Frame::PresenceQuery { .. } => "PresenceQuery",
+        Frame::PresenceReport(_) => "PresenceReport",
     }
 }
 
