@@ -17,9 +17,11 @@ use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Parser, Subcommand};
 use serde_json::json;
 
+use consort_actors::directory::WaitRequest;
 use consort_actors::store::Durability;
 use consort_actors::{AgentOptions, Channel, DataFolder, RunRecord, RunStatus};
 use consort_config::AgentSet;
+use consort_core::directory::{WaitOutcome, WaitUntil};
 use consort_fleet::Client;
 use consort_fleet::dev::{DevHost, DevOptions};
 use consort_net::RunId;
@@ -88,8 +90,12 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// The peer directory of a goal: every registered agent, its work and its presence.
+    /// The peer directory of a goal: every registered agent, its work and its presence;
+    /// `observe`, `wait` and `attention` for one peer, one run, or what needs a decision.
+    #[command(args_conflicts_with_subcommands = true)]
     Directory {
+        #[command(subcommand)]
+        command: Option<DirectoryCommand>,
         /// The goal (needed when the fleet declares several).
         #[arg(long)]
         goal: Option<String>,
@@ -126,6 +132,61 @@ enum Command {
     Keygen(fleet_cli::KeygenArgs),
     /// Serve one host of a multi-host fleet (QUIC link + HTTP API).
     Serve(fleet_cli::ServeArgs),
+}
+
+#[derive(Subcommand)]
+enum DirectoryCommand {
+    /// What you may see of one agent and one of its runs: typed state, and an excerpt of a
+    /// run you may read.
+    Observe {
+        agent: String,
+        #[arg(long)]
+        run: Option<String>,
+        /// Excerpt source: events (the log's last lines) or output (its first lines).
+        #[arg(long, default_value = "events")]
+        source: String,
+        #[arg(long, default_value_t = 20)]
+        lines: usize,
+        #[arg(long)]
+        token: Option<String>,
+        #[command(flatten)]
+        at: At,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Wait, pinned to the agent's incarnation, for a run to settle (or block, or change).
+    Wait {
+        agent: String,
+        run: String,
+        /// settled, blocked (blocked or settled) or changed.
+        #[arg(long, default_value = "settled")]
+        until: String,
+        /// The state-change sequence already seen: only a later change ends the wait.
+        #[arg(long, default_value_t = 0)]
+        after_seq: u64,
+        /// The incarnation to pin to (default: the one there now).
+        #[arg(long)]
+        incarnation: Option<String>,
+        #[arg(long, default_value_t = 30)]
+        timeout_secs: u64,
+        #[arg(long)]
+        token: Option<String>,
+        #[command(flatten)]
+        at: At,
+        #[arg(long)]
+        json: bool,
+    },
+    /// What in a goal needs a decision (typed facts only; assigns nothing).
+    Attention {
+        #[arg(long)]
+        goal: Option<String>,
+        #[arg(long)]
+        token: Option<String>,
+        #[command(flatten)]
+        at: At,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -380,6 +441,11 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Directory {
+            command: Some(command),
+            ..
+        } => directory_command(command).await,
+        Command::Directory {
+            command: None,
             goal,
             token,
             at,
@@ -598,4 +664,95 @@ fn produced(host: &consort_actors::Host, root: &RunId) -> Result<Vec<RunRecord>>
             .then(a.hop_depth.cmp(&b.hop_depth))
     });
     Ok(out)
+}
+
+fn token_or_env(token: Option<String>) -> Option<String> {
+    token.or_else(|| std::env::var("CONSORT_TOKEN").ok())
+}
+
+/// `consort directory observe | wait | attention`.
+async fn directory_command(command: DirectoryCommand) -> Result<ExitCode> {
+    match command {
+        DirectoryCommand::Observe {
+            agent,
+            run,
+            source,
+            lines,
+            token,
+            at,
+            json,
+        } => {
+            let observation = Client::new(&resolve_url(&at.at))
+                .with_token(token_or_env(token))
+                .observe(&agent, run.as_deref(), &source, lines)
+                .await?;
+            if json {
+                print_json(&observation)?;
+            } else {
+                println!("{}", output::observation(&observation));
+            }
+            Ok(if observation.scope_gap.is_some() {
+                ExitCode::from(3)
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        DirectoryCommand::Wait {
+            agent,
+            run,
+            until,
+            after_seq,
+            incarnation,
+            timeout_secs,
+            token,
+            at,
+            json,
+        } => {
+            let until = WaitUntil::parse(&until).ok_or_else(|| {
+                anyhow!("--until `{until}` is not one of: settled, blocked, changed")
+            })?;
+            let request = WaitRequest {
+                agent,
+                run: RunId::parse(&run)?,
+                until,
+                after_seq,
+                incarnation,
+            };
+            let answer = Client::new(&resolve_url(&at.at))
+                .with_token(token_or_env(token))
+                .wait_peer(&request, Duration::from_secs(timeout_secs))
+                .await?;
+            if json {
+                print_json(&answer)?;
+            } else {
+                println!("{}", output::wait_answer(&answer));
+            }
+            Ok(match answer.outcome {
+                WaitOutcome::Matched { .. } => ExitCode::SUCCESS,
+                WaitOutcome::Timeout { .. } => ExitCode::from(4),
+                _ => ExitCode::from(5),
+            })
+        }
+        DirectoryCommand::Attention {
+            goal,
+            token,
+            at,
+            json,
+        } => {
+            let rollup = Client::new(&resolve_url(&at.at))
+                .with_token(token_or_env(token))
+                .attention(goal.as_deref())
+                .await?;
+            if json {
+                print_json(&rollup)?;
+            } else {
+                println!("{}", output::attention(&rollup));
+            }
+            Ok(if rollup.scope_gap.is_some() {
+                ExitCode::from(3)
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+    }
 }

@@ -1,8 +1,9 @@
 //! How the CLI prints runs, events and edges for people (tables) and for programs (`--json`).
 //! Printing only: nothing here talks to a host.
 
+use consort_actors::directory::WaitAnswer;
 use consort_actors::{EventRecord, RunRecord};
-use consort_core::directory::DirectoryPacket;
+use consort_core::directory::{AttentionRollup, DirectoryPacket, Observation, WaitOutcome};
 
 /// A left-aligned text table with a header row.
 pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
@@ -183,4 +184,131 @@ pub(crate) fn directory(packet: &DirectoryPacket) -> String {
         out.push_str(&limits.join(", "));
     }
     out
+}
+
+/// An observation for people: typed state first, then the excerpt with its label.
+pub(crate) fn observation(o: &Observation) -> String {
+    if let Some(gap) = &o.scope_gap {
+        return format!("nothing to show: {gap}");
+    }
+    let mut out = format!(
+        "agent {} on {}",
+        o.agent,
+        if o.host.is_empty() { "-" } else { &o.host }
+    );
+    if let Some(incarnation) = &o.incarnation {
+        out.push_str(&format!(" (incarnation {incarnation})"));
+    }
+    if let Some(w) = &o.work {
+        out.push_str(&format!(
+            "\nwork: {} open ({} running, {} waiting, {} blocked, {} queued)",
+            w.open(),
+            w.running,
+            w.waiting,
+            w.blocked,
+            w.queued
+        ));
+    }
+    if let Some(r) = &o.run {
+        out.push_str(&format!(
+            "\nrun {}: {} (seq {}, depth {}, placed by {})",
+            r.run,
+            r.status,
+            r.seq,
+            r.hop_depth,
+            r.parent_agent.as_deref().unwrap_or("-")
+        ));
+    }
+    if let Some(e) = &o.excerpt {
+        out.push_str(&format!(
+            "\nexcerpt ({}, from {}, at most {} lines):",
+            e.label,
+            match e.source {
+                consort_core::directory::ExcerptSource::Events => "events",
+                consort_core::directory::ExcerptSource::Output => "output",
+            },
+            e.bound.max_lines
+        ));
+        for line in &e.lines {
+            out.push_str("\n  ");
+            out.push_str(line);
+        }
+    }
+    push_limits(&mut out, &o.limitations);
+    out
+}
+
+/// How a wait ended, for people.
+pub(crate) fn wait_answer(a: &WaitAnswer) -> String {
+    let pin = format!(
+        "{} {} (incarnation {}, after seq {})",
+        a.pin.agent, a.pin.run, a.pin.incarnation, a.pin.after_seq
+    );
+    match &a.outcome {
+        WaitOutcome::Matched { status, seq } => format!("matched: {pin} is {status} at seq {seq}"),
+        WaitOutcome::Replaced { pinned, current } => format!(
+            "replaced: {pin}: incarnation {pinned} was replaced by {current}; resolve it again"
+        ),
+        WaitOutcome::NotRunning => format!("not_running: {pin}: the agent is not served any more"),
+        WaitOutcome::UnknownRun => format!("unknown_run: {pin}: the agent has no such run"),
+        WaitOutcome::Unreachable => format!("unreachable: {pin}: its host could not be reached"),
+        WaitOutcome::Timeout { status, last_seq } => format!(
+            "timeout: {pin}: last seen {} at seq {last_seq}; nothing was resent",
+            status.map_or_else(|| "-".to_owned(), |s| s.to_string())
+        ),
+    }
+}
+
+/// The attention rollup for people.
+pub(crate) fn attention(r: &AttentionRollup) -> String {
+    if let Some(gap) = &r.scope_gap {
+        return format!("nothing to show: {gap}");
+    }
+    let rows: Vec<Vec<String>> = r
+        .items
+        .iter()
+        .map(|i| {
+            vec![
+                i.agent.clone(),
+                i.host.clone(),
+                serde_json::to_value(i.reason)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default(),
+                i.runs.to_string(),
+                i.presence.map_or_else(|| "-".to_owned(), |p| p.to_string()),
+            ]
+        })
+        .collect();
+    let mut out = format!(
+        "goal {}: {} items, {} omitted\n",
+        r.goal.as_deref().unwrap_or("-"),
+        r.items.len(),
+        r.omitted_item_count
+    );
+    out.push_str(&table(
+        &["AGENT", "HOST", "REASON", "RUNS", "PRESENCE"],
+        &rows,
+    ));
+    let limits: Vec<String> = r
+        .limitations
+        .iter()
+        .map(|l| serde_json::to_value(l).map_or_else(|_| format!("{l:?}"), |v| v.to_string()))
+        .collect();
+    if !limits.is_empty() {
+        out.push_str("\nlimitations: ");
+        out.push_str(&limits.join(", "));
+    }
+    out
+}
+
+fn push_limits<T: serde::Serialize + std::fmt::Debug>(out: &mut String, limits: &[T]) {
+    let limits: Vec<String> = limits
+        .iter()
+        .map(|l| serde_json::to_value(l).map_or_else(|_| format!("{l:?}"), |v| v.to_string()))
+        .collect();
+    if !limits.is_empty() {
+        out.push_str("\nlimits: ");
+        out.push_str(&limits.join(", "));
+    }
 }

@@ -89,6 +89,24 @@ impl DataFolder {
         Ok(None)
     }
 
+    /// One run of `agent` with its state-change sequence (its last event's number), read
+    /// from that agent's store only; `None` when the agent stored no such run.
+    pub fn run_of(&self, agent: &str, id: &RunId) -> Result<Option<(RunRecord, u64)>, ActorsError> {
+        if !self.store_path(agent).is_file() {
+            return Ok(None);
+        }
+        let store = self.open(agent)?;
+        match store.run(id)? {
+            Some(run) => Ok(Some((run, store.last_seq(id)?))),
+            None => Ok(None),
+        }
+    }
+
+    /// The event log of one run of `agent`.
+    pub fn events_of(&self, agent: &str, id: &RunId) -> Result<Vec<EventRecord>, ActorsError> {
+        self.open(agent)?.events(id)
+    }
+
     /// One run's event log.
     pub fn events(&self, id: &RunId) -> Result<Vec<EventRecord>, ActorsError> {
         for name in self.agents()? {

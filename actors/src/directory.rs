@@ -17,11 +17,21 @@ use std::time::Duration;
 
 use consort_core::directory::{
     ActorState, AgentReport, Audience, DirectoryPacket, Goal, HostAnswer, PacketRequest,
-    RegisteredAgent, assemble, resolve_goal, scope_gap_packet,
+    RegisteredAgent, ScopeGap, assemble, resolve_goal, scope_gap_packet,
 };
 
 use crate::presence::PresenceBoard;
 use crate::routing::RemoteCalls;
+
+mod observe;
+mod requests;
+mod wait;
+
+pub(crate) use requests::{DirectoryHost, answer_on_task};
+
+pub(crate) use observe::{Seat, observe_here};
+pub(crate) use wait::wait_here;
+pub use wait::{MAX_WAIT, WaitAnswer, WaitRequest};
 
 /// One goal of the fleet: its name and member agents.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,6 +54,8 @@ pub struct DirectorySpec {
     pub row_cap: usize,
     /// How long another host has to answer a presence query.
     pub presence_deadline: Duration,
+    /// How long open work may keep its status before the rollup calls it stuck.
+    pub no_advancement_after: Duration,
 }
 
 impl Default for DirectorySpec {
@@ -53,6 +65,7 @@ impl Default for DirectorySpec {
             placement: BTreeMap::new(),
             row_cap: 24,
             presence_deadline: Duration::from_secs(2),
+            no_advancement_after: Duration::from_secs(300),
         }
     }
 }
@@ -60,8 +73,8 @@ impl Default for DirectorySpec {
 /// A directory request that passed its scope: what to show and whom to ask.
 #[derive(Debug)]
 pub(crate) struct Plan {
-    request: PacketRequest,
-    registered: Vec<RegisteredAgent>,
+    pub(crate) request: PacketRequest,
+    pub(crate) registered: Vec<RegisteredAgent>,
     /// The shown agents by the host serving them.
     pub(crate) by_host: BTreeMap<String, Vec<String>>,
 }
@@ -76,6 +89,17 @@ impl DirectorySpec {
             .collect()
     }
 
+    /// The goals as consort-core reads them.
+    pub(crate) fn goal_list(&self) -> Vec<Goal<'_>> {
+        self.goals
+            .iter()
+            .map(|g| Goal {
+                name: &g.name,
+                agents: &g.agents,
+            })
+            .collect()
+    }
+
     /// What to show `audience` asking for `goal`, or the packet of its scope gap.
     pub(crate) fn plan(
         &self,
@@ -84,16 +108,32 @@ impl DirectorySpec {
         goal: Option<&str>,
         now_ms: u64,
     ) -> Result<Plan, Box<DirectoryPacket>> {
-        let goals: Vec<Goal<'_>> = self
-            .goals
-            .iter()
-            .map(|g| Goal {
-                name: &g.name,
-                agents: &g.agents,
-            })
-            .collect();
-        let goal = resolve_goal(&goals, audience, goal)
-            .map_err(|gap| Box::new(scope_gap_packet(gap, now_ms)))?;
+        self.plan_rows(host, audience, goal, now_ms, self.row_cap.max(1))
+            .map_err(|gap| Box::new(scope_gap_packet(gap, now_ms)))
+    }
+
+    /// What the rollup of `goal` must ask: every registered agent (up to what one presence
+    /// query may name per host), or the scope gap.
+    pub(crate) fn plan_rollup(
+        &self,
+        host: &str,
+        audience: &Audience,
+        goal: Option<&str>,
+        now_ms: u64,
+    ) -> Result<Plan, ScopeGap> {
+        self.plan_rows(host, audience, goal, now_ms, usize::MAX)
+    }
+
+    fn plan_rows(
+        &self,
+        host: &str,
+        audience: &Audience,
+        goal: Option<&str>,
+        now_ms: u64,
+        row_cap: usize,
+    ) -> Result<Plan, ScopeGap> {
+        let goals = self.goal_list();
+        let goal = resolve_goal(&goals, audience, goal)?;
         let names: BTreeSet<&String> = goal.agents.iter().collect();
         let registered: Vec<RegisteredAgent> = names
             .iter()
@@ -106,20 +146,19 @@ impl DirectorySpec {
                     .unwrap_or_else(|| host.to_owned()),
             })
             .collect();
-        let row_cap = self.row_cap.max(1);
         let mut by_host: BTreeMap<String, Vec<String>> = BTreeMap::new();
         // The same first rows `assemble` shows: registered agents in name order, capped.
         for reg in registered.iter().take(row_cap) {
-            by_host
-                .entry(reg.host.clone())
-                .or_default()
-                .push(reg.agent.clone());
+            let agents = by_host.entry(reg.host.clone()).or_default();
+            if agents.len() < consort_net::MAX_PRESENCE_AGENTS {
+                agents.push(reg.agent.clone());
+            }
         }
         Ok(Plan {
             request: PacketRequest {
                 goal: goal.name.to_owned(),
                 now_ms,
-                row_cap,
+                row_cap: row_cap.min(self.row_cap.max(1)),
             },
             registered,
             by_host,
@@ -127,20 +166,20 @@ impl DirectorySpec {
     }
 }
 
-/// This host's reports about `agents`: each agent's actor (up, down, or not served here) and
-/// its work from the board.
+/// This host's reports about `agents`: each agent's actor (up, down, or not served here), who
+/// holds its seat, and its work from the board.
 pub(crate) fn local_reports(
     agents: &[String],
-    actor_up: impl Fn(&str) -> Option<bool>,
+    seat: impl Fn(&str) -> Option<(bool, String)>,
     board: &PresenceBoard,
 ) -> Vec<AgentReport> {
     agents
         .iter()
         .map(|agent| {
-            let actor = match actor_up(agent) {
-                Some(true) => ActorState::Up,
-                Some(false) => ActorState::Down,
-                None => ActorState::NotServed,
+            let (actor, incarnation) = match seat(agent) {
+                Some((true, incarnation)) => (ActorState::Up, incarnation),
+                Some((false, incarnation)) => (ActorState::Down, incarnation),
+                None => (ActorState::NotServed, String::new()),
             };
             let work = if actor == ActorState::NotServed {
                 Default::default()
@@ -151,6 +190,7 @@ pub(crate) fn local_reports(
                 agent: agent.clone(),
                 actor,
                 work,
+                incarnation,
             }
         })
         .collect()
@@ -165,6 +205,19 @@ pub(crate) async fn gather(
     remote: Option<Arc<dyn RemoteCalls>>,
     deadline: Duration,
 ) -> DirectoryPacket {
+    let answers = ask_hosts(&plan, host, local, remote, deadline).await;
+    assemble(&plan.request, &plan.registered, &answers)
+}
+
+/// Every host's answer for `plan`: `local` for this host, the others asked in parallel, each
+/// inside `deadline`.
+pub(crate) async fn ask_hosts(
+    plan: &Plan,
+    host: &str,
+    local: Option<HostAnswer>,
+    remote: Option<Arc<dyn RemoteCalls>>,
+    deadline: Duration,
+) -> Vec<HostAnswer> {
     let mut answers: Vec<HostAnswer> = local.into_iter().collect();
     let mut asks = tokio::task::JoinSet::new();
     for (peer, agents) in &plan.by_host {
@@ -193,5 +246,5 @@ pub(crate) async fn gather(
             answers.push(answer);
         }
     }
-    assemble(&plan.request, &plan.registered, &answers)
+    answers
 }

@@ -257,6 +257,73 @@ impl Host {
         .map_err(|e| ActorsError::Actor(e.to_string()))
     }
 
+    /// What `audience` may see of `agent` and (optionally) one of its runs: typed state, and
+    /// an excerpt of at most `lines` lines from `source` when the audience placed the run.
+    pub async fn observe(
+        &self,
+        audience: consort_core::directory::Audience,
+        agent: &str,
+        run: Option<RunId>,
+        source: consort_core::directory::ExcerptSource,
+        lines: usize,
+    ) -> Result<consort_core::directory::Observation, ActorsError> {
+        ractor::call_t!(
+            self.supervisor,
+            |reply| SupervisorMsg::Observe {
+                audience: audience.clone(),
+                agent: agent.to_owned(),
+                run: run.clone(),
+                source,
+                lines,
+                reply
+            },
+            ASK_TIMEOUT_MS
+        )
+        .map_err(|e| ActorsError::Actor(e.to_string()))
+    }
+
+    /// Waits, pinned to the agent's incarnation, up to `timeout` for the run to reach what
+    /// `request.until` asks after `request.after_seq`; `Err(gap)` inside when `audience` may
+    /// not wait on it.
+    pub async fn wait_run(
+        &self,
+        audience: consort_core::directory::Audience,
+        request: crate::directory::WaitRequest,
+        timeout: Duration,
+    ) -> Result<Result<crate::directory::WaitAnswer, consort_core::directory::ScopeGap>, ActorsError>
+    {
+        let timeout = timeout.min(crate::directory::MAX_WAIT);
+        ractor::call_t!(
+            self.supervisor,
+            |reply| SupervisorMsg::WaitRun {
+                audience: audience.clone(),
+                request: request.clone(),
+                timeout,
+                reply
+            },
+            u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX) + ASK_TIMEOUT_MS
+        )
+        .map_err(|e| ActorsError::Actor(e.to_string()))
+    }
+
+    /// The attention rollup of `goal` (or of the one goal `audience` may see).
+    pub async fn attention(
+        &self,
+        audience: consort_core::directory::Audience,
+        goal: Option<String>,
+    ) -> Result<consort_core::directory::AttentionRollup, ActorsError> {
+        ractor::call_t!(
+            self.supervisor,
+            |reply| SupervisorMsg::Attention {
+                audience: audience.clone(),
+                goal: goal.clone(),
+                reply
+            },
+            ASK_TIMEOUT_MS
+        )
+        .map_err(|e| ActorsError::Actor(e.to_string()))
+    }
+
     /// Stops the host and its agents. Unsettled runs stay in the stores and resume on restart.
     pub fn stop(&self) {
         self.supervisor.stop(Some("host stopping".into()));

@@ -17,11 +17,16 @@ use consort_core::{RunId, RunStatus};
 #[derive(Clone, Debug, Default)]
 pub struct PresenceBoard {
     agents: Arc<Mutex<HashMap<String, AgentRuns>>>,
+    /// Each served agent: whether its actor is up, and who holds its seat (incarnation).
+    seats: Arc<Mutex<HashMap<String, (bool, String)>>>,
+    /// Woken on every change, for waits that watch a run.
+    changed: Arc<tokio::sync::Notify>,
 }
 
 #[derive(Debug, Default)]
 struct AgentRuns {
-    open: HashMap<RunId, RunStatus>,
+    /// Open runs: their status and since when they have had it.
+    open: HashMap<RunId, (RunStatus, u64)>,
     last_settled: Option<LastSettled>,
 }
 
@@ -45,20 +50,62 @@ impl PresenceBoard {
                 at_ms,
             });
         } else {
-            entry.open.insert(run.clone(), status);
+            let since = match entry.open.get(run) {
+                Some((old, since)) if *old == status => *since,
+                _ => at_ms,
+            };
+            entry.open.insert(run.clone(), (status, since));
         }
+        drop(agents);
+        self.changed.notify_waiters();
     }
 
-    /// `agent`'s actor (re)started with these unsettled runs: they replace its open runs.
-    pub fn reset(&self, agent: &str, open: impl IntoIterator<Item = (RunId, RunStatus)>) {
+    /// Resolves when any run on the board changes after this call (register, then re-check
+    /// what you wait for, then await: a change between the two is not missed).
+    pub fn changed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.changed.notified()
+    }
+
+    /// `agent`'s actor (re)started with these unsettled runs (status, since when): they
+    /// replace its open runs.
+    pub fn reset(&self, agent: &str, open: impl IntoIterator<Item = (RunId, RunStatus, u64)>) {
         let mut agents = self.lock();
         let entry = agents.entry(agent.to_owned()).or_default();
-        entry.open = open.into_iter().collect();
+        entry.open = open
+            .into_iter()
+            .map(|(run, status, since)| (run, (status, since)))
+            .collect();
+        drop(agents);
+        self.changed.notify_waiters();
+    }
+
+    /// The supervisor's word on `agent`'s actor: up or down, and its incarnation.
+    pub fn set_seat(&self, agent: &str, up: bool, incarnation: String) {
+        self.seats
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(agent.to_owned(), (up, incarnation));
+        self.changed.notify_waiters();
+    }
+
+    /// Whether `agent`'s actor is up and who holds its seat; `None` when this host does not
+    /// serve it.
+    pub fn seat(&self, agent: &str) -> Option<(bool, String)> {
+        self.seats
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(agent)
+            .cloned()
     }
 
     /// `agent` left the host (removed on reload).
     pub fn forget(&self, agent: &str) {
         self.lock().remove(agent);
+        self.seats
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(agent);
+        self.changed.notify_waiters();
     }
 
     /// `agent`'s work state (empty for an agent that has stored nothing since start).
@@ -66,8 +113,14 @@ impl PresenceBoard {
         let agents = self.lock();
         let mut work = WorkState::default();
         if let Some(entry) = agents.get(agent) {
-            for status in entry.open.values() {
+            for (status, since) in entry.open.values() {
                 work.count(*status);
+                work.oldest_change_ms =
+                    Some(work.oldest_change_ms.map_or(*since, |o| o.min(*since)));
+                if *status == RunStatus::Blocked {
+                    work.blocked_since_ms =
+                        Some(work.blocked_since_ms.map_or(*since, |o| o.min(*since)));
+                }
             }
             work.last_settled = entry.last_settled.clone();
         }
@@ -99,11 +152,26 @@ mod tests {
     }
 
     #[test]
+    fn a_run_keeps_its_since_until_its_status_changes() {
+        let board = PresenceBoard::default();
+        board.saw("cfo", &id(1), RunStatus::Running, 10);
+        board.saw("cfo", &id(1), RunStatus::Running, 20);
+        board.saw("cfo", &id(2), RunStatus::Blocked, 30);
+        let w = board.work("cfo");
+        assert_eq!(
+            (w.oldest_change_ms, w.blocked_since_ms),
+            (Some(10), Some(30))
+        );
+        board.saw("cfo", &id(1), RunStatus::Waiting, 40);
+        assert_eq!(board.work("cfo").oldest_change_ms, Some(30));
+    }
+
+    #[test]
     fn a_restart_replaces_open_runs_and_keeps_the_last_settled() {
         let board = PresenceBoard::default();
         board.saw("cfo", &id(1), RunStatus::Succeeded, 1);
         board.saw("cfo", &id(2), RunStatus::Running, 2);
-        board.reset("cfo", [(id(3), RunStatus::Waiting)]);
+        board.reset("cfo", [(id(3), RunStatus::Waiting, 3)]);
         let w = board.work("cfo");
         assert_eq!((w.running, w.waiting), (0, 1));
         assert!(w.last_settled.is_some());

@@ -10,7 +10,12 @@ use std::pin::Pin;
 
 use ractor::RpcReplyPort;
 
-use consort_core::directory::{AgentReport, Audience, DirectoryPacket, HostAnswer};
+use consort_core::directory::{
+    AgentReport, AttentionRollup, Audience, DirectoryPacket, ExcerptSource, HostAnswer,
+    Observation, ScopeGap,
+};
+
+use crate::directory::{WaitAnswer, WaitRequest};
 use consort_core::step::CallOutcome;
 use consort_net::{CallEnvelope, ReplyEnvelope, RunId};
 
@@ -44,6 +49,31 @@ pub trait RemoteCalls: Send + Sync + 'static {
     fn presence(&self, host: String, agents: Vec<String>) -> BoxFuture<'_, HostAnswer> {
         let _unused = agents;
         Box::pin(async move { HostAnswer::Refused { host } })
+    }
+    /// Asks `host` to observe one of its agents for `asker` (an agent of this host, or `None`
+    /// for this host's operator). `Err` says why the host could not be asked.
+    fn observe(
+        &self,
+        host: String,
+        asker: Option<String>,
+        agent: String,
+        run: Option<RunId>,
+        source: ExcerptSource,
+        lines: usize,
+    ) -> BoxFuture<'_, Result<Observation, String>> {
+        let _unused = (host, asker, agent, run, source, lines);
+        Box::pin(async { Err("this host has no links".to_owned()) })
+    }
+    /// Asks `host` to wait up to `slice` on a run of one of its agents for `asker`.
+    fn wait_run(
+        &self,
+        host: String,
+        asker: Option<String>,
+        request: WaitRequest,
+        slice: std::time::Duration,
+    ) -> BoxFuture<'_, Result<Result<WaitAnswer, ScopeGap>, String>> {
+        let _unused = (host, asker, request, slice);
+        Box::pin(async { Err("this host has no links".to_owned()) })
     }
 }
 
@@ -133,6 +163,41 @@ pub enum SupervisorMsg {
         goal: Option<String>,
         /// Where the packet goes.
         reply: RpcReplyPort<DirectoryPacket>,
+    },
+    /// What the audience may see of one agent (and one of its runs).
+    Observe {
+        /// Who asks.
+        audience: Audience,
+        /// The agent.
+        agent: String,
+        /// One of its runs.
+        run: Option<RunId>,
+        /// Where an excerpt comes from.
+        source: ExcerptSource,
+        /// The most excerpt lines.
+        lines: usize,
+        /// Where the observation goes.
+        reply: RpcReplyPort<Observation>,
+    },
+    /// A wait pinned to an agent's run.
+    WaitRun {
+        /// Who asks.
+        audience: Audience,
+        /// What to wait for.
+        request: WaitRequest,
+        /// The longest the wait may last.
+        timeout: std::time::Duration,
+        /// How it ended, or why the audience may not wait on it.
+        reply: RpcReplyPort<Result<WaitAnswer, ScopeGap>>,
+    },
+    /// The attention rollup of a goal.
+    Attention {
+        /// Who asks.
+        audience: Audience,
+        /// The goal, if named.
+        goal: Option<String>,
+        /// Where the rollup goes.
+        reply: RpcReplyPort<AttentionRollup>,
     },
     /// Another host asks for the presence of agents this host serves.
     Presence {

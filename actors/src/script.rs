@@ -14,6 +14,9 @@
 //! | `{last}`       | the last tool result or reply                                        |
 //! | `{n}`          | in a `call` entry with `count`, the 1-based index of the call        |
 //!
+//! A `tool` step puts its `input` template in the tool's first required field, or, with
+//! `arguments: {...}`, uses that object (its string values rendered) as the whole input.
+//!
 //! Steps `search: {query, limit}`, `load: NAME` and `invoke: {name, arguments}` use the
 //! meta-tools `search_tools`, `load_tool` and `invoke_tool`; their results read back as
 //! `{tool.search_tools}`, `{tool.load_tool}` and `{tool.invoke_tool}`.
@@ -75,6 +78,17 @@ impl ScriptModel {
                     }
                 }
                 ModelStep::ToolUses(uses)
+            }
+            ScriptStep::Tool(tool) if tool.arguments.is_some() => {
+                let arguments = tool
+                    .arguments
+                    .as_ref()
+                    .map_or(Value::Null, |a| render_value(a, conv));
+                ModelStep::ToolUses(vec![ToolUse {
+                    id: format!("tu_{index}_0"),
+                    name: tool.name.clone(),
+                    input: arguments,
+                }])
             }
             ScriptStep::Tool(tool) => {
                 let field = request
@@ -368,6 +382,7 @@ mod tests {
         let model = ScriptModel::new(vec![ScriptStep::Tool(ToolStep {
             name: "ledger".into(),
             input: "SELECT 1 -- {input}".into(),
+            arguments: None,
         })]);
         let conv = vec![Message::User("q".into())];
         let tools = [crate::model::ToolSpec {

@@ -25,7 +25,7 @@ use consort_net::ReplyEnvelope;
 use crate::ActorsError;
 use crate::agent::{AgentActor, AgentArgs, AgentMsg, AgentOptions, tell};
 use crate::data::DataFolder;
-use crate::directory::{self, DirectorySpec};
+use crate::directory::{self, DirectoryHost, DirectorySpec, answer_on_task};
 use crate::model::Model;
 use crate::presence::PresenceBoard;
 use crate::restart::RestartBudget;
@@ -90,6 +90,9 @@ struct AgentSlot {
     restarts: VecDeque<Instant>,
     total_restarts: usize,
     modified: Option<SystemTime>,
+    /// Bumped each time the agent's actor starts and each time its config changes: with the
+    /// host's start time it names who holds the agent's seat (its incarnation).
+    generation: u32,
 }
 
 /// The supervisor's state: its spec and one slot per agent.
@@ -103,6 +106,10 @@ pub struct SupervisorState {
     writer: StoreWriter,
     /// Each agent's open runs, kept by the agent actors, read for presence.
     board: PresenceBoard,
+    /// When this host process started its supervisor, Unix milliseconds.
+    epoch_ms: u64,
+    /// What directory requests are answered from.
+    directory: DirectoryHost,
 }
 
 /// The host supervisor actor.
@@ -114,44 +121,20 @@ fn modified(config: &AgentConfig) -> Option<SystemTime> {
         .ok()
 }
 
-impl HostSupervisor {
-    /// Answers a directory request: the scope gap at once, or this host's reports now and the
-    /// other hosts' on a task bounded by the presence deadline.
-    fn directory(
-        &self,
-        state: &SupervisorState,
-        audience: &consort_core::directory::Audience,
-        goal: Option<&str>,
-        reply: RpcReplyPort<consort_core::directory::DirectoryPacket>,
-    ) {
-        let spec = &state.spec;
-        let host = spec.host_name.clone();
-        let plan = match spec
-            .directory
-            .plan(&host, audience, goal, crate::run::now_ms())
-        {
-            Ok(plan) => plan,
-            Err(gap) => return answer(reply, *gap),
-        };
-        let local =
-            plan.by_host
-                .get(&host)
-                .map(|agents| consort_core::directory::HostAnswer::Answered {
-                    host: host.clone(),
-                    observed_at_ms: crate::run::now_ms(),
-                    reports: directory::local_reports(
-                        agents,
-                        |a| state.slots.get(a).map(|s| s.actor.is_some()),
-                        &state.board,
-                    ),
-                });
-        let (remote, deadline) = (spec.remote.clone(), spec.directory.presence_deadline);
-        tokio::spawn(async move {
-            let packet = directory::gather(plan, &host, local, remote, deadline).await;
-            answer(reply, packet);
-        });
+impl SupervisorState {
+    /// Tells the presence board who holds `agent`'s seat now.
+    fn publish_seat(&self, agent: &str) {
+        if let Some(slot) = self.slots.get(agent) {
+            self.board.set_seat(
+                agent,
+                slot.actor.is_some(),
+                format!("{}-{}", self.epoch_ms, slot.generation),
+            );
+        }
     }
+}
 
+impl HostSupervisor {
     fn fleet_agents(spec: &HostSpec) -> Vec<String> {
         let mut names: Vec<String> = spec.agents.names();
         names.extend(spec.remote_agents.iter().cloned());
@@ -191,7 +174,9 @@ impl HostSupervisor {
             .map_err(|e| ActorsError::Actor(format!("agent {name} did not start: {e}")))?;
         if let Some(slot) = state.slots.get_mut(name) {
             slot.actor = Some(actor);
+            slot.generation = slot.generation.wrapping_add(1);
         }
+        state.publish_seat(name);
         Ok(())
     }
 
@@ -220,6 +205,7 @@ impl HostSupervisor {
                 Ok(config) => {
                     if config != slot.config {
                         slot.config = config.clone();
+                        slot.generation = slot.generation.wrapping_add(1);
                         state
                             .spec
                             .agents
@@ -228,6 +214,7 @@ impl HostSupervisor {
                         if let Some(actor) = &slot.actor {
                             tell(actor, AgentMsg::Config(Box::new(config)));
                         }
+                        state.publish_seat(&name);
                         info!(agent = %name, "agent.yaml re-read: new config in force");
                         changed.push(name);
                     }
@@ -282,18 +269,32 @@ impl Actor for HostSupervisor {
                         actor: None,
                         restarts: VecDeque::new(),
                         total_restarts: 0,
+                        generation: 0,
                     },
                 )
             })
             .collect();
+        let board = PresenceBoard::default();
+        let epoch_ms = crate::run::now_ms();
+        let data = DataFolder::new(args.spec.data_dir.clone());
+        let directory = DirectoryHost {
+            spec: Arc::new(args.spec.directory.clone()),
+            host: args.spec.host_name.clone(),
+            remote: args.spec.remote.clone(),
+            board: board.clone(),
+            data: data.clone(),
+            epoch_ms,
+        };
         let mut state = SupervisorState {
-            data: DataFolder::new(args.spec.data_dir.clone()),
+            data,
             spec: args.spec,
             slots,
             settled: args.settled,
             last_checkpoint: Instant::now(),
             writer: args.writer,
-            board: PresenceBoard::default(),
+            board,
+            epoch_ms,
+            directory,
         };
         let names: Vec<String> = state.slots.keys().cloned().collect();
         for name in names {
@@ -485,13 +486,38 @@ impl Actor for HostSupervisor {
                 audience,
                 goal,
                 reply,
-            } => self.directory(state, &audience, goal.as_deref(), reply),
+            } => answer_on_task(reply, state.directory.clone().packet(audience, goal)),
+            SupervisorMsg::Observe {
+                audience,
+                agent,
+                run,
+                source,
+                lines,
+                reply,
+            } => answer_on_task(
+                reply,
+                state
+                    .directory
+                    .clone()
+                    .observe(audience, agent, run, source, lines),
+            ),
+            SupervisorMsg::WaitRun {
+                audience,
+                request,
+                timeout,
+                reply,
+            } => answer_on_task(
+                reply,
+                state.directory.clone().wait(audience, request, timeout),
+            ),
+            SupervisorMsg::Attention {
+                audience,
+                goal,
+                reply,
+            } => answer_on_task(reply, state.directory.clone().attention(audience, goal)),
             SupervisorMsg::Presence { agents, reply } => {
-                let reports = directory::local_reports(
-                    &agents,
-                    |a| state.slots.get(a).map(|s| s.actor.is_some()),
-                    &state.board,
-                );
+                let reports =
+                    directory::local_reports(&agents, |a| state.board.seat(a), &state.board);
                 answer(reply, (crate::run::now_ms(), reports));
             }
             SupervisorMsg::Tick => {
@@ -542,6 +568,10 @@ impl Actor for HostSupervisor {
             return Ok(());
         };
         slot.actor = None;
+        state.publish_seat(&name);
+        let Some(slot) = state.slots.get_mut(&name) else {
+            return Ok(());
+        };
         if budget.admit(&mut slot.restarts, Instant::now()) {
             slot.total_restarts += 1;
             warn!(agent = %name, %reason, "agent actor failed; restarting it (its runs resume from the store)");

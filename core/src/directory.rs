@@ -17,16 +17,29 @@
 //!   capped, with `rows + omitted = registered` always and every gap named as a
 //!   [`Limitation`].
 //!
+//! - [`observe`]: bounded observation of one peer: typed state first, an excerpt only of a run
+//!   the caller placed, with its source, bound, advisory label and declared limits.
+//! - [`wait`]: waits pinned to (agent, run, incarnation) that only a forward-moving state
+//!   change of that very run ends.
+//! - [`rollup`]: which agents need a decision now, from typed facts only.
+//!
 //! Presence is advisory colour: it never adds, drops or orders a row, and no typed fact depends
 //! on it. This module reads no clock and no store: times and reports come in as arguments.
 
 /// The model tool that lists an agent's peers.
 pub const LIST_PEERS: &str = "list_peers";
 
+pub mod observe;
 pub mod packet;
 pub mod presence;
+pub mod rollup;
 pub mod scope;
+pub mod wait;
 
+pub use observe::{
+    Excerpt, ExcerptBound, ExcerptSource, Observation, ObservationLimit, RunFacts, cut_excerpt,
+    may_excerpt, may_observe,
+};
 pub use packet::{
     DirectoryPacket, DirectoryRow, HostAnswer, Limitation, PacketRequest, RegisteredAgent,
     SCHEMA_VERSION, assemble, scope_gap_packet,
@@ -35,4 +48,16 @@ pub use presence::{
     ActorState, AgentReport, LastSettled, Presence, PresenceBasis, PresenceState, WorkState,
     presence_of,
 };
+pub use rollup::{
+    ATTENTION_CAP, AttentionItem, AttentionReason, AttentionRollup, needs_attention, rollup,
+    rollup_gap,
+};
 pub use scope::{Audience, Goal, ScopeGap, resolve_goal};
+pub use wait::{Observed, WaitOutcome, WaitPin, WaitUntil, wait_decision};
+
+/// The model tool that observes one peer (and a run it placed).
+pub const OBSERVE_PEER: &str = "observe_peer";
+/// The model tool that waits, pinned, for a peer's run to change.
+pub const WAIT_PEER: &str = "wait_peer";
+/// The model tool that lists what in the goal needs a decision.
+pub const NEEDS_ATTENTION: &str = "needs_attention";

@@ -144,6 +144,7 @@ async fn main() -> anyhow::Result<()> {
                 ScriptStep::Tool(consort::config::ToolStep {
                     name: "quote".into(),
                     input: "{input}".into(),
+                    arguments: None,
                 }),
                 ScriptStep::Answer("{tool.quote}".into()),
             ],

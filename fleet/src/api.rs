@@ -26,7 +26,9 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use consort_actors::directory::WaitRequest;
 use consort_actors::{ActorsError, Channel, Host};
+use consort_core::directory::{Audience, ExcerptSource, WaitUntil};
 use consort_net::RunId;
 
 use crate::auth::HostAuth;
@@ -159,6 +161,9 @@ pub(crate) fn router_with_auth(host: Host, auth: Arc<HostAuth>) -> Router {
         .route("/jobs", get(jobs))
         .route("/agents", get(agents))
         .route("/directory", get(directory))
+        .route("/directory/observe", get(observe))
+        .route("/directory/wait", get(wait_peer))
+        .route("/directory/attention", get(attention))
         .route("/reload", post(reload))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .with_state(ApiState { host, auth })
@@ -178,14 +183,116 @@ async fn directory(
     headers: HeaderMap,
     Query(q): Query<DirectoryQuery>,
 ) -> Result<Response, ApiError> {
+    let audience = audience(&auth, &headers).await;
+    let goal = q.goal.filter(|g| !g.trim().is_empty());
+    let packet = host.directory(audience, goal).await?;
+    Ok(Json(packet).into_response())
+}
+
+/// Who an HTTP caller is to the directory (see [`HostAuth::audience`]).
+async fn audience(auth: &HostAuth, headers: &HeaderMap) -> Audience {
     let authorization = headers
         .get(AUTHORIZATION)
         .map(|v| v.to_str().unwrap_or("<not text>"));
     let identity = auth.identify(authorization).await;
-    let audience = auth.audience(&identity);
+    auth.audience(&identity)
+}
+
+#[derive(Deserialize)]
+struct ObserveQuery {
+    agent: String,
+    run: Option<String>,
+    source: Option<String>,
+    lines: Option<usize>,
+}
+
+/// `GET /directory/observe?agent=A[&run=R][&source=events|output][&lines=N]`: typed state
+/// first; an excerpt only of a run the caller may read (an operator's, here).
+async fn observe(
+    State(host): State<Host>,
+    State(auth): State<Arc<HostAuth>>,
+    headers: HeaderMap,
+    Query(q): Query<ObserveQuery>,
+) -> Result<Response, ApiError> {
+    let audience = audience(&auth, &headers).await;
+    let run = q.run.as_deref().map(parse_run_id).transpose()?;
+    let source = match q.source.as_deref() {
+        None | Some("events") => ExcerptSource::Events,
+        Some("output") => ExcerptSource::Output,
+        Some(other) => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_source",
+                format!("source `{other}` is not one of: events, output"),
+            ));
+        }
+    };
+    let observation = host
+        .observe(audience, &q.agent, run, source, q.lines.unwrap_or(20))
+        .await?;
+    Ok(Json(observation).into_response())
+}
+
+#[derive(Deserialize)]
+struct WaitPeerQuery {
+    agent: String,
+    run: String,
+    until: Option<String>,
+    after_seq: Option<u64>,
+    incarnation: Option<String>,
+    timeout_ms: Option<u64>,
+}
+
+/// `GET /directory/wait?agent=A&run=R[&until=settled|blocked|changed][&after_seq=N]
+/// [&incarnation=I][&timeout_ms=T]`: a wait pinned to the agent's incarnation; the answer
+/// names the pin and how it ended (`matched`, `replaced`, `not_running`, `unknown_run`,
+/// `unreachable`, `timeout`). A caller that may not wait on the run gets 403 with the gap.
+async fn wait_peer(
+    State(host): State<Host>,
+    State(auth): State<Arc<HostAuth>>,
+    headers: HeaderMap,
+    Query(q): Query<WaitPeerQuery>,
+) -> Result<Response, ApiError> {
+    let audience = audience(&auth, &headers).await;
+    let run = parse_run_id(&q.run)?;
+    let until = match q.until.as_deref() {
+        None => WaitUntil::Settled,
+        Some(text) => WaitUntil::parse(text).ok_or_else(|| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_until",
+                format!("until `{text}` is not one of: settled, blocked, changed"),
+            )
+        })?,
+    };
+    let request = WaitRequest {
+        agent: q.agent,
+        run,
+        until,
+        after_seq: q.after_seq.unwrap_or(0),
+        incarnation: q.incarnation.filter(|i| !i.is_empty()),
+    };
+    let timeout = Duration::from_millis(q.timeout_ms.unwrap_or(30_000).min(MAX_WAIT_MS));
+    match host.wait_run(audience, request, timeout).await? {
+        Ok(answer) => Ok(Json(answer).into_response()),
+        Err(gap) => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            gap.code(),
+            gap.to_string(),
+        )),
+    }
+}
+
+/// `GET /directory/attention[?goal=G]`: what in the goal needs a decision, from typed facts.
+async fn attention(
+    State(host): State<Host>,
+    State(auth): State<Arc<HostAuth>>,
+    headers: HeaderMap,
+    Query(q): Query<DirectoryQuery>,
+) -> Result<Response, ApiError> {
+    let audience = audience(&auth, &headers).await;
     let goal = q.goal.filter(|g| !g.trim().is_empty());
-    let packet = host.directory(audience, goal).await?;
-    Ok(Json(packet).into_response())
+    Ok(Json(host.attention(audience, goal).await?).into_response())
 }
 
 async fn start_run(

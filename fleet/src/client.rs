@@ -9,9 +9,10 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use consort_actors::directory::{WaitAnswer, WaitRequest};
 use consort_actors::supervisor::AgentStatus;
 use consort_actors::{EventRecord, RunRecord};
-use consort_core::directory::DirectoryPacket;
+use consort_core::directory::{AttentionRollup, DirectoryPacket, Observation, WaitUntil};
 
 use crate::FleetError;
 
@@ -70,6 +71,67 @@ impl Client {
             request = request.bearer_auth(token);
         }
         self.send(request).await
+    }
+
+    /// What this client may see of `agent` (and one of its runs): typed state, and an excerpt
+    /// of at most `lines` lines from `source` (`events` or `output`) where it may read one.
+    pub async fn observe(
+        &self,
+        agent: &str,
+        run: Option<&str>,
+        source: &str,
+        lines: usize,
+    ) -> Result<Observation, FleetError> {
+        let mut query = vec![
+            ("agent", agent.to_owned()),
+            ("source", source.to_owned()),
+            ("lines", lines.to_string()),
+        ];
+        if let Some(run) = run {
+            query.push(("run", run.to_owned()));
+        }
+        self.send(self.authorized(self.http.get(self.url("/directory/observe")).query(&query)))
+            .await
+    }
+
+    /// Waits, pinned, on a run of `agent` (see `GET /directory/wait`).
+    pub async fn wait_peer(
+        &self,
+        request: &WaitRequest,
+        timeout: Duration,
+    ) -> Result<WaitAnswer, FleetError> {
+        let mut query = vec![
+            ("agent", request.agent.clone()),
+            ("run", request.run.to_string()),
+            ("until", until_text(request.until).to_owned()),
+            ("after_seq", request.after_seq.to_string()),
+            ("timeout_ms", timeout.as_millis().to_string()),
+        ];
+        if let Some(incarnation) = &request.incarnation {
+            query.push(("incarnation", incarnation.clone()));
+        }
+        let get = self
+            .http
+            .get(self.url("/directory/wait"))
+            .query(&query)
+            .timeout(timeout + Duration::from_secs(30));
+        self.send(self.authorized(get)).await
+    }
+
+    /// The attention rollup of `goal` (or of the one goal this client may see).
+    pub async fn attention(&self, goal: Option<&str>) -> Result<AttentionRollup, FleetError> {
+        let mut request = self.http.get(self.url("/directory/attention"));
+        if let Some(goal) = goal {
+            request = request.query(&[("goal", goal)]);
+        }
+        self.send(self.authorized(request)).await
+    }
+
+    fn authorized(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
     }
 
     /// The run with this id.
@@ -176,5 +238,13 @@ impl Client {
             url: self.base.clone(),
             detail: e.to_string(),
         })
+    }
+}
+
+fn until_text(until: WaitUntil) -> &'static str {
+    match until {
+        WaitUntil::Settled => "settled",
+        WaitUntil::BlockedOrSettled => "blocked",
+        WaitUntil::Changed => "changed",
     }
 }

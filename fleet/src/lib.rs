@@ -38,5 +38,8 @@ pub(crate) fn directory_spec(
         placement,
         row_cap: goals.directory.row_cap,
         presence_deadline: std::time::Duration::from_millis(goals.directory.presence_deadline_ms),
+        no_advancement_after: std::time::Duration::from_secs(
+            goals.directory.no_advancement_after_s,
+        ),
     }
 }

@@ -24,6 +24,7 @@ use crate::chain::presence::PresenceReport;
 use crate::envelope::{CallEnvelope, ENVELOPE_VERSION, ReplyEnvelope};
 use crate::error::CodecError;
 use consort_core::RunId;
+use consort_core::directory::{ExcerptSource, WaitUntil};
 
 /// The largest encoded frame or envelope, in bytes (1 MiB). Run outputs are capped well below
 /// this by the callee's host; anything larger is refused unread.
@@ -108,6 +109,43 @@ pub enum Frame {
     },
     /// Response to `PresenceQuery`, signed by the reporting host.
     PresenceReport(PresenceReport),
+    /// Request: what `asker` (an agent served by the requesting host, or `None` for that
+    /// host's operator) may see of `agent` and one of its runs. Answered by `DirectoryAnswer`.
+    Observe {
+        /// Who asks.
+        asker: Option<String>,
+        /// The agent observed.
+        agent: String,
+        /// One of its runs.
+        run: Option<RunId>,
+        /// Where an excerpt comes from.
+        source: ExcerptSource,
+        /// The most excerpt lines.
+        lines: u32,
+    },
+    /// Request: wait up to `wait_ms` on a run of `agent`, pinned (see
+    /// `consort_core::directory::wait`). Answered by `DirectoryAnswer`.
+    WaitRun {
+        /// Who asks.
+        asker: Option<String>,
+        /// The agent.
+        agent: String,
+        /// Its run.
+        run: RunId,
+        /// What ends the wait.
+        until: WaitUntil,
+        /// The state-change sequence already seen.
+        after_seq: u64,
+        /// The incarnation pinned, if already resolved.
+        incarnation: Option<String>,
+        /// How long the receiving host may wait before answering.
+        wait_ms: u32,
+    },
+    /// Response to `Observe` and `WaitRun`: the answer in the HTTP API's JSON shape.
+    DirectoryAnswer {
+        /// The JSON text.
+        json: String,
+    },
 }
 
 /// Why a host refused a request. Append only: the index is the wire tag.

@@ -293,7 +293,9 @@ impl Actor for AgentActor {
         state.unsettled = unsettled.len();
         state.board.reset(
             &state.config.name,
-            unsettled.iter().map(|r| (r.id.clone(), r.status)),
+            unsettled
+                .iter()
+                .map(|r| (r.id.clone(), r.status, r.created_at_ms)),
         );
         if !unsettled.is_empty() {
             info!(agent = %state.config.name, runs = unsettled.len(), "resuming unsettled runs");

@@ -1,89 +1,162 @@
-//! The directory tool a model can use: `list_peers`, offered to agents that belong to a goal.
+//! The directory tools a model can use, offered to agents that belong to a goal:
+//! `list_peers`, `observe_peer`, `wait_peer` and `needs_attention`.
 //!
-//! The asking run's agent is the audience: the supervisor resolves the goal from that, never
-//! from what the model wrote (a `goal` argument only chooses among the agent's own goals). The
-//! packet is gathered on its own task (other hosts answer inside the presence deadline), so
-//! the agent's mailbox never waits for it; its JSON is the tool result.
+//! The asking run's agent is the audience: the supervisor decides what it may see from that,
+//! never from what the model wrote (a `goal` argument only chooses among the agent's own
+//! goals; an `agent` outside them is a scope gap). Each answer is gathered on its own task
+//! (other hosts answer inside their deadlines), so the agent's mailbox never waits for it; its
+//! JSON is the tool result.
+
+use std::time::Duration;
 
 use ractor::ActorRef;
 use serde_json::{Value, json};
 use tracing::{Instrument, warn};
 
-use consort_core::ToolUse;
-use consort_core::directory::{Audience, LIST_PEERS};
+use consort_core::directory::{
+    Audience, ExcerptSource, LIST_PEERS, NEEDS_ATTENTION, OBSERVE_PEER, WAIT_PEER, WaitUntil,
+};
+use consort_core::{RunId, ToolUse};
 
 use super::{AgentMsg, AgentState, tell};
+use crate::directory::WaitRequest;
 use crate::model::ToolSpec;
 use crate::routing::SupervisorMsg;
 use crate::run::RunRecord;
 
-/// How long `list_peers` waits for the supervisor's packet (beyond the presence deadline,
-/// which the supervisor applies itself).
-const LIST_PEERS_TIMEOUT_MS: u64 = 30_000;
+/// How long a directory tool waits for the supervisor beyond its own bound.
+const ANSWER_MARGIN: Duration = Duration::from_secs(30);
+/// The longest `wait_peer` a model may ask for, in seconds.
+const MAX_WAIT_PEER_S: u64 = 60;
 
-/// `list_peers` as the model is told about it, when the agent belongs to a goal.
+/// True for the directory tools' names.
+pub(super) fn is_directory_tool(name: &str) -> bool {
+    matches!(
+        name,
+        LIST_PEERS | OBSERVE_PEER | WAIT_PEER | NEEDS_ATTENTION
+    )
+}
+
+/// The directory tools as the model is told about them, when the agent belongs to a goal.
 pub(super) fn specs(goals: &[String]) -> Vec<ToolSpec> {
     if goals.is_empty() {
         return Vec::new();
     }
-    vec![ToolSpec {
-        name: LIST_PEERS.into(),
-        description: format!(
-            "List the agents that share your goal ({}): for each, its host, its open runs and its presence (working, blocked, idle, done, unreachable or unknown). Presence is advisory: it is not evidence that work is done. Name `goal` when you belong to several.",
-            goals.join(", ")
-        ),
-        input_schema: json!({"type": "object", "properties": {"goal": {"type": "string"}}}),
-    }]
+    let goals = goals.join(", ");
+    vec![
+        ToolSpec {
+            name: LIST_PEERS.into(),
+            description: format!(
+                "List the agents that share your goal ({goals}): for each, its host, its open runs and its presence (working, blocked, idle, done, unreachable or unknown). Presence is advisory: it is not evidence that work is done. Name `goal` when you belong to several."
+            ),
+            input_schema: json!({"type": "object", "properties": {"goal": {"type": "string"}}}),
+        },
+        ToolSpec {
+            name: OBSERVE_PEER.into(),
+            description: "What you may see of a peer of your goal: its work state and, for a run you placed, the run's state and a short advisory excerpt of its log (source `events`) or output (`output`). Read a durable answer rather than treating an excerpt as evidence.".into(),
+            input_schema: json!({"type": "object", "properties": {"agent": {"type": "string"}, "run": {"type": "string"}, "source": {"type": "string", "enum": ["events", "output"]}, "lines": {"type": "integer", "minimum": 1, "maximum": 100}}, "required": ["agent"]}),
+        },
+        ToolSpec {
+            name: WAIT_PEER.into(),
+            description: format!(
+                "Wait (at most `timeout_s`, up to {MAX_WAIT_PEER_S}) for a run you placed on a peer to settle (`until`: settled, blocked or changed) after the state-change `after_seq` you already saw. The answer is matched, timeout, replaced (the peer restarted or was reloaded: look again), not_running, unknown_run or unreachable; a timeout never resends anything."
+            ),
+            input_schema: json!({"type": "object", "properties": {"agent": {"type": "string"}, "run": {"type": "string"}, "until": {"type": "string", "enum": ["settled", "blocked", "changed"]}, "after_seq": {"type": "integer", "minimum": 0}, "incarnation": {"type": "string"}, "timeout_s": {"type": "integer", "minimum": 1, "maximum": MAX_WAIT_PEER_S}}, "required": ["agent", "run"]}),
+        },
+        ToolSpec {
+            name: NEEDS_ATTENTION.into(),
+            description: format!(
+                "What in your goal ({goals}) needs a decision now, from typed facts only (runs blocked on an approval, failures with nothing after them, work that has not moved): routing for attention, not an assignment."
+            ),
+            input_schema: json!({"type": "object", "properties": {"goal": {"type": "string"}}}),
+        },
+    ]
 }
 
-/// Starts a `list_peers` use; its result comes back as [`AgentMsg::ToolDone`].
-pub(super) fn list_peers(
+fn text(input: &Value, key: &str) -> Option<String> {
+    input
+        .get(key)
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map(|v| v.chars().take(200).collect())
+}
+
+/// Starts a directory tool use; its result comes back as [`AgentMsg::ToolDone`].
+pub(super) fn use_directory_tool(
     myself: &ActorRef<AgentMsg>,
     state: &mut AgentState,
     record: &RunRecord,
     tool_use: &ToolUse,
 ) {
-    let goal = tool_use
-        .input
-        .get("goal")
-        .and_then(Value::as_str)
-        .map(str::trim)
-        .filter(|g| !g.is_empty())
-        .map(|g| g.chars().take(200).collect::<String>());
+    let audience = Audience::Agent(state.config.name.clone());
+    let input = &tool_use.input;
+    let name = tool_use.name.clone();
+    let asked: Result<Asked, String> = match name.as_str() {
+        LIST_PEERS => Ok(Asked::List(text(input, "goal"))),
+        NEEDS_ATTENTION => Ok(Asked::Attention(text(input, "goal"))),
+        OBSERVE_PEER => match text(input, "agent") {
+            None => Err("observe_peer expects {\"agent\": \"<name>\"}".to_owned()),
+            Some(agent) => {
+                let run = text(input, "run").map(|r| RunId::parse(&r));
+                match run.transpose() {
+                    Err(e) => Err(format!("observe_peer: {e}")),
+                    Ok(run) => Ok(Asked::Observe {
+                        agent,
+                        run,
+                        source: if text(input, "source").as_deref() == Some("output") {
+                            ExcerptSource::Output
+                        } else {
+                            ExcerptSource::Events
+                        },
+                        lines: input
+                            .get("lines")
+                            .and_then(Value::as_u64)
+                            .map_or(20, |n| usize::try_from(n).unwrap_or(usize::MAX)),
+                    }),
+                }
+            }
+        },
+        _ => match (text(input, "agent"), text(input, "run")) {
+            (Some(agent), Some(run)) => match RunId::parse(&run) {
+                Err(e) => Err(format!("wait_peer: {e}")),
+                Ok(run) => Ok(Asked::Wait(
+                    WaitRequest {
+                        agent,
+                        run,
+                        until: text(input, "until")
+                            .and_then(|u| WaitUntil::parse(&u))
+                            .unwrap_or(WaitUntil::Settled),
+                        after_seq: input.get("after_seq").and_then(Value::as_u64).unwrap_or(0),
+                        incarnation: text(input, "incarnation"),
+                    },
+                    Duration::from_secs(
+                        input
+                            .get("timeout_s")
+                            .and_then(Value::as_u64)
+                            .unwrap_or(30)
+                            .clamp(1, MAX_WAIT_PEER_S),
+                    ),
+                )),
+            },
+            _ => Err("wait_peer expects {\"agent\": \"<name>\", \"run\": \"<run id>\"}".to_owned()),
+        },
+    };
     state.in_flight.insert(&record.id, &tool_use.id);
     let (me, supervisor) = (myself.clone(), state.supervisor.clone());
-    let audience = Audience::Agent(state.config.name.clone());
     let (run, tool_use_id) = (record.id.clone(), tool_use.id.clone());
     tokio::spawn(
         async move {
-            let asked = ractor::call_t!(
-                supervisor,
-                |reply| SupervisorMsg::Directory {
-                    audience: audience.clone(),
-                    goal: goal.clone(),
-                    reply
-                },
-                LIST_PEERS_TIMEOUT_MS
-            );
             let (content, is_error) = match asked {
-                Ok(packet) => match serde_json::to_string(&packet) {
-                    Ok(text) => (text, packet.scope_gap.is_some()),
-                    Err(e) => (format!("the directory answer could not be written: {e}"), true),
-                },
-                Err(e) => {
-                    warn!(error = %e, "list_peers: the host supervisor did not answer");
-                    (
-                        "the directory is unavailable right now (the host did not answer); try again later".to_owned(),
-                        true,
-                    )
-                }
+                Err(message) => (message, true),
+                Ok(asked) => ask(&supervisor, audience, asked).await,
             };
             tell(
                 &me,
                 AgentMsg::ToolDone {
                     run,
                     tool_use_id,
-                    result_name: LIST_PEERS.to_owned(),
+                    result_name: name,
                     content,
                     is_error,
                 },
@@ -91,4 +164,95 @@ pub(super) fn list_peers(
         }
         .in_current_span(),
     );
+}
+
+/// A parsed directory tool use.
+enum Asked {
+    List(Option<String>),
+    Attention(Option<String>),
+    Observe {
+        agent: String,
+        run: Option<RunId>,
+        source: ExcerptSource,
+        lines: usize,
+    },
+    Wait(WaitRequest, Duration),
+}
+
+/// Asks the supervisor; the answer's JSON and whether it is an error for the model.
+async fn ask(
+    supervisor: &ActorRef<SupervisorMsg>,
+    audience: Audience,
+    asked: Asked,
+) -> (String, bool) {
+    let margin = u64::try_from(ANSWER_MARGIN.as_millis()).unwrap_or(u64::MAX);
+    let answered = match asked {
+        Asked::List(goal) => ractor::call_t!(
+            supervisor,
+            |reply| SupervisorMsg::Directory {
+                audience: audience.clone(),
+                goal: goal.clone(),
+                reply
+            },
+            margin
+        )
+        .map(|p| (serde_json::to_string(&p), p.scope_gap.is_some())),
+        Asked::Attention(goal) => ractor::call_t!(
+            supervisor,
+            |reply| SupervisorMsg::Attention {
+                audience: audience.clone(),
+                goal: goal.clone(),
+                reply
+            },
+            margin
+        )
+        .map(|r| (serde_json::to_string(&r), r.scope_gap.is_some())),
+        Asked::Observe {
+            agent,
+            run,
+            source,
+            lines,
+        } => ractor::call_t!(
+            supervisor,
+            |reply| SupervisorMsg::Observe {
+                audience: audience.clone(),
+                agent: agent.clone(),
+                run: run.clone(),
+                source,
+                lines,
+                reply
+            },
+            margin
+        )
+        .map(|o| (serde_json::to_string(&o), o.scope_gap.is_some())),
+        Asked::Wait(request, timeout) => ractor::call_t!(
+            supervisor,
+            |reply| SupervisorMsg::WaitRun {
+                audience: audience.clone(),
+                request: request.clone(),
+                timeout,
+                reply
+            },
+            margin + u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)
+        )
+        .map(|answer| match answer {
+            Ok(answer) => (serde_json::to_string(&answer), false),
+            Err(gap) => (Ok(gap.to_string()), true),
+        }),
+    };
+    match answered {
+        Ok((Ok(text), is_error)) => (text, is_error),
+        Ok((Err(e), _)) => (
+            format!("the directory answer could not be written: {e}"),
+            true,
+        ),
+        Err(e) => {
+            warn!(error = %e, "a directory tool: the host supervisor did not answer");
+            (
+                "the directory is unavailable right now (the host did not answer); try again later"
+                    .to_owned(),
+                true,
+            )
+        }
+    }
 }

@@ -13,7 +13,6 @@ use tracing::{Instrument, info, warn};
 
 use consort_config::Approval;
 use consort_core::ToolUse;
-use consort_core::directory::LIST_PEERS;
 use consort_core::step::{self, Gate, Transition};
 
 use super::{AgentActor, AgentMsg, AgentState, tell, tool_error_text};
@@ -104,8 +103,8 @@ impl AgentActor {
                     }
                 }
             }
-            LIST_PEERS if !state.goals.is_empty() => {
-                super::peers::list_peers(myself, state, record, tool_use);
+            name if !state.goals.is_empty() && super::peers::is_directory_tool(name) => {
+                super::peers::use_directory_tool(myself, state, record, tool_use);
                 Ok(false)
             }
             name => {

@@ -442,6 +442,17 @@ impl RunStore {
             .collect()
     }
 
+    /// The sequence number of a run's last event (0 for a run without events): its
+    /// state-change sequence, which only moves forward.
+    pub fn last_seq(&self, id: &RunId) -> Result<u64, ActorsError> {
+        let seq: i64 = self
+            .conn
+            .prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?1")
+            .and_then(|mut stmt| stmt.query_row(params![id.as_str()], |row| row.get(0)))
+            .map_err(|e| self.err(e))?;
+        Ok(u64::try_from(seq).unwrap_or(0))
+    }
+
     /// A run's event log, in order.
     pub fn events(&self, id: &RunId) -> Result<Vec<EventRecord>, ActorsError> {
         let mut stmt = self

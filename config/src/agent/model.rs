@@ -71,8 +71,11 @@ pub struct CallStep {
 pub struct ToolStep {
     /// The declared tool to use.
     pub name: String,
-    /// The tool's input (a template).
+    /// The tool's input (a template), put in the tool's first required field.
     pub input: String,
+    /// The tool's whole input object instead (string values are templates), for tools whose
+    /// input has several fields.
+    pub arguments: Option<serde_json::Value>,
 }
 
 /// Upper bound of `count` in a script `call` entry: a script is a test fixture, and a typo such
@@ -127,7 +130,8 @@ pub(super) struct RawCall {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawToolStep {
     name: String,
-    input: String,
+    input: Option<String>,
+    arguments: Option<serde_json::Value>,
 }
 
 /// Converts `model:`; the first out-of-range `count` or `wait_s` is the error.
@@ -156,7 +160,8 @@ pub(super) fn convert_model(
             },
             RawStep::Tool(t) => ScriptStep::Tool(ToolStep {
                 name: t.name,
-                input: t.input,
+                input: t.input.unwrap_or_default(),
+                arguments: t.arguments,
             }),
             RawStep::Call(calls) => {
                 if calls.value.is_empty() {

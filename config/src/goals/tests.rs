@@ -102,6 +102,7 @@ fn fleet_goals_load_and_are_checked_with_the_agents() {
             row_cap: 50,
             presence_deadline_ms: 500,
             activity_window_s: 10,
+            no_advancement_after_s: 300,
         },
     };
     assert_eq!(f.declared_goals(), &expected);
@@ -133,6 +134,7 @@ fn a_fleet_without_goals_has_the_defaults() {
             row_cap: 24,
             presence_deadline_ms: 2000,
             activity_window_s: 5,
+            no_advancement_after_s: 300,
         }
     );
     // Settings without goals, and only some settings: the rest keep their defaults.

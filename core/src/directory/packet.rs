@@ -12,7 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use super::presence::{
-    AgentReport, Presence, PresenceBasis, PresenceState, WorkState, presence_of, provider_of,
+    ActorState, AgentReport, Presence, PresenceBasis, PresenceState, WorkState, presence_of,
+    provider_of,
 };
 use super::scope::ScopeGap;
 
@@ -123,6 +124,8 @@ pub struct DirectoryRow {
     pub work: Option<WorkState>,
     /// Its presence (advisory).
     pub presence: Presence,
+    /// Who holds its seat, as its host reported (see [`AgentReport::incarnation`]).
+    pub incarnation: Option<String>,
 }
 
 /// The directory's answer.
@@ -190,12 +193,20 @@ pub fn assemble(
             | PresenceBasis::HostNoAnswer
             | PresenceBasis::HostRefused => {}
         }
+        let incarnation = match by_host.get(reg.host.as_str()) {
+            Some(HostAnswer::Answered { reports, .. }) => reports
+                .iter()
+                .find(|r| r.agent == reg.agent && r.actor != ActorState::NotServed)
+                .map(|r| r.incarnation.clone()),
+            _ => None,
+        };
         rows.push(DirectoryRow {
             agent: reg.agent.clone(),
             host: reg.host.clone(),
             registered: true,
             work,
             presence,
+            incarnation,
         });
     }
     let row_hosts: BTreeSet<&str> = rows.iter().map(|r| r.host.as_str()).collect();

@@ -128,6 +128,11 @@ pub struct WorkState {
     pub blocked: u32,
     /// The last run it settled since its host started, if any.
     pub last_settled: Option<LastSettled>,
+    /// Since when the open run that moved least recently has kept its status, Unix
+    /// milliseconds (the owning host's clock); `None` without open runs.
+    pub oldest_change_ms: Option<u64>,
+    /// Since when its longest-blocked run has waited on an approval, Unix milliseconds.
+    pub blocked_since_ms: Option<u64>,
 }
 
 impl WorkState {
@@ -173,6 +178,10 @@ pub struct AgentReport {
     pub actor: ActorState,
     /// Its runs.
     pub work: WorkState,
+    /// Who holds the agent's seat now: changes when its host restarts, its config is
+    /// reloaded or its actor is restarted (empty when the host does not serve it). A wait
+    /// pinned to one incarnation is never satisfied by another.
+    pub incarnation: String,
 }
 
 /// The presence state a report means, and its basis.

@@ -11,15 +11,18 @@
 //! read-only and off the async workers, only after the guards said the agent is served here.
 
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use ractor::ActorRef;
 use tracing::{Instrument, debug, info_span, warn};
 
+use consort_actors::directory::WaitRequest;
 use consort_actors::run::now_ms;
 use consort_actors::store::RunStore;
 use consort_actors::supervisor::SupervisorMsg;
 use consort_actors::{CallOutcome, DataFolder, RunRecord, RunStatus};
 use consort_core::Refusal;
+use consort_core::directory::Audience;
 use consort_core::guards::remote::{self, Denial, RunQuery, RunQueryFacts, StoredRun};
 use consort_core::step::cap_output;
 use consort_net::{
@@ -32,6 +35,10 @@ use super::{FleetMap, InboundLimits};
 
 /// How long the inbound side waits for the supervisor to answer a call.
 const ACCEPT_TIMEOUT_MS: u64 = 30_000;
+/// How long the supervisor may take to answer an observation.
+const DIRECTORY_TIMEOUT_MS: u64 = 5_000;
+/// The longest one remote wait request may wait here (under the link's request timeout).
+const MAX_WAIT_SLICE_MS: u64 = 5_000;
 /// How long the supervisor may take to report its agents' presence.
 const PRESENCE_TIMEOUT_MS: u64 = 2_000;
 /// How long the caller's agent may take to say whether it takes a reply.
@@ -143,6 +150,72 @@ impl Inbound {
                     .instrument(span)
                     .await
             }
+            Frame::Observe {
+                asker,
+                agent,
+                run,
+                source,
+                lines,
+            } => {
+                let span = info_span!("link_inbound_observe", host = %self.map.host, peer_host = %peer, agent = %agent);
+                let Some(audience) = self.audience_of(&peer, asker) else {
+                    return refused(
+                        RefusalReason::Malformed,
+                        "the asking agent is not served by the asking host",
+                    );
+                };
+                let lines = usize::try_from(lines).unwrap_or(usize::MAX);
+                self.ask_json(
+                    move |reply| SupervisorMsg::Observe {
+                        audience,
+                        agent,
+                        run,
+                        source,
+                        lines,
+                        reply,
+                    },
+                    DIRECTORY_TIMEOUT_MS,
+                )
+                .instrument(span)
+                .await
+            }
+            Frame::WaitRun {
+                asker,
+                agent,
+                run,
+                until,
+                after_seq,
+                incarnation,
+                wait_ms,
+            } => {
+                let span = info_span!("link_inbound_wait", host = %self.map.host, peer_host = %peer, agent = %agent, run_id = %run);
+                let Some(audience) = self.audience_of(&peer, asker) else {
+                    return refused(
+                        RefusalReason::Malformed,
+                        "the asking agent is not served by the asking host",
+                    );
+                };
+                // Under the link's request timeout: the asking host asks again for longer waits.
+                let timeout = Duration::from_millis(u64::from(wait_ms).min(MAX_WAIT_SLICE_MS));
+                let request = WaitRequest {
+                    agent,
+                    run,
+                    until,
+                    after_seq,
+                    incarnation,
+                };
+                self.ask_json(
+                    move |reply| SupervisorMsg::WaitRun {
+                        audience,
+                        request,
+                        timeout,
+                        reply,
+                    },
+                    MAX_WAIT_SLICE_MS + DIRECTORY_TIMEOUT_MS,
+                )
+                .instrument(span)
+                .await
+            }
             other => {
                 warn!(peer_host = %peer, "refused: not a request frame: {}", frame_name(&other));
                 refused(RefusalReason::Malformed, "not a request frame")
@@ -194,6 +267,50 @@ impl Inbound {
             Err(e) => refused(
                 RefusalReason::Internal,
                 format!("the host supervisor did not answer: {e}"),
+            ),
+        }
+    }
+
+    /// The audience of a directory request from `peer`: its operator, or one of the agents it
+    /// serves (proven by the link, checked against the fleet's placements).
+    fn audience_of(&self, peer: &str, asker: Option<String>) -> Option<Audience> {
+        match asker {
+            None => Some(Audience::Operator),
+            Some(agent) if self.map.placements.get(&agent).map(String::as_str) == Some(peer) => {
+                Some(Audience::Agent(agent))
+            }
+            Some(agent) => {
+                warn!(peer_host = %peer, %agent, "directory request refused: the asking agent is not served by the asking host");
+                None
+            }
+        }
+    }
+
+    /// Asks the supervisor and answers with its answer as JSON.
+    async fn ask_json<T: serde::Serialize + Send + 'static>(
+        &self,
+        message: impl FnOnce(ractor::RpcReplyPort<T>) -> SupervisorMsg,
+        timeout_ms: u64,
+    ) -> Frame {
+        let supervisor = match self.supervisor() {
+            Ok(supervisor) => supervisor.clone(),
+            Err(frame) => return *frame,
+        };
+        let (reply, answered) = ractor::concurrency::oneshot();
+        if supervisor.cast(message(reply.into())).is_err() {
+            return refused(RefusalReason::Internal, "the host supervisor is gone");
+        }
+        match tokio::time::timeout(Duration::from_millis(timeout_ms), answered).await {
+            Ok(Ok(value)) => match serde_json::to_string(&value) {
+                Ok(json) => Frame::DirectoryAnswer { json },
+                Err(e) => refused(
+                    RefusalReason::Internal,
+                    format!("the answer could not be written: {e}"),
+                ),
+            },
+            Ok(Err(_)) | Err(_) => refused(
+                RefusalReason::Internal,
+                "the host supervisor did not answer in time",
             ),
         }
     }

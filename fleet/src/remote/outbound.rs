@@ -14,10 +14,11 @@ use std::time::Duration;
 
 use tracing::{Instrument, debug, info_span, warn};
 
+use consort_actors::directory::{WaitAnswer, WaitRequest};
 use consort_actors::supervisor::{BoxFuture, RemoteCalls};
 use consort_actors::{ActorsError, CallOutcome, Channel, Cost, RunRecord, RunStatus};
 use consort_core::Refusal;
-use consort_core::directory::HostAnswer;
+use consort_core::directory::{ExcerptSource, HostAnswer, Observation, ScopeGap};
 use consort_net::{
     CallEnvelope, Frame, HostKey, LinkEndpoint, LinkError, RefusalReason, ReplyEnvelope, RunId,
 };
@@ -282,6 +283,29 @@ impl LinkRemote {
         }
     }
 
+    /// Sends a directory request (`Observe`, `WaitRun`) to `peer` and reads the JSON answer.
+    async fn directory_request<T: serde::de::DeserializeOwned>(
+        &self,
+        peer: &str,
+        frame: Frame,
+    ) -> Result<T, String> {
+        let addr = self
+            .map
+            .addresses
+            .get(peer)
+            .copied()
+            .ok_or_else(|| format!("host `{peer}` has no address"))?;
+        match self.endpoint.request(peer, addr, &frame).await {
+            Ok(Frame::DirectoryAnswer { json }) => serde_json::from_str(&json)
+                .map_err(|e| format!("{peer} answered with JSON this host cannot read: {e}")),
+            Ok(Frame::Refused { text, .. }) => Err(format!("{peer} refused: {text}")),
+            Ok(other) => Err(format!(
+                "{peer} answered with an unexpected frame: {other:?}"
+            )),
+            Err(e) => Err(format!("{peer} is unreachable: {e}")),
+        }
+    }
+
     async fn resend(&self, callee: String, child_run: RunId) {
         let Ok((peer, addr)) = self.route(&callee) else {
             return;
@@ -337,6 +361,48 @@ impl RemoteCalls for LinkRemote {
         let span = info_span!("link_presence", host = %self.map.host, peer_host = %host,
             agents = agents.len());
         Box::pin(self.presence_of(host, agents).instrument(span))
+    }
+
+    fn observe(
+        &self,
+        host: String,
+        asker: Option<String>,
+        agent: String,
+        run: Option<RunId>,
+        source: ExcerptSource,
+        lines: usize,
+    ) -> BoxFuture<'_, Result<Observation, String>> {
+        let span =
+            info_span!("link_observe", host = %self.map.host, peer_host = %host, agent = %agent);
+        let frame = Frame::Observe {
+            asker,
+            agent,
+            run,
+            source,
+            lines: u32::try_from(lines).unwrap_or(u32::MAX),
+        };
+        Box::pin(async move { self.directory_request(&host, frame).await }.instrument(span))
+    }
+
+    fn wait_run(
+        &self,
+        host: String,
+        asker: Option<String>,
+        request: WaitRequest,
+        slice: Duration,
+    ) -> BoxFuture<'_, Result<Result<WaitAnswer, ScopeGap>, String>> {
+        let span = info_span!("link_wait", host = %self.map.host, peer_host = %host,
+            agent = %request.agent, run_id = %request.run);
+        let frame = Frame::WaitRun {
+            asker,
+            agent: request.agent,
+            run: request.run,
+            until: request.until,
+            after_seq: request.after_seq,
+            incarnation: request.incarnation,
+            wait_ms: u32::try_from(slice.as_millis()).unwrap_or(u32::MAX),
+        };
+        Box::pin(async move { self.directory_request(&host, frame).await }.instrument(span))
     }
 
     fn resend_reply(&self, callee: String, child_run: RunId) -> BoxFuture<'_, ()> {

@@ -143,6 +143,9 @@ pub(crate) fn frame_name(frame: &Frame) -> &'static str {
         Frame::ResendReply { .. } => "ResendReply",
         Frame::PresenceQuery { .. } => "PresenceQuery",
         Frame::PresenceReport(_) => "PresenceReport",
+        Frame::Observe { .. } => "Observe",
+        Frame::WaitRun { .. } => "WaitRun",
+        Frame::DirectoryAnswer { .. } => "DirectoryAnswer",
     }
 }
 

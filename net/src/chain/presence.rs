@@ -54,9 +54,16 @@ pub fn presence_canonical_bytes(report: &PresenceReport) -> Vec<u8> {
             ActorState::Down => b"down",
             ActorState::NotServed => b"not_served",
         });
+        out.field(r.incarnation.as_bytes());
         let w = &r.work;
         for count in [w.queued, w.running, w.waiting, w.blocked] {
             out.field(&count.to_be_bytes());
+        }
+        for since in [w.oldest_change_ms, w.blocked_since_ms] {
+            match since {
+                None => out.field(b""),
+                Some(ms) => out.field(&ms.to_be_bytes()),
+            }
         }
         match &w.last_settled {
             None => out.field(b""),
@@ -140,6 +147,7 @@ mod tests {
                     }),
                     ..WorkState::default()
                 },
+                incarnation: "1-1".into(),
             }],
             signature: Vec::new(),
         };

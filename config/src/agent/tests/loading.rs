@@ -46,7 +46,8 @@ fn loads_the_full_example() {
         &vec![
             ScriptStep::Tool(ToolStep {
                 name: "ledger".into(),
-                input: "SELECT sum(amount) FROM spend WHERE month = '{input}'".into()
+                input: "SELECT sum(amount) FROM spend WHERE month = '{input}'".into(),
+                arguments: None,
             }),
             ScriptStep::Call(vec![
                 CallStep {

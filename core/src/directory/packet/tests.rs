@@ -52,6 +52,7 @@ fn report(agent: &str, actor: ActorState, work: WorkState) -> AgentReport {
         agent: agent.into(),
         actor,
         work,
+        incarnation: "1-1".into(),
     }
 }
 
@@ -586,6 +587,7 @@ fn a_packet_reads_as_the_documented_json() {
                         "observed_at_ms": NOW,
                         "basis": "host_unreachable",
                     },
+                    "incarnation": null,
                 },
                 {
                     "agent": "cmo",
@@ -601,6 +603,8 @@ fn a_packet_reads_as_the_documented_json() {
                             "status": "succeeded",
                             "at_ms": NOW - 10_000,
                         },
+                        "oldest_change_ms": null,
+                        "blocked_since_ms": null,
                     },
                     "presence": {
                         "state": "working",
@@ -608,6 +612,7 @@ fn a_packet_reads_as_the_documented_json() {
                         "observed_at_ms": SEEN,
                         "basis": "supervisor_run_table",
                     },
+                    "incarnation": "1-1",
                 },
             ],
             "registered_agent_count": 2,
@@ -721,6 +726,7 @@ fn work() -> impl Strategy<Value = WorkState> {
             waiting,
             blocked,
             last_settled: last.then(settled),
+            ..WorkState::default()
         },
     )
 }

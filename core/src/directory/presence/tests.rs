@@ -20,6 +20,7 @@ fn work(queued: u32, running: u32, waiting: u32, blocked: u32, last: bool) -> Wo
         waiting,
         blocked,
         last_settled: last.then(settled),
+        ..WorkState::default()
     }
 }
 
@@ -28,6 +29,7 @@ fn report(actor: ActorState, work: WorkState) -> AgentReport {
         agent: "cmo".into(),
         actor,
         work,
+        incarnation: "1-1".into(),
     }
 }
 

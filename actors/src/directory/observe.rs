@@ -1,0 +1,126 @@
+//! Observing one of this host's agents: the typed facts from its store and the board, and an
+//! excerpt only where consort-core says the audience may read one.
+
+use consort_core::RunId;
+use consort_core::directory::{Audience, observe::OBSERVATION_SCHEMA};
+use consort_core::directory::{
+    ExcerptBound, ExcerptSource, Observation, ObservationLimit, RunFacts, WorkState, cut_excerpt,
+    may_excerpt,
+};
+
+use crate::data::DataFolder;
+use crate::run::RunRecord;
+
+/// What this host knows of the agent before reading its store.
+pub(crate) struct Seat {
+    /// This host's name.
+    pub host: String,
+    /// When this host started, Unix milliseconds.
+    pub epoch_ms: u64,
+    /// Who holds the agent's seat.
+    pub incarnation: String,
+    /// Its work from the board.
+    pub work: WorkState,
+}
+
+/// The observation of `agent` (served here, as `seat` says) for `audience`; reads the store
+/// off the async workers.
+pub(crate) async fn observe_here(
+    data: DataFolder,
+    seat: Seat,
+    audience: Audience,
+    agent: String,
+    run: Option<RunId>,
+    source: ExcerptSource,
+    lines: usize,
+) -> Observation {
+    let mut observation = Observation {
+        schema_version: OBSERVATION_SCHEMA.to_owned(),
+        agent: agent.clone(),
+        host: seat.host.clone(),
+        incarnation: Some(seat.incarnation),
+        work: Some(seat.work),
+        run: None,
+        excerpt: None,
+        limitations: Vec::new(),
+        scope_gap: None,
+    };
+    let Some(run) = run else {
+        return observation;
+    };
+    let read = tokio::task::spawn_blocking(move || {
+        let found = data.run_of(&agent, &run)?;
+        let events = match &found {
+            Some(_) => data.events_of(&agent, &run)?,
+            None => Vec::new(),
+        };
+        Ok::<_, crate::ActorsError>((found, events))
+    })
+    .await;
+    let (found, events) = match read {
+        Ok(Ok(read)) => read,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "observe: the run could not be read");
+            observation
+                .limitations
+                .push(ObservationLimit::RunUnreadable);
+            return observation;
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "observe: the read task failed");
+            observation
+                .limitations
+                .push(ObservationLimit::RunUnreadable);
+            return observation;
+        }
+    };
+    let Some((record, seq)) = found else {
+        observation.limitations.push(ObservationLimit::RunNotFound);
+        return observation;
+    };
+    let facts = run_facts(&record, seq);
+    if facts.created_at_ms < seat.epoch_ms {
+        observation
+            .limitations
+            .push(ObservationLimit::HostRestartedSince {
+                host_started_at_ms: seat.epoch_ms,
+            });
+    }
+    if may_excerpt(&audience, &facts) {
+        let lines_of = match source {
+            ExcerptSource::Events => events
+                .iter()
+                .map(|e| format!("#{} {}: {}", e.seq, e.kind(), e.data()))
+                .collect(),
+            ExcerptSource::Output => match (&record.output, &record.error) {
+                (Some(text), _) | (None, Some(text)) => text.lines().map(str::to_owned).collect(),
+                (None, None) => {
+                    observation.limitations.push(ObservationLimit::NoOutputYet);
+                    Vec::new()
+                }
+            },
+        };
+        let (excerpt, limits) = cut_excerpt(source, &lines_of, ExcerptBound::lines(lines));
+        observation.excerpt = Some(excerpt);
+        observation.limitations.extend(limits);
+    } else {
+        observation
+            .limitations
+            .push(ObservationLimit::ExcerptNotPermitted);
+    }
+    observation.run = Some(facts);
+    observation
+}
+
+fn run_facts(record: &RunRecord, seq: u64) -> RunFacts {
+    RunFacts {
+        run: record.id.clone(),
+        agent: record.agent.clone(),
+        status: record.status,
+        parent_agent: record.parent_agent.clone(),
+        hop_depth: record.hop_depth,
+        created_at_ms: record.created_at_ms,
+        settled_at_ms: record.settled_at_ms,
+        seq,
+    }
+}

@@ -1,0 +1,363 @@
+//! Bounded observation of a peer: typed state first, a bounded and labelled excerpt second.
+//!
+//! An observation answers "what is this agent (or this run of it) doing" with the facts its
+//! host stored: the agent's work state and the run's status, depth, times and state-change
+//! sequence. Only a run the caller itself placed (or any run, for an operator) may add an
+//! excerpt of what it said or did: the last lines of its event log or the first lines of its
+//! output, with the source, the bound and the advisory label spelled out, and every cut
+//! declared as a limit. An excerpt is never evidence; a caller that needs the whole answer asks
+//! the peer for a durable one. Scope is the directory's: a target outside the caller's goals is
+//! a scope gap, never "no such agent".
+
+use serde::{Deserialize, Serialize};
+
+use super::presence::WorkState;
+use super::scope::{Audience, Goal, ScopeGap};
+use crate::{RunId, RunStatus};
+
+/// The schema tag of an observation.
+pub const OBSERVATION_SCHEMA: &str = "consort_peer_observation_v0";
+
+/// The most excerpt lines a caller may ask for.
+pub const MAX_EXCERPT_LINES: usize = 100;
+/// The most bytes of one excerpt line.
+pub const MAX_LINE_BYTES: usize = 400;
+
+/// Where an excerpt comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExcerptSource {
+    /// The last entries of the run's event log, one line each.
+    Events,
+    /// The first lines of the run's output (once it settled).
+    Output,
+}
+
+/// The bound an excerpt was cut to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExcerptBound {
+    /// The most lines.
+    pub max_lines: usize,
+    /// The most bytes of one line.
+    pub max_line_bytes: usize,
+}
+
+impl ExcerptBound {
+    /// A bound of `lines` lines (at least 1, at most [`MAX_EXCERPT_LINES`]) of at most
+    /// [`MAX_LINE_BYTES`] bytes each.
+    pub fn lines(lines: usize) -> Self {
+        Self {
+            max_lines: lines.clamp(1, MAX_EXCERPT_LINES),
+            max_line_bytes: MAX_LINE_BYTES,
+        }
+    }
+}
+
+/// A run's typed state, as its host stored it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunFacts {
+    /// The run.
+    pub run: RunId,
+    /// Its agent.
+    pub agent: String,
+    /// Its status.
+    pub status: RunStatus,
+    /// The agent that placed it, for a delegated run.
+    pub parent_agent: Option<String>,
+    /// Hops from the root run.
+    pub hop_depth: u32,
+    /// When it was stored, Unix milliseconds (its host's clock).
+    pub created_at_ms: u64,
+    /// When it settled.
+    pub settled_at_ms: Option<u64>,
+    /// Its state-change sequence (the last sequence number of its log).
+    pub seq: u64,
+}
+
+/// A cut or a gap an observation declares instead of hiding.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "code", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ObservationLimit {
+    /// An excerpt is advisory: it is not evidence of progress or of an outcome.
+    ExcerptIsAdvisory,
+    /// Only the last `shown` of `total` log entries (or first lines of the output) are shown.
+    LogTruncated {
+        /// Lines shown.
+        shown: usize,
+        /// Lines there were.
+        total: usize,
+    },
+    /// Some lines were cut at the line bound.
+    LinesCut {
+        /// How many.
+        lines: usize,
+    },
+    /// The run began before its host last started: what the earlier process held in memory
+    /// only (a model turn in progress) is gone; the log is whole.
+    HostRestartedSince {
+        /// When the host last started, Unix milliseconds.
+        host_started_at_ms: u64,
+    },
+    /// The caller did not place this run: it sees the typed state only.
+    ExcerptNotPermitted,
+    /// The run has not settled: it has no output yet.
+    NoOutputYet,
+    /// The agent stored no run with that id.
+    RunNotFound,
+    /// The run's store could not be read just now.
+    RunUnreadable,
+    /// The agent's host could not be reached: nothing but its name and host is known.
+    HostUnreachable {
+        /// The host.
+        host: String,
+    },
+    /// No agent of that name is placed in the fleet (only an operator is told).
+    UnknownAgent,
+}
+
+/// An excerpt of a run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Excerpt {
+    /// Where the lines come from.
+    pub source: ExcerptSource,
+    /// The bound they were cut to.
+    pub bound: ExcerptBound,
+    /// Always `advisory`.
+    pub label: String,
+    /// The lines.
+    pub lines: Vec<String>,
+}
+
+/// What a caller may see of one peer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Observation {
+    /// [`OBSERVATION_SCHEMA`].
+    pub schema_version: String,
+    /// The agent observed.
+    pub agent: String,
+    /// Its host.
+    pub host: String,
+    /// Who holds its seat, when its host said.
+    pub incarnation: Option<String>,
+    /// Its work state, when its host said.
+    pub work: Option<WorkState>,
+    /// The run asked about, when one was named and found.
+    pub run: Option<RunFacts>,
+    /// A bounded excerpt of that run, when the caller may see one.
+    pub excerpt: Option<Excerpt>,
+    /// What this observation cannot show.
+    pub limitations: Vec<ObservationLimit>,
+    /// Why there is nothing, when the caller may not observe this agent.
+    pub scope_gap: Option<ScopeGap>,
+}
+
+impl Observation {
+    /// An observation of `agent` on `host` that knows nothing more yet.
+    pub fn empty(agent: &str, host: &str) -> Self {
+        Self {
+            schema_version: OBSERVATION_SCHEMA.to_owned(),
+            agent: agent.chars().take(80).collect(),
+            host: host.to_owned(),
+            incarnation: None,
+            work: None,
+            run: None,
+            excerpt: None,
+            limitations: Vec::new(),
+            scope_gap: None,
+        }
+    }
+
+    /// The observation of a caller that may not see `agent`.
+    pub fn gap(agent: &str, gap: ScopeGap) -> Self {
+        Self {
+            schema_version: OBSERVATION_SCHEMA.to_owned(),
+            agent: agent.chars().take(80).collect(),
+            host: String::new(),
+            incarnation: None,
+            work: None,
+            run: None,
+            excerpt: None,
+            limitations: Vec::new(),
+            scope_gap: Some(gap),
+        }
+    }
+}
+
+/// Whether `audience` may observe `agent`: an operator may observe any agent of the fleet, an
+/// agent itself and the members of its goals. Anything else is a scope gap, with the same
+/// answer whether or not the target exists.
+pub fn may_observe(goals: &[Goal<'_>], audience: &Audience, agent: &str) -> Result<(), ScopeGap> {
+    match audience {
+        Audience::Operator => Ok(()),
+        Audience::Unidentified => Err(ScopeGap::Unknown),
+        Audience::Principal(_) => Err(ScopeGap::AudienceNotAuthorized),
+        Audience::Agent(me) if me == agent => Ok(()),
+        Audience::Agent(me) => goals
+            .iter()
+            .any(|g| g.has(me) && g.has(agent))
+            .then_some(())
+            .ok_or(ScopeGap::AudienceNotAuthorized),
+    }
+}
+
+/// Whether `audience` may read an excerpt of `run`: an operator, the agent that placed it, or
+/// the agent it belongs to.
+pub fn may_excerpt(audience: &Audience, run: &RunFacts) -> bool {
+    match audience {
+        Audience::Operator => true,
+        Audience::Agent(me) => run.parent_agent.as_deref() == Some(me) || &run.agent == me,
+        Audience::Principal(_) | Audience::Unidentified => false,
+    }
+}
+
+/// Cuts `lines` (oldest first) to `bound`: for the event log the *last* lines, for the output
+/// the *first*, each line to the byte bound; returns the excerpt and the limits it declares.
+pub fn cut_excerpt(
+    source: ExcerptSource,
+    lines: &[String],
+    bound: ExcerptBound,
+) -> (Excerpt, Vec<ObservationLimit>) {
+    let total = lines.len();
+    let chosen: &[String] = match source {
+        ExcerptSource::Events => &lines[total.saturating_sub(bound.max_lines)..],
+        ExcerptSource::Output => &lines[..total.min(bound.max_lines)],
+    };
+    let mut cut = 0usize;
+    let shown: Vec<String> = chosen
+        .iter()
+        .map(|line| {
+            if line.len() > bound.max_line_bytes {
+                cut += 1;
+                let mut end = bound.max_line_bytes;
+                while !line.is_char_boundary(end) {
+                    end -= 1;
+                }
+                format!("{}…", &line[..end])
+            } else {
+                line.clone()
+            }
+        })
+        .collect();
+    let mut limits = vec![ObservationLimit::ExcerptIsAdvisory];
+    if shown.len() < total {
+        limits.push(ObservationLimit::LogTruncated {
+            shown: shown.len(),
+            total,
+        });
+    }
+    if cut > 0 {
+        limits.push(ObservationLimit::LinesCut { lines: cut });
+    }
+    (
+        Excerpt {
+            source,
+            bound,
+            label: "advisory".to_owned(),
+            lines: shown,
+        },
+        limits,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(parent: Option<&str>) -> RunFacts {
+        RunFacts {
+            run: RunId::parse("run_0123456789abcdef0123456789abcdef").unwrap(),
+            agent: "cfo".into(),
+            status: RunStatus::Running,
+            parent_agent: parent.map(str::to_owned),
+            hop_depth: 1,
+            created_at_ms: 1,
+            settled_at_ms: None,
+            seq: 3,
+        }
+    }
+
+    #[test]
+    fn members_of_a_shared_goal_and_operators_may_observe_others_may_not() {
+        let members = ["cmo".to_owned(), "cfo".to_owned()];
+        let goals = [Goal {
+            name: "g",
+            agents: &members,
+        }];
+        let agent = |a: &str| Audience::Agent(a.into());
+        assert!(may_observe(&goals, &agent("cmo"), "cfo").is_ok());
+        assert!(may_observe(&goals, &agent("hr"), "hr").is_ok());
+        assert_eq!(
+            may_observe(&goals, &agent("hr"), "cfo"),
+            Err(ScopeGap::AudienceNotAuthorized)
+        );
+        assert_eq!(
+            may_observe(&goals, &agent("hr"), "ghost"),
+            Err(ScopeGap::AudienceNotAuthorized),
+            "no existence leak"
+        );
+        assert!(may_observe(&goals, &Audience::Operator, "ghost").is_ok());
+        assert_eq!(
+            may_observe(&goals, &Audience::Unidentified, "cfo"),
+            Err(ScopeGap::Unknown)
+        );
+        assert_eq!(
+            may_observe(&goals, &Audience::Principal("api:eve".into()), "cfo"),
+            Err(ScopeGap::AudienceNotAuthorized)
+        );
+    }
+
+    #[test]
+    fn only_the_placer_the_owner_or_an_operator_may_read_an_excerpt() {
+        assert!(may_excerpt(
+            &Audience::Agent("cmo".into()),
+            &run(Some("cmo"))
+        ));
+        assert!(may_excerpt(
+            &Audience::Agent("cfo".into()),
+            &run(Some("cmo"))
+        ));
+        assert!(!may_excerpt(
+            &Audience::Agent("hr".into()),
+            &run(Some("cmo"))
+        ));
+        assert!(!may_excerpt(&Audience::Agent("cmo".into()), &run(None)));
+        assert!(may_excerpt(&Audience::Operator, &run(None)));
+        assert!(!may_excerpt(&Audience::Unidentified, &run(Some("cmo"))));
+    }
+
+    #[test]
+    fn an_event_excerpt_keeps_the_last_lines_and_declares_every_cut() {
+        let lines: Vec<String> = (0..10).map(|i| format!("line {i}")).collect();
+        let (excerpt, limits) = cut_excerpt(ExcerptSource::Events, &lines, ExcerptBound::lines(3));
+        assert_eq!(excerpt.lines, vec!["line 7", "line 8", "line 9"]);
+        assert_eq!(excerpt.label, "advisory");
+        assert!(limits.contains(&ObservationLimit::ExcerptIsAdvisory));
+        assert!(limits.contains(&ObservationLimit::LogTruncated {
+            shown: 3,
+            total: 10
+        }));
+        let (excerpt, _) = cut_excerpt(ExcerptSource::Output, &lines, ExcerptBound::lines(2));
+        assert_eq!(excerpt.lines, vec!["line 0", "line 1"]);
+    }
+
+    #[test]
+    fn long_lines_are_cut_on_a_char_boundary_and_counted() {
+        let lines = vec!["é".repeat(MAX_LINE_BYTES), "short".into()];
+        let (excerpt, limits) = cut_excerpt(ExcerptSource::Events, &lines, ExcerptBound::lines(5));
+        assert!(excerpt.lines[0].len() <= MAX_LINE_BYTES + '…'.len_utf8());
+        assert_eq!(excerpt.lines[1], "short");
+        assert!(limits.contains(&ObservationLimit::LinesCut { lines: 1 }));
+        assert!(
+            !limits
+                .iter()
+                .any(|l| matches!(l, ObservationLimit::LogTruncated { .. }))
+        );
+    }
+
+    #[test]
+    fn bounds_are_clamped() {
+        assert_eq!(ExcerptBound::lines(0).max_lines, 1);
+        assert_eq!(ExcerptBound::lines(10_000).max_lines, MAX_EXCERPT_LINES);
+    }
+}
