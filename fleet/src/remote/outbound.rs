@@ -8,9 +8,10 @@
 //! will again) nor read or write any run store; and it resends a call only when the answer
 //! was lost or the peer could not take it yet, which the child run id makes effectively-once.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tracing::{Instrument, debug, info_span, warn};
 
@@ -26,6 +27,62 @@ use consort_net::{
 use super::FleetMap;
 use super::wire::{refusal_from_wire, run_status};
 
+/// How long a presence query that could not reach a host answers the next ones at once (one
+/// query in the background keeps checking whether the host is back).
+const REMEMBER_FAILURE: Duration = Duration::from_secs(30);
+
+/// What the last presence queries found out about hosts that could not be reached, so that a
+/// directory of a fleet with a host down does not wait the presence deadline on every ask.
+#[derive(Clone, Default)]
+struct PresenceMemory {
+    hosts: Arc<Mutex<HashMap<String, HostMemory>>>,
+}
+
+#[derive(Default)]
+struct HostMemory {
+    /// When the last query failed, and whether the link refused at once (unreachable) or the
+    /// answer timed out (no answer).
+    failed: Option<(Instant, bool)>,
+    probing: bool,
+}
+
+impl PresenceMemory {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, HostMemory>> {
+        self.hosts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The answer a recent failure gives `host` now, if it failed within [`REMEMBER_FAILURE`].
+    fn recent_failure(&self, host: &str) -> Option<HostAnswer> {
+        let hosts = self.lock();
+        let (at, unreachable) = hosts.get(host)?.failed?;
+        (at.elapsed() < REMEMBER_FAILURE).then(|| {
+            let host = host.to_owned();
+            if unreachable {
+                HostAnswer::Unreachable { host }
+            } else {
+                HostAnswer::NoAnswer { host }
+            }
+        })
+    }
+
+    /// Marks a background probe of `host` as started; false if one already runs.
+    fn start_probe(&self, host: &str) -> bool {
+        let mut hosts = self.lock();
+        let memory = hosts.entry(host.to_owned()).or_default();
+        !std::mem::replace(&mut memory.probing, true)
+    }
+
+    /// What a query to `host` found: reached (`None`) or the link's error.
+    fn probed(&self, host: &str, error: Option<&LinkError>) {
+        let mut hosts = self.lock();
+        let memory = hosts.entry(host.to_owned()).or_default();
+        memory.probing = false;
+        memory.failed = error.map(|e| (Instant::now(), !matches!(e, LinkError::Timeout(_))));
+    }
+}
+
 /// The supervisor's way to other hosts: calls, replies, `check_run` and reply resends as
 /// frames over this host's [`LinkEndpoint`].
 pub struct LinkRemote {
@@ -34,6 +91,7 @@ pub struct LinkRemote {
     endpoint: LinkEndpoint,
     /// How often a reply is tried before it is left to the caller's resend-on-resume.
     reply_attempts: u32,
+    presence_memory: PresenceMemory,
 }
 
 impl LinkRemote {
@@ -45,6 +103,7 @@ impl LinkRemote {
             key,
             endpoint,
             reply_attempts: 8,
+            presence_memory: PresenceMemory::default(),
         }
     }
 
@@ -257,7 +316,42 @@ impl LinkRemote {
         };
         let nonce: [u8; 16] = rand::random();
         let frame = Frame::PresenceQuery { nonce, agents };
-        match self.endpoint.request(&peer, addr, &frame).await {
+        if let Some(known) = self.presence_memory.recent_failure(&peer) {
+            // The last query found the host out of reach: say so now, and let one query in the
+            // background find out whether it is back, for the next asker.
+            if self.presence_memory.start_probe(&peer) {
+                let (endpoint, memory, probe_peer) = (
+                    self.endpoint.clone(),
+                    self.presence_memory.clone(),
+                    peer.clone(),
+                );
+                tokio::spawn(async move {
+                    let probe = Frame::PresenceQuery {
+                        nonce,
+                        agents: Vec::new(),
+                    };
+                    let answer = endpoint.request(&probe_peer, addr, &probe).await;
+                    memory.probed(&probe_peer, answer.as_ref().err());
+                });
+            }
+            return known;
+        }
+        // On its own task: when the presence deadline cuts the wait short, the dial still ends
+        // and its outcome is remembered for the next query.
+        let (endpoint, memory, peer_task) = (
+            self.endpoint.clone(),
+            self.presence_memory.clone(),
+            peer.clone(),
+        );
+        let asked = tokio::spawn(async move {
+            let answer = endpoint.request(&peer_task, addr, &frame).await;
+            memory.probed(&peer_task, answer.as_ref().err());
+            answer
+        });
+        let Ok(answer) = asked.await else {
+            return HostAnswer::NoAnswer { host: peer };
+        };
+        match answer {
             Ok(Frame::PresenceReport(report)) => {
                 match consort_net::verify_presence(&report, &peer, &nonce, &self.map.ring) {
                     Ok(()) => HostAnswer::Answered {
