@@ -104,6 +104,10 @@ enum Command {
         token: Option<String>,
         #[command(flatten)]
         at: At,
+        /// Read a host's data folder instead (a serving host there is asked over HTTP; a
+        /// stopped one's stores are read: work only, presence unknown).
+        #[arg(long, conflicts_with = "at")]
+        data: Option<PathBuf>,
         #[arg(long)]
         json: bool,
     },
@@ -449,12 +453,30 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             goal,
             token,
             at,
+            data,
             json,
         } => {
-            let packet = Client::new(&resolve_url(&at.at))
-                .with_token(token.or_else(|| std::env::var("CONSORT_TOKEN").ok()))
-                .directory(goal.as_deref())
-                .await?;
+            let packet = match data.as_deref().map(|d| (d, serving_url(d))) {
+                Some((dir, None)) => {
+                    let folder = DataFolder::new(dir);
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+                    consort_actors::directory::offline_packet(&folder, goal.as_deref(), now)?
+                }
+                Some((_, Some(url))) => {
+                    Client::new(&url)
+                        .with_token(token_or_env(token))
+                        .directory(goal.as_deref())
+                        .await?
+                }
+                None => {
+                    Client::new(&resolve_url(&at.at))
+                        .with_token(token_or_env(token))
+                        .directory(goal.as_deref())
+                        .await?
+                }
+            };
             if json {
                 print_json(&packet)?;
             } else {
@@ -755,4 +777,15 @@ async fn directory_command(command: DirectoryCommand) -> Result<ExitCode> {
             })
         }
     }
+}
+
+/// The URL of a host serving `data` right now (its serve.json names a live process).
+fn serving_url(data: &Path) -> Option<String> {
+    let note: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(data.join("serve.json")).ok()?).ok()?;
+    let pid = note["pid"].as_u64()?;
+    Path::new("/proc")
+        .join(pid.to_string())
+        .exists()
+        .then(|| note["url"].as_str().map(str::to_owned))?
 }

@@ -314,3 +314,45 @@ fn a_caller_whose_membership_cannot_be_established_gets_a_scope_gap_and_no_rows(
     assert!(out.status.success(), "{out:?}");
     assert!(stdout(&out).contains("goal g: 2 registered"), "{out:?}");
 }
+
+#[test]
+fn a_stopped_hosts_data_folder_still_lists_every_registered_agent() {
+    let mut fleet = fleet_with_goal();
+    fleet.start("alpha");
+    fleet.start("beta");
+    let id = fleet.start_run("alpha", "cmo", "2026-08");
+    assert_eq!(
+        fleet.wait_settled("alpha", &id, LONG)["status"],
+        "succeeded"
+    );
+    let data = fleet.hosts[0].data.clone();
+    // While alpha serves its folder, --data asks it.
+    let out = support::consort(&["directory", "--json", "--data", path_str(&data)]);
+    assert!(out.status.success(), "{out:?}");
+    let live: Value = serde_json::from_str(&stdout(&out)).expect("json");
+    assert_eq!(row(&live, "cmo")["presence"]["state"], "done", "{live}");
+    fleet.terminate("alpha");
+    fleet.terminate("beta");
+    let out = support::consort(&["directory", "--json", "--data", path_str(&data)]);
+    assert!(out.status.success(), "{out:?}");
+    let packet: Value = serde_json::from_str(&stdout(&out)).expect("json");
+    assert_eq!(packet["registered_agent_count"], 2, "{packet}");
+    let cmo = row(&packet, "cmo");
+    assert_eq!(cmo["presence"]["state"], "unknown", "{packet}");
+    assert_eq!(cmo["presence"]["basis"], "host_not_running");
+    assert_eq!(
+        cmo["work"]["last_settled"]["status"], "succeeded",
+        "{packet}"
+    );
+    let cfo = row(&packet, "cfo");
+    assert_eq!(cfo["presence"]["basis"], "not_asked", "{packet}");
+    assert!(cfo["work"].is_null());
+    let limits = codes(&packet);
+    for code in [
+        "host_not_running",
+        "host_not_asked",
+        "presence_provider_unavailable",
+    ] {
+        assert!(limits.contains(&code.to_owned()), "{code}: {packet}");
+    }
+}

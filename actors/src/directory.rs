@@ -248,3 +248,111 @@ pub(crate) async fn ask_hosts(
     }
     answers
 }
+
+/// What a host writes to `<data>/directory.json` when it starts, so that the directory can be
+/// read from its data folder while it is stopped (`consort directory --data`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DirectorySnapshot {
+    /// The host's name.
+    pub host: String,
+    /// The fleet's goals.
+    pub goals: Vec<(String, Vec<String>)>,
+    /// Agent -> host, for agents of other hosts.
+    pub placement: BTreeMap<String, String>,
+    /// The most rows a packet shows.
+    pub row_cap: usize,
+}
+
+/// The file name of the snapshot in a data folder.
+pub const SNAPSHOT_FILE: &str = "directory.json";
+
+impl DirectorySpec {
+    /// The snapshot of this spec for host `host`.
+    pub fn snapshot(&self, host: &str) -> DirectorySnapshot {
+        DirectorySnapshot {
+            host: host.to_owned(),
+            goals: self
+                .goals
+                .iter()
+                .map(|g| (g.name.clone(), g.agents.clone()))
+                .collect(),
+            placement: self.placement.clone(),
+            row_cap: self.row_cap,
+        }
+    }
+}
+
+/// The directory of `goal` read from a stopped host's data folder, as an operator sees it:
+/// the host's own agents with the work its stores hold (presence unknown: the host is not
+/// running), the other hosts' agents listed but not asked.
+pub fn offline_packet(
+    data: &crate::DataFolder,
+    goal: Option<&str>,
+    now_ms: u64,
+) -> Result<DirectoryPacket, crate::ActorsError> {
+    let path = data.root().join(SNAPSHOT_FILE);
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        crate::ActorsError::Actor(format!(
+            "{} cannot be read ({e}); a host writes it when it starts",
+            path.display()
+        ))
+    })?;
+    let snapshot: DirectorySnapshot = serde_json::from_str(&text).map_err(|e| {
+        crate::ActorsError::Actor(format!(
+            "{} is not a directory snapshot: {e}",
+            path.display()
+        ))
+    })?;
+    let spec = DirectorySpec {
+        goals: snapshot
+            .goals
+            .into_iter()
+            .map(|(name, agents)| GoalMembers { name, agents })
+            .collect(),
+        placement: snapshot.placement,
+        row_cap: snapshot.row_cap,
+        ..DirectorySpec::default()
+    };
+    let plan = match spec.plan(&snapshot.host, &Audience::Operator, goal, now_ms) {
+        Ok(plan) => plan,
+        Err(gap) => return Ok(*gap),
+    };
+    let mut answers = Vec::new();
+    for (host, agents) in &plan.by_host {
+        if host != &snapshot.host {
+            answers.push(HostAnswer::NotAsked { host: host.clone() });
+            continue;
+        }
+        let mut reports = Vec::new();
+        for agent in agents {
+            let mut work = consort_core::directory::WorkState::default();
+            if data.store_path(agent).is_file() {
+                for run in data.runs(Some(agent))? {
+                    if run.status.is_settled() {
+                        if work.last_settled.is_none() {
+                            work.last_settled = Some(consort_core::directory::LastSettled {
+                                run: run.id.clone(),
+                                status: run.status,
+                                at_ms: run.settled_at_ms.unwrap_or(run.created_at_ms),
+                            });
+                        }
+                    } else {
+                        work.count(run.status);
+                    }
+                }
+            }
+            reports.push(AgentReport {
+                agent: agent.clone(),
+                actor: ActorState::Offline,
+                work,
+                incarnation: String::new(),
+            });
+        }
+        answers.push(HostAnswer::Answered {
+            host: host.clone(),
+            observed_at_ms: now_ms,
+            reports,
+        });
+    }
+    Ok(assemble(&plan.request, &plan.registered, &answers))
+}

@@ -277,6 +277,7 @@ impl Actor for HostSupervisor {
         let board = PresenceBoard::default();
         let epoch_ms = crate::run::now_ms();
         let data = DataFolder::new(args.spec.data_dir.clone());
+        write_snapshot(&data, &args.spec);
         let directory = DirectoryHost {
             spec: Arc::new(args.spec.directory.clone()),
             host: args.spec.host_name.clone(),
@@ -624,5 +625,20 @@ pub async fn spawn_supervisor(
 fn answer<T>(port: RpcReplyPort<T>, value: T) {
     if port.send(value).is_err() {
         debug!("the asker stopped waiting; answer dropped");
+    }
+}
+
+/// Writes the directory snapshot a stopped host's data folder is read with; a failure only
+/// costs `consort directory --data` for this folder.
+fn write_snapshot(data: &DataFolder, spec: &HostSpec) {
+    let snapshot = spec.directory.snapshot(&spec.host_name);
+    let path = data.root().join(directory::SNAPSHOT_FILE);
+    let tmp = path.with_extension("json.tmp");
+    let written = serde_json::to_vec_pretty(&snapshot)
+        .map_err(std::io::Error::other)
+        .and_then(|bytes| std::fs::write(&tmp, bytes))
+        .and_then(|()| std::fs::rename(&tmp, &path));
+    if let Err(e) = written {
+        warn!(path = %path.display(), error = %e, "directory snapshot not written");
     }
 }

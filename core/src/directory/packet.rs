@@ -57,6 +57,11 @@ pub enum HostAnswer {
         /// The host.
         host: String,
     },
+    /// It was not asked (a directory read from another host's data folder).
+    NotAsked {
+        /// The host.
+        host: String,
+    },
 }
 
 impl HostAnswer {
@@ -66,7 +71,8 @@ impl HostAnswer {
             Self::Answered { host, .. }
             | Self::Unreachable { host }
             | Self::NoAnswer { host }
-            | Self::Refused { host } => host,
+            | Self::Refused { host }
+            | Self::NotAsked { host } => host,
         }
     }
 }
@@ -100,6 +106,17 @@ pub enum Limitation {
     },
     /// A host refused to report presence, or its report did not verify.
     HostRefused {
+        /// The host.
+        host: String,
+    },
+    /// This host is not running: its rows' work was read from its store and their presence is
+    /// unknown.
+    HostNotRunning {
+        /// The host.
+        host: String,
+    },
+    /// This host was not asked: its rows' presence is unknown.
+    HostNotAsked {
         /// The host.
         host: String,
     },
@@ -191,7 +208,9 @@ pub fn assemble(
             }
             PresenceBasis::HostUnreachable
             | PresenceBasis::HostNoAnswer
-            | PresenceBasis::HostRefused => {}
+            | PresenceBasis::HostRefused
+            | PresenceBasis::HostNotRunning
+            | PresenceBasis::NotAsked => {}
         }
         let incarnation = match by_host.get(reg.host.as_str()) {
             Some(HostAnswer::Answered { reports, .. }) => reports
@@ -213,7 +232,19 @@ pub fn assemble(
     for host in row_hosts {
         let host_owned = || host.to_owned();
         let limitation = match by_host.get(host) {
-            Some(HostAnswer::Answered { .. }) => continue,
+            Some(HostAnswer::Answered { reports, .. }) => {
+                let offline = reports.iter().any(|r| {
+                    r.actor == ActorState::Offline
+                        && rows
+                            .iter()
+                            .any(|row| row.host == host && row.agent == r.agent)
+                });
+                if !offline {
+                    continue;
+                }
+                Limitation::HostNotRunning { host: host_owned() }
+            }
+            Some(HostAnswer::NotAsked { .. }) => Limitation::HostNotAsked { host: host_owned() },
             Some(HostAnswer::Unreachable { .. }) => {
                 Limitation::HostUnreachable { host: host_owned() }
             }
@@ -299,6 +330,10 @@ fn row_facts(
         Some(HostAnswer::Refused { .. }) => (
             None,
             unobserved(PresenceState::Unknown, PresenceBasis::HostRefused),
+        ),
+        Some(HostAnswer::NotAsked { .. }) => (
+            None,
+            unobserved(PresenceState::Unknown, PresenceBasis::NotAsked),
         ),
         Some(HostAnswer::Answered {
             observed_at_ms,

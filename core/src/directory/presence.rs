@@ -67,6 +67,11 @@ pub enum PresenceBasis {
     HostNoAnswer,
     /// The owning host refused to report presence to this host.
     HostRefused,
+    /// The owning host is not running: the row's work was read from its store, and nobody
+    /// can say whether the agent would take input.
+    HostNotRunning,
+    /// The owning host was not asked (a directory read from one host's data folder).
+    NotAsked,
 }
 
 impl PresenceBasis {
@@ -80,6 +85,8 @@ impl PresenceBasis {
             Self::HostUnreachable => "host_unreachable",
             Self::HostNoAnswer => "host_no_answer",
             Self::HostRefused => "host_refused",
+            Self::HostNotRunning => "host_not_running",
+            Self::NotAsked => "not_asked",
         }
     }
 }
@@ -167,6 +174,8 @@ pub enum ActorState {
     Down,
     /// This host does not serve the agent.
     NotServed,
+    /// The host is not running; its work was read from its store.
+    Offline,
 }
 
 /// What a host supervisor reports about one of its agents.
@@ -193,6 +202,7 @@ pub fn presence_of(report: &AgentReport) -> (PresenceState, PresenceBasis) {
     match report.actor {
         ActorState::NotServed => (PresenceState::Unknown, PresenceBasis::NotServedByHost),
         ActorState::Down => (PresenceState::Unreachable, PresenceBasis::AgentDown),
+        ActorState::Offline => (PresenceState::Unknown, PresenceBasis::HostNotRunning),
         ActorState::Up => {
             let w = &report.work;
             let state = if w.blocked > 0 {

@@ -98,6 +98,7 @@ pub fn rollup(
             }
             HostAnswer::NoAnswer { host } => Some(Limitation::HostNoAnswer { host: host.clone() }),
             HostAnswer::Refused { host } => Some(Limitation::HostRefused { host: host.clone() }),
+            HostAnswer::NotAsked { host } => Some(Limitation::HostNotAsked { host: host.clone() }),
         })
         .collect();
     limitations.sort();

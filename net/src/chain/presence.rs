@@ -53,6 +53,7 @@ pub fn presence_canonical_bytes(report: &PresenceReport) -> Vec<u8> {
             ActorState::Up => b"up",
             ActorState::Down => b"down",
             ActorState::NotServed => b"not_served",
+            ActorState::Offline => b"offline",
         });
         out.field(r.incarnation.as_bytes());
         let w = &r.work;

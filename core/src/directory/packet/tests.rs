@@ -773,6 +773,8 @@ fn limitation_for(row: &DirectoryRow) -> Option<Limitation> {
         PresenceBasis::HostNoAnswer => Some(Limitation::HostNoAnswer { host }),
         PresenceBasis::HostRefused => Some(Limitation::HostRefused { host }),
         PresenceBasis::NotReported | PresenceBasis::NotServedByHost => None,
+        PresenceBasis::HostNotRunning => Some(Limitation::HostNotRunning { host }),
+        PresenceBasis::NotAsked => Some(Limitation::HostNotAsked { host }),
     }
 }
 
@@ -825,7 +827,9 @@ proptest! {
             prop_assert_eq!(&row.presence.provider, &format!("supervisor@{}", row.host));
             let supervised = matches!(
                 row.presence.basis,
-                PresenceBasis::SupervisorRunTable | PresenceBasis::AgentDown
+                PresenceBasis::SupervisorRunTable
+                    | PresenceBasis::AgentDown
+                    | PresenceBasis::HostNotRunning
             );
             prop_assert_eq!(row.work.is_some(), supervised, "{:?}", row);
             // Presence comes from the row's own host's report, as `presence_of` reads it.
@@ -929,6 +933,48 @@ proptest! {
         prop_assert_eq!(
             assemble(&request(cap), &registered, &answers),
             assemble(&request(cap), &shuffled, &reversed)
+        );
+    }
+}
+
+#[test]
+fn a_directory_read_from_a_stopped_hosts_store_keeps_work_and_says_presence_is_unknown() {
+    let offline = AgentReport {
+        agent: "cmo".into(),
+        actor: ActorState::Offline,
+        work: busy(),
+        incarnation: String::new(),
+    };
+    let packet = assemble(
+        &request(50),
+        &[reg("cmo", "alpha"), reg("cfo", "beta")],
+        &[
+            answered("alpha", vec![offline]),
+            HostAnswer::NotAsked {
+                host: "beta".into(),
+            },
+        ],
+    );
+    let cmo = packet.rows.iter().find(|r| r.agent == "cmo").unwrap();
+    assert_eq!(cmo.work, Some(busy()));
+    assert_eq!(cmo.presence.state, PresenceState::Unknown);
+    assert_eq!(cmo.presence.basis, PresenceBasis::HostNotRunning);
+    let cfo = packet.rows.iter().find(|r| r.agent == "cfo").unwrap();
+    assert_eq!(cfo.work, None);
+    assert_eq!(cfo.presence.basis, PresenceBasis::NotAsked);
+    for expected in [
+        Limitation::HostNotRunning {
+            host: "alpha".into(),
+        },
+        Limitation::HostNotAsked {
+            host: "beta".into(),
+        },
+        Limitation::PresenceProviderUnavailable,
+    ] {
+        assert!(
+            packet.limitations.contains(&expected),
+            "{:?}",
+            packet.limitations
         );
     }
 }
