@@ -3,9 +3,12 @@
 //! An item exists because of a typed fact of the agent's own runs, never because of presence:
 //! a run parked on an approval, a last run that failed with nothing after it, or open work
 //! that has not moved for longer than a threshold. Items are ordered by that reason (in the
-//! order of [`AttentionReason`]), then oldest first, then by agent name; presence may only be
-//! attached to an item afterwards, as colour. The rollup is capped ([`ATTENTION_CAP`]) with an
-//! omitted count, and it is a reading: it assigns nothing and changes nothing.
+//! order of [`AttentionReason`]), then oldest first, then by agent name (and host); presence
+//! may only be attached to an item afterwards, as colour, from the item's own report. The
+//! rollup is capped ([`ATTENTION_CAP`]) with an omitted count, and it is a reading: it assigns
+//! nothing and changes nothing. An agent whose facts are missing cannot appear, so the rollup
+//! names why: its host did not answer (or its answer is missing), or its host answered without
+//! reporting it.
 
 use serde::{Deserialize, Serialize};
 
@@ -62,13 +65,17 @@ pub struct AttentionRollup {
     pub items: Vec<AttentionItem>,
     /// Items left out by the cap.
     pub omitted_item_count: usize,
-    /// Hosts whose agents' facts are missing (their agents cannot appear).
+    /// Hosts and agents whose facts are missing (those agents cannot appear): a host that did
+    /// not answer (or whose answer is missing), agents their answering host did not report.
     pub limitations: Vec<Limitation>,
     /// Why there is nothing, when the caller's scope could not be established.
     pub scope_gap: Option<ScopeGap>,
 }
 
-/// The rollup of `goal` from its registered agents and their hosts' answers.
+/// The rollup of `goal` from its registered agents and their hosts' answers. A registered
+/// agent whose host is missing from `answers` was not heard from: its host is named as
+/// [`Limitation::HostNoAnswer`], as in a packet; agents an answering host did not report (or
+/// does not serve) are named in [`Limitation::PresenceCoverageGap`].
 pub fn rollup(
     goal: &str,
     now_ms: u64,
@@ -101,6 +108,33 @@ pub fn rollup(
             HostAnswer::NotAsked { host } => Some(Limitation::HostNotAsked { host: host.clone() }),
         })
         .collect();
+    // A host whose answer is missing (its ask was lost) is one that did not answer.
+    limitations.extend(
+        registered
+            .iter()
+            .filter(|reg| !answers.iter().any(|a| a.host() == reg.host))
+            .map(|reg| Limitation::HostNoAnswer {
+                host: reg.host.clone(),
+            }),
+    );
+    // Agents their host answered for without a report of an agent it serves.
+    let mut unreported: Vec<String> = facts
+        .iter()
+        .filter(|(reg, report)| {
+            answers
+                .iter()
+                .any(|a| matches!(a, HostAnswer::Answered { host, .. } if host == &reg.host))
+                && report
+                    .as_ref()
+                    .is_none_or(|r| r.actor == ActorState::NotServed)
+        })
+        .map(|(reg, _)| reg.agent.clone())
+        .collect();
+    unreported.sort();
+    unreported.dedup();
+    if !unreported.is_empty() {
+        limitations.push(Limitation::PresenceCoverageGap { agents: unreported });
+    }
     limitations.sort();
     limitations.dedup();
     AttentionRollup {
@@ -134,20 +168,24 @@ pub fn needs_attention(
     now_ms: u64,
     no_advancement_after_ms: u64,
 ) -> (Vec<AttentionItem>, usize) {
-    let mut items = Vec::new();
-    for (reg, report) in facts {
+    // Each item with the index of the fact it came from, for its colour.
+    let mut items: Vec<(AttentionItem, usize)> = Vec::new();
+    for (at, (reg, report)) in facts.iter().enumerate() {
         let Some(report) = report else { continue };
         if report.actor == ActorState::NotServed {
             continue;
         }
         let w = &report.work;
-        let item = |reason, runs, since_ms| AttentionItem {
-            agent: reg.agent.clone(),
-            host: reg.host.clone(),
-            reason,
-            runs,
-            since_ms,
-            presence: None,
+        let item = |reason, runs, since_ms| {
+            let item = AttentionItem {
+                agent: reg.agent.clone(),
+                host: reg.host.clone(),
+                reason,
+                runs,
+                since_ms,
+                presence: None,
+            };
+            (item, at)
         };
         if w.blocked > 0 {
             items.push(item(
@@ -166,15 +204,17 @@ pub fn needs_attention(
                 Some(last.at_ms),
             ));
         }
-        let moving = w.open().saturating_sub(w.blocked);
+        // The open runs not parked on an approval (counted without `open()`, whose saturated
+        // total would lose the blocked ones).
+        let moving = w.queued.saturating_add(w.running).saturating_add(w.waiting);
         if moving > 0
             && let Some(since) = w.oldest_change_ms
-            && now_ms.saturating_sub(since) >= no_advancement_after_ms
+            && now_ms.saturating_sub(since) > no_advancement_after_ms
         {
             items.push(item(AttentionReason::NoAdvancement, moving, Some(since)));
         }
     }
-    items.sort_by(|a, b| {
+    items.sort_by(|(a, _), (b, _)| {
         a.reason
             .cmp(&b.reason)
             .then_with(|| match (a.since_ms, b.since_ms) {
@@ -184,145 +224,20 @@ pub fn needs_attention(
                 (None, None) => std::cmp::Ordering::Equal,
             })
             .then_with(|| a.agent.cmp(&b.agent))
+            .then_with(|| a.host.cmp(&b.host))
     });
     let omitted = items.len().saturating_sub(ATTENTION_CAP);
     items.truncate(ATTENTION_CAP);
-    // Colour, after the order is fixed.
-    for item in &mut items {
-        item.presence = facts
-            .iter()
-            .find(|(reg, _)| reg.agent == item.agent)
-            .and_then(|(_, report)| report.as_ref())
-            .map(|report| presence_of(report).0);
-    }
+    // Colour, after the order is fixed, from the report the item came from.
+    let items = items
+        .into_iter()
+        .map(|(mut item, at)| {
+            item.presence = facts[at].1.as_ref().map(|report| presence_of(report).0);
+            item
+        })
+        .collect();
     (items, omitted)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::RunId;
-    use crate::directory::presence::{LastSettled, WorkState};
-
-    fn fact(agent: &str, work: WorkState) -> (RegisteredAgent, Option<AgentReport>) {
-        (
-            RegisteredAgent {
-                agent: agent.into(),
-                host: "h".into(),
-            },
-            Some(AgentReport {
-                agent: agent.into(),
-                actor: ActorState::Up,
-                work,
-                incarnation: "1-1".into(),
-            }),
-        )
-    }
-
-    fn failed(at_ms: u64) -> Option<LastSettled> {
-        Some(LastSettled {
-            run: RunId::parse("run_0123456789abcdef0123456789abcdef").unwrap(),
-            status: RunStatus::Failed,
-            at_ms,
-        })
-    }
-
-    #[test]
-    fn typed_reasons_order_the_items_and_presence_only_annotates() {
-        let facts = vec![
-            fact(
-                "slow",
-                WorkState {
-                    running: 2,
-                    oldest_change_ms: Some(100),
-                    ..WorkState::default()
-                },
-            ),
-            fact(
-                "broke",
-                WorkState {
-                    last_settled: failed(500),
-                    ..WorkState::default()
-                },
-            ),
-            fact(
-                "gated",
-                WorkState {
-                    blocked: 1,
-                    running: 1,
-                    blocked_since_ms: Some(900),
-                    oldest_change_ms: Some(900),
-                    ..WorkState::default()
-                },
-            ),
-            fact("calm", WorkState::default()),
-        ];
-        let (items, omitted) = needs_attention(&facts, 10_000, 1_000);
-        let seen: Vec<(&str, AttentionReason)> =
-            items.iter().map(|i| (i.agent.as_str(), i.reason)).collect();
-        assert_eq!(
-            seen,
-            vec![
-                ("gated", AttentionReason::BlockedOnApproval),
-                ("broke", AttentionReason::FailedWithoutFollowUp),
-                ("slow", AttentionReason::NoAdvancement),
-                ("gated", AttentionReason::NoAdvancement),
-            ]
-        );
-        assert_eq!(omitted, 0);
-        assert_eq!(items[0].presence, Some(PresenceState::Blocked));
-        assert_eq!(items[2].runs, 2);
-    }
-
-    #[test]
-    fn work_that_moved_recently_or_a_failure_followed_up_needs_nothing() {
-        let facts = vec![
-            fact(
-                "busy",
-                WorkState {
-                    running: 1,
-                    oldest_change_ms: Some(9_500),
-                    ..WorkState::default()
-                },
-            ),
-            fact(
-                "retrying",
-                WorkState {
-                    running: 1,
-                    oldest_change_ms: Some(9_900),
-                    last_settled: failed(9_000),
-                    ..WorkState::default()
-                },
-            ),
-        ];
-        assert!(needs_attention(&facts, 10_000, 1_000).0.is_empty());
-    }
-
-    #[test]
-    fn the_rollup_is_capped_with_an_omitted_count_and_skips_unreported_agents() {
-        let mut facts: Vec<_> = (0..12)
-            .map(|i| {
-                fact(
-                    &format!("a{i:02}"),
-                    WorkState {
-                        blocked: 1,
-                        blocked_since_ms: Some(1000 - i),
-                        ..WorkState::default()
-                    },
-                )
-            })
-            .collect();
-        facts.push((
-            RegisteredAgent {
-                agent: "far".into(),
-                host: "down".into(),
-            },
-            None,
-        ));
-        let (items, omitted) = needs_attention(&facts, 10_000, 1_000);
-        assert_eq!(items.len(), ATTENTION_CAP);
-        assert_eq!(omitted, 4);
-        // Oldest first: a11 has waited longest.
-        assert_eq!(items[0].agent, "a11");
-    }
-}
+mod tests;
