@@ -135,8 +135,9 @@ pub struct WorkState {
     pub blocked: u32,
     /// The last run it settled since its host started, if any.
     pub last_settled: Option<LastSettled>,
-    /// Since when the open run that moved least recently has kept its status, Unix
-    /// milliseconds (the owning host's clock); `None` without open runs.
+    /// Since when the open run (not blocked) that moved least recently has kept its status,
+    /// Unix milliseconds (the owning host's clock); `None` without such runs. Blocked runs
+    /// have `blocked_since_ms`: a gate is not a run that stopped advancing.
     pub oldest_change_ms: Option<u64>,
     /// Since when its longest-blocked run has waited on an approval, Unix milliseconds.
     pub blocked_since_ms: Option<u64>,

@@ -603,7 +603,7 @@ fn flipped(
                 r.actor = match r.actor {
                     ActorState::Up => ActorState::Down,
                     ActorState::Down => ActorState::Up,
-                    ActorState::NotServed => ActorState::NotServed,
+                    other @ (ActorState::NotServed | ActorState::Offline) => other,
                 };
                 r
             });
@@ -781,6 +781,7 @@ proptest! {
                 }
                 HostAnswer::NoAnswer { host } => Some(Limitation::HostNoAnswer { host: host.clone() }),
                 HostAnswer::Refused { host } => Some(Limitation::HostRefused { host: host.clone() }),
+                HostAnswer::NotAsked { host } => Some(Limitation::HostNotAsked { host: host.clone() }),
             })
             .collect();
         let lost: BTreeSet<&str> = registered
