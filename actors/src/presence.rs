@@ -115,12 +115,13 @@ impl PresenceBoard {
         if let Some(entry) = agents.get(agent) {
             for (status, since) in entry.open.values() {
                 work.count(*status);
-                work.oldest_change_ms =
-                    Some(work.oldest_change_ms.map_or(*since, |o| o.min(*since)));
-                if *status == RunStatus::Blocked {
-                    work.blocked_since_ms =
-                        Some(work.blocked_since_ms.map_or(*since, |o| o.min(*since)));
-                }
+                // A gate is not a run that stopped advancing: blocked runs have their own since.
+                let slot = if *status == RunStatus::Blocked {
+                    &mut work.blocked_since_ms
+                } else {
+                    &mut work.oldest_change_ms
+                };
+                *slot = Some(slot.map_or(*since, |o| o.min(*since)));
             }
             work.last_settled = entry.last_settled.clone();
         }
