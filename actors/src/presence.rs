@@ -163,8 +163,9 @@ mod tests {
             (w.oldest_change_ms, w.blocked_since_ms),
             (Some(10), Some(30))
         );
+        // The blocked run is no run that stopped advancing: it has its own since.
         board.saw("cfo", &id(1), RunStatus::Waiting, 40);
-        assert_eq!(board.work("cfo").oldest_change_ms, Some(30));
+        assert_eq!(board.work("cfo").oldest_change_ms, Some(40));
     }
 
     #[test]

@@ -226,7 +226,9 @@ impl AgentState {
     /// Keeps what a committed append left: the run's record, or forgets a settled run.
     fn appended(&mut self, run: RunId, expected_seq: u64, applied: Applied) {
         let record = &applied.record;
-        let at_ms = record.settled_at_ms.unwrap_or(record.created_at_ms);
+        // The commit is when the status became durable: a status the run already had keeps
+        // its since on the board.
+        let at_ms = record.settled_at_ms.unwrap_or_else(crate::run::now_ms);
         self.board
             .saw(&self.config.name, &run, record.status, at_ms);
         if applied.record.status.is_settled() {
