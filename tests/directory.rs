@@ -306,6 +306,16 @@ fn a_caller_whose_membership_cannot_be_established_gets_a_scope_gap_and_no_rows(
     let ops = ask(Some("tok-ops"));
     assert!(ops["scope_gap"].is_null(), "{ops}");
     assert_eq!(ops["registered_agent_count"], 2, "{ops}");
+    // Bad input is a typed JSON error, not a router's plain text.
+    let bad = host
+        .http()
+        .get(format!("{}/directory/observe?agent=a&lines=many", host.url))
+        .bearer_auth("tok-ops")
+        .send()
+        .expect("GET /directory/observe");
+    assert_eq!(bad.status().as_u16(), 400);
+    let bad: Value = bad.json().expect("json error");
+    assert_eq!(bad["error"]["code"], "bad_query", "{bad}");
     // The CLI reports the gap in words and with a distinct exit code.
     let out = host.cli(&["directory", "--goal", "g"]);
     assert_eq!(out.status.code(), Some(3), "{out:?}");

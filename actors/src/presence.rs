@@ -98,16 +98,6 @@ impl PresenceBoard {
             .cloned()
     }
 
-    /// `agent` left the host (removed on reload).
-    pub fn forget(&self, agent: &str) {
-        self.lock().remove(agent);
-        self.seats
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(agent);
-        self.changed.notify_waiters();
-    }
-
     /// `agent`'s work state (empty for an agent that has stored nothing since start).
     pub fn work(&self, agent: &str) -> WorkState {
         let agents = self.lock();
@@ -177,7 +167,5 @@ mod tests {
         let w = board.work("cfo");
         assert_eq!((w.running, w.waiting), (0, 1));
         assert!(w.last_settled.is_some());
-        board.forget("cfo");
-        assert_eq!(board.work("cfo"), WorkState::default());
     }
 }

@@ -44,9 +44,6 @@ pub struct DirectorySettings {
     /// How long a presence probe may take before the peer counts as absent, in milliseconds
     /// (`presence_deadline_ms`, 100..=30000; default 2000).
     pub presence_deadline_ms: u64,
-    /// How far back activity counts as recent, in seconds (`activity_window_s`, 1..=600;
-    /// default 5).
-    pub activity_window_s: u64,
     /// How long open work may keep its status before the attention rollup lists it as not
     /// advancing, in seconds (`no_advancement_after_s`, 1..=86400; default 300).
     pub no_advancement_after_s: u64,
@@ -57,7 +54,6 @@ impl Default for DirectorySettings {
         Self {
             row_cap: 24,
             presence_deadline_ms: 2_000,
-            activity_window_s: 5,
             no_advancement_after_s: 300,
         }
     }
@@ -107,7 +103,6 @@ pub(crate) struct RawGoal {
 pub(crate) struct RawDirectory {
     row_cap: Option<Spanned<u64>>,
     presence_deadline_ms: Option<Spanned<u64>>,
-    activity_window_s: Option<Spanned<u64>>,
     no_advancement_after_s: Option<Spanned<u64>>,
 }
 
@@ -223,13 +218,6 @@ fn convert_directory(ctx: Ctx<'_>, raw: RawDirectory) -> Result<DirectorySetting
             100,
             30_000,
             default.presence_deadline_ms,
-        )?,
-        activity_window_s: bounded(
-            raw.activity_window_s,
-            "activity_window_s",
-            1,
-            600,
-            default.activity_window_s,
         )?,
         no_advancement_after_s: bounded(
             raw.no_advancement_after_s,

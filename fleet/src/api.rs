@@ -16,7 +16,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::rejection::JsonRejection;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{FromRef, Path, Query, State};
 use axum::http::header::AUTHORIZATION;
 use axum::http::{HeaderMap, StatusCode};
@@ -121,6 +121,19 @@ impl From<JsonRejection> for ApiError {
     }
 }
 
+impl From<QueryRejection> for ApiError {
+    fn from(e: QueryRejection) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "bad_query",
+            format!(
+                "the query string is not what this route takes: {}",
+                e.body_text()
+            ),
+        )
+    }
+}
+
 fn parse_run_id(text: &str) -> Result<RunId, ApiError> {
     RunId::parse(text)
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_run_id", e.to_string()))
@@ -181,8 +194,9 @@ async fn directory(
     State(host): State<Host>,
     State(auth): State<Arc<HostAuth>>,
     headers: HeaderMap,
-    Query(q): Query<DirectoryQuery>,
+    query: Result<Query<DirectoryQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    let Query(q) = query?;
     let audience = audience(&auth, &headers).await;
     let goal = q.goal.filter(|g| !g.trim().is_empty());
     let packet = host.directory(audience, goal).await?;
@@ -212,8 +226,9 @@ async fn observe(
     State(host): State<Host>,
     State(auth): State<Arc<HostAuth>>,
     headers: HeaderMap,
-    Query(q): Query<ObserveQuery>,
+    query: Result<Query<ObserveQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    let Query(q) = query?;
     let audience = audience(&auth, &headers).await;
     let run = q.run.as_deref().map(parse_run_id).transpose()?;
     let source = match q.source.as_deref() {
@@ -251,8 +266,9 @@ async fn wait_peer(
     State(host): State<Host>,
     State(auth): State<Arc<HostAuth>>,
     headers: HeaderMap,
-    Query(q): Query<WaitPeerQuery>,
+    query: Result<Query<WaitPeerQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    let Query(q) = query?;
     let audience = audience(&auth, &headers).await;
     let run = parse_run_id(&q.run)?;
     let until = match q.until.as_deref() {
@@ -288,8 +304,9 @@ async fn attention(
     State(host): State<Host>,
     State(auth): State<Arc<HostAuth>>,
     headers: HeaderMap,
-    Query(q): Query<DirectoryQuery>,
+    query: Result<Query<DirectoryQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    let Query(q) = query?;
     let audience = audience(&auth, &headers).await;
     let goal = q.goal.filter(|g| !g.trim().is_empty());
     Ok(Json(host.attention(audience, goal).await?).into_response())

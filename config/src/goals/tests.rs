@@ -28,7 +28,7 @@ goals:
 directory:
   row_cap: 50
   presence_deadline_ms: 500
-  activity_window_s: 10
+  no_advancement_after_s: 10
 ";
 
 fn agent(root: &Path, name: &str) -> PathBuf {
@@ -101,8 +101,7 @@ fn fleet_goals_load_and_are_checked_with_the_agents() {
         directory: DirectorySettings {
             row_cap: 50,
             presence_deadline_ms: 500,
-            activity_window_s: 10,
-            no_advancement_after_s: 300,
+            no_advancement_after_s: 10,
         },
     };
     assert_eq!(f.declared_goals(), &expected);
@@ -133,7 +132,6 @@ fn a_fleet_without_goals_has_the_defaults() {
         DirectorySettings {
             row_cap: 24,
             presence_deadline_ms: 2000,
-            activity_window_s: 5,
             no_advancement_after_s: 300,
         }
     );
@@ -242,7 +240,7 @@ fn directory_settings_are_bounded() {
     for (setting, line, min, max) in [
         ("row_cap", 12, 1, 1000),
         ("presence_deadline_ms", 13, 100, 30_000),
-        ("activity_window_s", 14, 1, 600),
+        ("no_advancement_after_s", 14, 1, 86_400),
     ] {
         let with = |v: u64| {
             let line_text = GOALS
@@ -257,7 +255,7 @@ fn directory_settings_are_bounded() {
             let got = match setting {
                 "row_cap" => d.row_cap as u64,
                 "presence_deadline_ms" => d.presence_deadline_ms,
-                _ => d.activity_window_s,
+                _ => d.no_advancement_after_s,
             };
             assert_eq!(got, ok, "{setting}");
         }
@@ -311,7 +309,7 @@ fn dev_goals_of_two_folders_are_merged() {
     );
     assert_eq!(g.goals_of("cmo"), vec!["month-end-close", "launch"]);
     assert_eq!(g.directory.row_cap, 3);
-    assert_eq!(g.directory.activity_window_s, 5);
+    assert_eq!(g.directory.no_advancement_after_s, 300);
 }
 
 #[test]
@@ -351,7 +349,7 @@ fn dev_directory_settings_in_two_files_are_refused() {
     fs::write(a.join("goals.yaml"), "directory:\n  row_cap: 5\n").unwrap();
     fs::write(
         b.join("goals.yaml"),
-        "goals:\n  - name: x\n    agents: [cmo]\ndirectory:\n  activity_window_s: 9\n",
+        "goals:\n  - name: x\n    agents: [cmo]\ndirectory:\n  no_advancement_after_s: 9\n",
     )
     .unwrap();
     let dirs = vec![a, b.clone()];
