@@ -51,7 +51,7 @@ pub trait RemoteCalls: Send + Sync + 'static {
         Box::pin(async move { HostAnswer::Refused { host } })
     }
     /// Asks `host` to observe one of its agents for `asker` (an agent of this host, or `None`
-    /// for this host's operator). `Err` says why the host could not be asked.
+    /// for this host's operator). `Err` says why there is no observation.
     fn observe(
         &self,
         host: String,
@@ -60,9 +60,13 @@ pub trait RemoteCalls: Send + Sync + 'static {
         run: Option<RunId>,
         source: ExcerptSource,
         lines: usize,
-    ) -> BoxFuture<'_, Result<Observation, String>> {
+    ) -> BoxFuture<'_, Result<Observation, RemoteFailure>> {
         let _unused = (host, asker, agent, run, source, lines);
-        Box::pin(async { Err("this host has no links".to_owned()) })
+        Box::pin(async {
+            Err(RemoteFailure::Unreachable(
+                "this host has no links".to_owned(),
+            ))
+        })
     }
     /// Asks `host` to wait up to `slice` on a run of one of its agents for `asker`.
     fn wait_run(
@@ -71,9 +75,30 @@ pub trait RemoteCalls: Send + Sync + 'static {
         asker: Option<String>,
         request: WaitRequest,
         slice: std::time::Duration,
-    ) -> BoxFuture<'_, Result<Result<WaitAnswer, ScopeGap>, String>> {
+    ) -> BoxFuture<'_, Result<Result<WaitAnswer, ScopeGap>, RemoteFailure>> {
         let _unused = (host, asker, request, slice);
-        Box::pin(async { Err("this host has no links".to_owned()) })
+        Box::pin(async {
+            Err(RemoteFailure::Unreachable(
+                "this host has no links".to_owned(),
+            ))
+        })
+    }
+}
+
+/// Why a request to another host got no answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RemoteFailure {
+    /// The host could not be reached.
+    Unreachable(String),
+    /// The host answered with a refusal (or with something this host cannot read).
+    Refused(String),
+}
+
+impl std::fmt::Display for RemoteFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Unreachable(detail) | Self::Refused(detail) => f.write_str(detail),
+        }
     }
 }
 

@@ -33,7 +33,7 @@ use crate::run::RunRecord;
 use crate::store::StoreWriter;
 use crate::tools::Tool;
 
-pub use crate::routing::{AgentStatus, BoxFuture, RemoteCalls, SupervisorMsg};
+pub use crate::routing::{AgentStatus, BoxFuture, RemoteCalls, RemoteFailure, SupervisorMsg};
 
 /// Everything a host is built from.
 #[derive(Clone)]

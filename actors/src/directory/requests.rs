@@ -21,7 +21,7 @@ use consort_core::directory::{
 use super::{DirectorySpec, Seat, WaitAnswer, WaitRequest, local_reports, observe_here, wait_here};
 use crate::data::DataFolder;
 use crate::presence::PresenceBoard;
-use crate::routing::RemoteCalls;
+use crate::routing::{RemoteCalls, RemoteFailure};
 use crate::run::now_ms;
 
 /// How long one remote wait request lasts before the asking host asks again (under the link's
@@ -128,7 +128,15 @@ impl DirectoryHost {
             .await
         {
             Ok(observation) => observation,
-            Err(detail) => {
+            Err(RemoteFailure::Refused(detail)) => {
+                warn!(peer_host = %host, %detail, "observe: the agent's host refused");
+                let mut observation = Observation::empty(&agent, &host);
+                observation
+                    .limitations
+                    .push(ObservationLimit::HostRefused { host });
+                observation
+            }
+            Err(RemoteFailure::Unreachable(detail)) => {
                 warn!(peer_host = %host, %detail, "observe: the agent's host did not answer");
                 unreachable_observation(&agent, &host)
             }

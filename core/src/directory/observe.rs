@@ -112,6 +112,11 @@ pub enum ObservationLimit {
         /// The host.
         host: String,
     },
+    /// The agent's host refused to answer (or did not answer in time).
+    HostRefused {
+        /// The host.
+        host: String,
+    },
     /// No agent of that name is placed in the fleet (only an operator is told).
     UnknownAgent,
 }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use tracing::{Instrument, debug, info_span, warn};
 
 use consort_actors::directory::{WaitAnswer, WaitRequest};
-use consort_actors::supervisor::{BoxFuture, RemoteCalls};
+use consort_actors::supervisor::{BoxFuture, RemoteCalls, RemoteFailure};
 use consort_actors::{ActorsError, CallOutcome, Channel, Cost, RunRecord, RunStatus};
 use consort_core::Refusal;
 use consort_core::directory::{ExcerptSource, HostAnswer, Observation, ScopeGap};
@@ -382,21 +382,26 @@ impl LinkRemote {
         &self,
         peer: &str,
         frame: Frame,
-    ) -> Result<T, String> {
-        let addr = self
-            .map
-            .addresses
-            .get(peer)
-            .copied()
-            .ok_or_else(|| format!("host `{peer}` has no address"))?;
+    ) -> Result<T, RemoteFailure> {
+        let addr =
+            self.map.addresses.get(peer).copied().ok_or_else(|| {
+                RemoteFailure::Unreachable(format!("host `{peer}` has no address"))
+            })?;
         match self.endpoint.request(peer, addr, &frame).await {
-            Ok(Frame::DirectoryAnswer { json }) => serde_json::from_str(&json)
-                .map_err(|e| format!("{peer} answered with JSON this host cannot read: {e}")),
-            Ok(Frame::Refused { text, .. }) => Err(format!("{peer} refused: {text}")),
-            Ok(other) => Err(format!(
+            Ok(Frame::DirectoryAnswer { json }) => serde_json::from_str(&json).map_err(|e| {
+                RemoteFailure::Refused(format!(
+                    "{peer} answered with JSON this host cannot read: {e}"
+                ))
+            }),
+            Ok(Frame::Refused { text, .. }) => {
+                Err(RemoteFailure::Refused(format!("{peer} refused: {text}")))
+            }
+            Ok(other) => Err(RemoteFailure::Refused(format!(
                 "{peer} answered with an unexpected frame: {other:?}"
-            )),
-            Err(e) => Err(format!("{peer} is unreachable: {e}")),
+            ))),
+            Err(e) => Err(RemoteFailure::Unreachable(format!(
+                "{peer} is unreachable: {e}"
+            ))),
         }
     }
 
@@ -465,7 +470,7 @@ impl RemoteCalls for LinkRemote {
         run: Option<RunId>,
         source: ExcerptSource,
         lines: usize,
-    ) -> BoxFuture<'_, Result<Observation, String>> {
+    ) -> BoxFuture<'_, Result<Observation, RemoteFailure>> {
         let span =
             info_span!("link_observe", host = %self.map.host, peer_host = %host, agent = %agent);
         let frame = Frame::Observe {
@@ -484,7 +489,7 @@ impl RemoteCalls for LinkRemote {
         asker: Option<String>,
         request: WaitRequest,
         slice: Duration,
-    ) -> BoxFuture<'_, Result<Result<WaitAnswer, ScopeGap>, String>> {
+    ) -> BoxFuture<'_, Result<Result<WaitAnswer, ScopeGap>, RemoteFailure>> {
         let span = info_span!("link_wait", host = %self.map.host, peer_host = %host,
             agent = %request.agent, run_id = %request.run);
         let frame = Frame::WaitRun {

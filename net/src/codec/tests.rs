@@ -41,6 +41,45 @@ fn sample_frames() -> Vec<Frame> {
             callee: "cfo".into(),
             child_run: RunId::random(),
         },
+        Frame::PresenceQuery {
+            nonce: [9; 16],
+            agents: vec!["cfo".into(), "cdo".into()],
+        },
+        Frame::PresenceReport(crate::PresenceReport {
+            host: "beta".into(),
+            nonce: [9; 16],
+            observed_at_ms: 1_700_000_000_000,
+            reports: vec![consort_core::directory::AgentReport {
+                agent: "cfo".into(),
+                actor: consort_core::directory::ActorState::Up,
+                work: consort_core::directory::WorkState {
+                    running: 1,
+                    oldest_change_ms: Some(1_699_999_999_000),
+                    ..Default::default()
+                },
+                incarnation: "1700000000000-1".into(),
+            }],
+            signature: vec![0; 64],
+        }),
+        Frame::Observe {
+            asker: Some("cmo".into()),
+            agent: "cfo".into(),
+            run: Some(RunId::random()),
+            source: consort_core::directory::ExcerptSource::Events,
+            lines: 20,
+        },
+        Frame::WaitRun {
+            asker: None,
+            agent: "cfo".into(),
+            run: RunId::random(),
+            until: consort_core::directory::WaitUntil::Settled,
+            after_seq: 7,
+            incarnation: Some("1700000000000-1".into()),
+            wait_ms: 5_000,
+        },
+        Frame::DirectoryAnswer {
+            json: "{\"outcome\":\"timeout\"}".into(),
+        },
     ]
 }
 
