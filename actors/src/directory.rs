@@ -2,11 +2,11 @@
 //! about its own agents, and the gathering of one packet across hosts.
 //!
 //! A directory request arrives at the supervisor with an [`Audience`] the host established
-//! (the agent a run belongs to, an operator). [`DirectorySpec::plan`] asks consort-core which
+//! (the agent a run belongs to, an operator). `DirectorySpec::plan` asks consort-core which
 //! goal that audience may see ([`resolve_goal`]) and which rows the packet will show (the
 //! first `row_cap` registered agents in name order: presence never changes the set, so only
 //! those agents' hosts are asked). The supervisor reports its own agents at once from the
-//! [`PresenceBoard`]; [`gather`] asks every other host in parallel, each inside the presence
+//! [`PresenceBoard`]; `gather` asks every other host in parallel, each inside the presence
 //! deadline, and [`assemble`] makes the packet. A host that does not answer in time costs the
 //! deadline, never a hang. Nothing here writes a store or decides presence: the mapping is
 //! `consort_core::directory::presence_of`.

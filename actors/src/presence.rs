@@ -124,7 +124,7 @@ mod tests {
     use super::*;
 
     fn id(n: u8) -> RunId {
-        RunId::parse(&format!("run_{:032x}", n)).unwrap()
+        RunId::parse(&format!("run_{n:032x}")).unwrap()
     }
 
     #[test]

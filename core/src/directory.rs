@@ -21,7 +21,7 @@
 //!   the caller placed, with its source, bound, advisory label and declared limits.
 //! - [`wait`]: waits pinned to (agent, run, incarnation) that only a forward-moving state
 //!   change of that very run ends.
-//! - [`rollup`]: which agents need a decision now, from typed facts only.
+//! - [`rollup`](mod@rollup): which agents need a decision now, from typed facts only.
 //!
 //! Presence is advisory colour: it never adds, drops or orders a row, and no typed fact depends
 //! on it. This module reads no clock and no store: times and reports come in as arguments.

@@ -45,7 +45,7 @@ fn sample_frames() -> Vec<Frame> {
             nonce: [9; 16],
             agents: vec!["cfo".into(), "cdo".into()],
         },
-        Frame::PresenceReport(crate::PresenceReport {
+        Frame::PresenceReport(PresenceReport {
             host: "beta".into(),
             nonce: [9; 16],
             observed_at_ms: 1_700_000_000_000,
@@ -65,14 +65,14 @@ fn sample_frames() -> Vec<Frame> {
             asker: Some("cmo".into()),
             agent: "cfo".into(),
             run: Some(RunId::random()),
-            source: consort_core::directory::ExcerptSource::Events,
+            source: ExcerptSource::Events,
             lines: 20,
         },
         Frame::WaitRun {
             asker: None,
             agent: "cfo".into(),
             run: RunId::random(),
-            until: consort_core::directory::WaitUntil::Settled,
+            until: WaitUntil::Settled,
             after_seq: 7,
             incarnation: Some("1700000000000-1".into()),
             wait_ms: 5_000,
