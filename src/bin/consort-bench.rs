@@ -3,6 +3,7 @@
 //!
 //!     cargo run --release --bin consort-bench
 //!     cargo run --release --bin consort-bench chain    # only the chain verification rows
+//!     cargo run --release --bin consort-bench directory [N]   # the peer directory, N agents
 //!
 //! First, without hosts: verifying a chain of N signed hops (N = 2, 4, 8) with its signatures
 //! checked one by one and in one batch, alternated round by round.
@@ -14,16 +15,29 @@
 //! once and answers with the reply), and as floors a request/response of the same size on raw
 //! quinn and on a bare link endpoint (quinn + TLS + codec, no signatures, actors or stores). It owns no
 //! logic of its own beyond timing; it must not be run as a test.
+//!
+//! `directory [N]` (no chain rows) starts instead two hosts serving N script agents between
+//! them (default 1000, alternately placed, all members of one goal `g`) and times
+//! `Host::directory` on alpha, with the default cap of 24 rows and, for N >= 1000, with a
+//! second pair of hosts whose fleet sets `row_cap: 1000`; it prints the hosts' start time, the
+//! process's RSS and open files, and the presence queries beta's link handled (counted from
+//! the link's `link_inbound_presence` tracing span, the only span this mode enables).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use tokio::task::JoinSet;
+use tracing::field::{Field, Visit};
+use tracing::span::Attributes;
+use tracing::subscriber::Interest;
+use tracing_subscriber::layer::{Context as LayerContext, SubscriberExt};
 
 use consort_actors::supervisor::{RemoteCalls, SupervisorMsg};
 use consort_actors::{AgentOptions, CallOutcome, Channel};
+use consort_core::directory::{Audience, DirectoryPacket, PresenceBasis};
 use consort_fleet::{LinkRemote, ServeOptions, ServedHost, prepare};
 use consort_net::chain::verify_chain_batched;
 use consort_net::{
@@ -32,7 +46,7 @@ use consort_net::{
 };
 
 struct Stats {
-    name: &'static str,
+    name: String,
     p50_us: f64,
     p99_us: f64,
     per_sec: f64,
@@ -46,7 +60,7 @@ fn percentile(sorted: &[Duration], q: f64) -> f64 {
 /// Latency from `seq` one-at-a-time operations, throughput from `total` with `inflight`
 /// concurrent.
 async fn measure<F, Fut>(
-    name: &'static str,
+    name: impl Into<String>,
     seq: usize,
     total: usize,
     inflight: usize,
@@ -84,7 +98,7 @@ where
     }
     let per_sec = total as f64 / start.elapsed().as_secs_f64();
     let stats = Stats {
-        name,
+        name: name.into(),
         p50_us: percentile(&lat, 0.5),
         p99_us: percentile(&lat, 0.99),
         per_sec,
@@ -125,6 +139,22 @@ fn free_port() -> Result<u16> {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
+    if std::env::args().nth(1).as_deref() == Some("directory") {
+        let agents = match std::env::args().nth(2) {
+            Some(n) => n.parse().context("usage: consort-bench directory [N]")?,
+            None => 1000,
+        };
+        anyhow::ensure!(agents >= 2, "N must be at least 2 (one agent per host)");
+        let root = std::env::temp_dir().join(format!("consort-bench-{}", std::process::id()));
+        let result = directory_bench(&root, agents).await;
+        if result.is_err() && STOPPED_EARLY.load(Ordering::SeqCst) {
+            // The watchdog is removing the folder under the hosts and ends the process: the
+            // error is its doing, not the directory's.
+            std::thread::sleep(Duration::from_secs(60));
+        }
+        let _ = std::fs::remove_dir_all(&root);
+        return result;
+    }
     chain_verification()?;
     if std::env::args().nth(1).as_deref() == Some("chain") {
         return Ok(());
@@ -328,14 +358,7 @@ async fn run(root: &std::path::Path) -> Result<()> {
         );
     }
 
-    println!("| measurement | p50 µs | p99 µs | throughput /s |");
-    println!("|---|---:|---:|---:|");
-    for r in &rows {
-        println!(
-            "| {} | {:.0} | {:.0} | {:.0} |",
-            r.name, r.p50_us, r.p99_us, r.per_sec
-        );
-    }
+    print_rows(&rows);
     let by = |name: &str| rows.iter().find(|r| r.name == name);
     let ratio = |a: &str, b: &str| -> Option<(f64, f64)> {
         let (a, b) = (by(a)?, by(b)?);
@@ -387,6 +410,17 @@ async fn run(root: &std::path::Path) -> Result<()> {
         h.host.stop();
     }
     Ok(())
+}
+
+fn print_rows(rows: &[Stats]) {
+    println!("| measurement | p50 µs | p99 µs | throughput /s |");
+    println!("|---|---:|---:|---:|");
+    for r in rows {
+        println!(
+            "| {} | {:.0} | {:.0} | {:.0} |",
+            r.name, r.p50_us, r.p99_us, r.per_sec
+        );
+    }
 }
 
 /// Times `verify_chain_batched` (several signatures in one batch) against `verify_chain` (every
@@ -509,4 +543,403 @@ async fn raw_quinn_pair() -> Result<(quinn::Connection, quinn::Endpoint)> {
     client.set_default_client_config(client_config);
     let conn = client.connect(addr, "localhost")?.await?;
     Ok((conn, server))
+}
+
+// The peer directory (`consort-bench directory [N]`).
+
+/// The RSS past which the directory mode stops: this machine's budget for it.
+const RSS_LIMIT_MB: u64 = 2048;
+/// How long one host may take to start its agents before the directory mode gives up.
+const START_LIMIT: Duration = Duration::from_secs(180);
+/// Set by the watchdog once it stops the process.
+static STOPPED_EARLY: AtomicBool = AtomicBool::new(false);
+/// The span the inbound link handler opens for every `Frame::PresenceQuery` it handles.
+const PRESENCE_SPAN: &str = "link_inbound_presence";
+
+/// Per host: the presence queries its link handled and the agents they named in all, read off
+/// [`PRESENCE_SPAN`] (fields `host` and `agents`). The only callsite this subscriber enables.
+#[derive(Clone, Default)]
+struct PresenceQueries(Arc<Mutex<BTreeMap<String, (u64, u64)>>>);
+
+impl PresenceQueries {
+    fn of(&self, host: &str) -> (u64, u64) {
+        self.0
+            .lock()
+            .map(|m| m.get(host).copied().unwrap_or_default())
+            .unwrap_or_default()
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for PresenceQueries {
+    fn register_callsite(&self, metadata: &'static tracing::Metadata<'static>) -> Interest {
+        if metadata.is_span() && metadata.name() == PRESENCE_SPAN {
+            Interest::always()
+        } else {
+            Interest::never()
+        }
+    }
+
+    fn enabled(&self, metadata: &tracing::Metadata<'_>, _: LayerContext<'_, S>) -> bool {
+        metadata.is_span() && metadata.name() == PRESENCE_SPAN
+    }
+
+    fn on_new_span(&self, attrs: &Attributes<'_>, _: &tracing::span::Id, _: LayerContext<'_, S>) {
+        if attrs.metadata().name() != PRESENCE_SPAN {
+            return;
+        }
+        let mut fields = SpanFields::default();
+        attrs.record(&mut fields);
+        if let Ok(mut counts) = self.0.lock() {
+            let entry = counts.entry(fields.host).or_default();
+            entry.0 += 1;
+            entry.1 += fields.agents;
+        }
+    }
+}
+
+#[derive(Default)]
+struct SpanFields {
+    host: String,
+    agents: u64,
+}
+
+impl Visit for SpanFields {
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        if field.name() == "agents" {
+            self.agents = value;
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        match field.name() {
+            "host" => self.host = format!("{value:?}"),
+            "agents" => self.agents = format!("{value:?}").parse().unwrap_or_default(),
+            _ => {}
+        }
+    }
+}
+
+/// A `kB` line of /proc/self/status, in MB.
+fn proc_status_mb(key: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix(key))
+                .and_then(|rest| {
+                    rest.trim()
+                        .trim_end_matches("kB")
+                        .trim()
+                        .parse::<u64>()
+                        .ok()
+                })
+        })
+        .map_or(0, |kb| kb / 1024)
+}
+
+fn open_files() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, Iterator::count)
+}
+
+fn memory_line() -> String {
+    format!(
+        "RSS {} MB (peak {} MB), {} open files",
+        proc_status_mb("VmRSS:"),
+        proc_status_mb("VmHWM:"),
+        open_files()
+    )
+}
+
+/// Stops the process (after removing `root`) once its RSS passes [`RSS_LIMIT_MB`].
+fn rss_watchdog(root: std::path::PathBuf) {
+    let started = Instant::now();
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep(Duration::from_millis(200));
+            let rss = proc_status_mb("VmRSS:");
+            if rss > RSS_LIMIT_MB {
+                STOPPED_EARLY.store(true, Ordering::SeqCst);
+                eprintln!(
+                    "consort-bench directory: stopped early, RSS {rss} MB > {RSS_LIMIT_MB} MB after {:.1} s ({} open files)",
+                    started.elapsed().as_secs_f64(),
+                    open_files()
+                );
+                // The hosts are still creating stores under `root`: retry until it is gone.
+                for _ in 0..20 {
+                    let _ = std::fs::remove_dir_all(&root);
+                    std::thread::sleep(Duration::from_millis(50));
+                    if !root.exists() {
+                        break;
+                    }
+                }
+                if root.exists() {
+                    eprintln!(
+                        "consort-bench directory: could not remove {}",
+                        root.display()
+                    );
+                }
+                std::process::exit(3);
+            }
+        }
+    });
+}
+
+/// The agents of the directory fleet, `a0000`…: even ones on alpha, odd ones on beta, so the
+/// first rows in name order come from both hosts. Each is a one-step script agent in its own
+/// folder under `agents-<host>/`.
+fn write_directory_agents(root: &std::path::Path, n: usize) -> Result<Vec<String>> {
+    let width = (n - 1).to_string().len();
+    let mut names = Vec::with_capacity(n);
+    for i in 0..n {
+        let name = format!("a{i:0width$}");
+        let host = if i % 2 == 0 { "alpha" } else { "beta" };
+        let dir = root.join(format!("agents-{host}")).join(&name);
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(
+            dir.join("agent.yaml"),
+            format!("name: {name}\nmodel: {{script: [{{answer: ok}}]}}\n"),
+        )?;
+        names.push(name);
+    }
+    Ok(names)
+}
+
+/// A fleet.yaml of alpha and beta on fresh ports, each serving its folder of agent folders,
+/// with goal `g` holding every agent and, when given, the directory's `row_cap`.
+fn write_directory_fleet(
+    root: &std::path::Path,
+    file: &str,
+    keys: &[(&str, String)],
+    names: &[String],
+    row_cap: Option<usize>,
+) -> Result<std::path::PathBuf> {
+    let mut yaml = String::from("hosts:\n");
+    for (host, public) in keys {
+        yaml.push_str(&format!(
+            "  - name: {host}\n    address: 127.0.0.1:{}\n    public_key: \"{public}\"\n    agents: [agents-{host}]\n",
+            free_port()?
+        ));
+    }
+    yaml.push_str(&format!(
+        "goals:\n  - name: g\n    agents: [{}]\n",
+        names.join(", ")
+    ));
+    if let Some(cap) = row_cap {
+        yaml.push_str(&format!("directory: {{row_cap: {cap}}}\n"));
+    }
+    let path = root.join(file);
+    std::fs::write(&path, yaml)?;
+    Ok(path)
+}
+
+/// Starts alpha then beta of `fleet_file`, each within [`START_LIMIT`]; returns them and the
+/// time each took.
+async fn start_pair(
+    root: &std::path::Path,
+    fleet_file: &std::path::Path,
+    tag: &str,
+) -> Result<(Vec<ServedHost>, Vec<Duration>)> {
+    let mut hosts = Vec::new();
+    let mut took = Vec::new();
+    for host in ["alpha", "beta"] {
+        let start = Instant::now();
+        let served = tokio::time::timeout(
+            START_LIMIT,
+            ServedHost::start(ServeOptions {
+                fleet_file: fleet_file.to_path_buf(),
+                host: host.into(),
+                data_dir: root.join(format!("data-{tag}")).join(host),
+                key_file: None,
+                listen_http: "127.0.0.1:0".parse()?,
+                agent_options: AgentOptions::default(),
+                link: LinkConfig::default(),
+            }),
+        )
+        .await
+        .map_err(|_| anyhow::anyhow!("{host} did not start within {START_LIMIT:?}"))?
+        .with_context(|| format!("starting {host}"))?;
+        took.push(start.elapsed());
+        hosts.push(served);
+    }
+    Ok((hosts, took))
+}
+
+/// Stops both hosts and waits (up to 10 s) until the process has no more open files than
+/// `baseline` (the stores close once the agents and every host handle are gone); returns how
+/// long that took.
+async fn stop_pair(hosts: Vec<ServedHost>, baseline: usize) -> Duration {
+    let start = Instant::now();
+    for h in &hosts {
+        h.host.stop();
+        h.endpoint.close().await;
+        h.server.abort();
+    }
+    drop(hosts);
+    while open_files() > baseline && start.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    start.elapsed()
+}
+
+/// What every measured answer must be: all `n` agents counted, the first `min(cap, n)` shown,
+/// the rest counted as omitted, and every row's presence from its host's supervisor.
+fn check_packet(packet: &DirectoryPacket, n: usize, cap: usize) -> Result<()> {
+    let shown = cap.min(n);
+    anyhow::ensure!(
+        packet.registered_agent_count == n
+            && packet.rows.len() == shown
+            && packet.omitted_row_count == n - shown,
+        "expected {n} registered, {shown} rows, {} omitted; got {}, {}, {} ({:?})",
+        n - shown,
+        packet.registered_agent_count,
+        packet.rows.len(),
+        packet.omitted_row_count,
+        packet.limitations
+    );
+    if let Some(row) = packet
+        .rows
+        .iter()
+        .find(|r| r.presence.basis != PresenceBasis::SupervisorRunTable)
+    {
+        anyhow::bail!(
+            "row {} (host {}): presence basis {}",
+            row.agent,
+            row.host,
+            row.presence.basis.as_str()
+        );
+    }
+    Ok(())
+}
+
+/// Times `directory(Operator, "g")` on alpha and checks, from the presence spans, that beta's
+/// link handled exactly one query per call, naming exactly beta's shown agents.
+async fn measure_directory(
+    alpha: &consort_actors::Host,
+    queries: &PresenceQueries,
+    n: usize,
+    cap: usize,
+    (seq, total, inflight): (usize, usize, usize),
+    rows: &mut Vec<Stats>,
+    notes: &mut Vec<String>,
+) -> Result<()> {
+    let calls = Arc::new(AtomicU64::new(0));
+    let (beta_before, alpha_before) = (queries.of("beta"), queries.of("alpha"));
+    let (host, counted) = (alpha.clone(), calls.clone());
+    rows.push(
+        measure(
+            format!("directory of {n} agents over 2 hosts (cap {cap})"),
+            seq,
+            total,
+            inflight,
+            move |_| {
+                let (host, counted) = (host.clone(), counted.clone());
+                async move {
+                    let packet = host.directory(Audience::Operator, Some("g".into())).await?;
+                    counted.fetch_add(1, Ordering::Relaxed);
+                    check_packet(&packet, n, cap)
+                }
+            },
+        )
+        .await?,
+    );
+    let calls = calls.load(Ordering::Relaxed);
+    let (beta_after, alpha_after) = (queries.of("beta"), queries.of("alpha"));
+    let (q, named) = (beta_after.0 - beta_before.0, beta_after.1 - beta_before.1);
+    let beta_rows = (cap.min(n) / 2) as u64;
+    let verdict = if q == calls && named == calls * beta_rows {
+        "one round trip to beta per call, naming its shown agents"
+    } else {
+        "MISMATCH: not one query per call"
+    };
+    notes.push(format!(
+        "cap {cap}: {calls} directory calls on alpha; presence queries handled by beta: {q} ({named} agents named, {beta_rows} shown per call), by alpha: {}: {verdict}",
+        alpha_after.0 - alpha_before.0
+    ));
+    Ok(())
+}
+
+/// `consort-bench directory [N]`.
+async fn directory_bench(root: &std::path::Path, n: usize) -> Result<()> {
+    let queries = PresenceQueries::default();
+    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(queries.clone()))
+        .context("installing the presence-span counter")?;
+    rss_watchdog(root.to_path_buf());
+    let mut notes = vec![format!("before start: {}", memory_line())];
+    std::fs::create_dir_all(root.join("keys"))?;
+    let written = Instant::now();
+    let names = write_directory_agents(root, n)?;
+    let mut keys = Vec::new();
+    for host in ["alpha", "beta"] {
+        let key = HostKey::generate();
+        key.write_new(&root.join(format!("keys/{host}.key")))?;
+        keys.push((host, key.public().to_string()));
+    }
+    eprintln!(
+        "consort-bench directory: {n} agents ({} on alpha, {} on beta) written in {:.0} ms",
+        n.div_ceil(2),
+        n / 2,
+        written.elapsed().as_secs_f64() * 1e3
+    );
+    let mut rows = Vec::new();
+    let mut caps = vec![24];
+    if n >= 1000 {
+        caps.push(1000);
+    }
+    for cap in caps {
+        let file = format!("fleet-cap{cap}.yaml");
+        let fleet_file =
+            write_directory_fleet(root, &file, &keys, &names, (cap != 24).then_some(cap))?;
+        let (before, baseline) = (memory_line(), open_files());
+        let (hosts, took) = start_pair(root, &fleet_file, &format!("cap{cap}")).await?;
+        let line = format!(
+            "cap {cap}: start of alpha {:.2} s, beta {:.2} s ({} agents each); before: {before}; after: {}",
+            took[0].as_secs_f64(),
+            took[1].as_secs_f64(),
+            n / 2,
+            memory_line()
+        );
+        eprintln!("  {line}");
+        notes.push(line);
+        let budget = if cap == 24 {
+            (300, 1000, 16)
+        } else {
+            (100, 300, 16)
+        };
+        let alpha = hosts[0].host.clone();
+        measure_directory(&alpha, &queries, n, cap, budget, &mut rows, &mut notes).await?;
+        if cap == 24 {
+            // Without beta, its rows lose their presence: it came from beta's link, not alpha.
+            let beta = &hosts[1];
+            beta.host.stop();
+            beta.endpoint.close().await;
+            let t = Instant::now();
+            let packet = alpha
+                .directory(Audience::Operator, Some("g".into()))
+                .await?;
+            let mut bases: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+            for row in &packet.rows {
+                *bases
+                    .entry((row.host.as_str(), row.presence.basis.as_str()))
+                    .or_default() += 1;
+            }
+            notes.push(format!(
+                "cap 24 with beta stopped: one call took {:.0} ms; rows by (host, presence basis): {bases:?}",
+                t.elapsed().as_secs_f64() * 1e3
+            ));
+        }
+        drop(alpha); // the host handle keeps its store writer (and its open stores) alive
+        let stopped = stop_pair(hosts, baseline).await;
+        notes.push(format!(
+            "cap {cap}: stopping both hosts took {:.1} s; after: {}",
+            stopped.as_secs_f64(),
+            memory_line()
+        ));
+    }
+    print_rows(&rows);
+    println!();
+    for note in notes {
+        println!("{note}");
+    }
+    Ok(())
 }
