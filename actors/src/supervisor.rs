@@ -110,6 +110,8 @@ pub struct SupervisorState {
     epoch_ms: u64,
     /// What directory requests are answered from.
     directory: DirectoryHost,
+    /// Every agent of the fleet, shared with each agent actor.
+    fleet_agents: Arc<[String]>,
 }
 
 /// The host supervisor actor.
@@ -158,7 +160,7 @@ impl HostSupervisor {
             model: state.spec.models.get(name).cloned(),
             extra_tools: state.spec.tools.get(name).cloned().unwrap_or_default(),
             supervisor: myself.clone(),
-            fleet_agents: Self::fleet_agents(&state.spec),
+            fleet_agents: state.fleet_agents.clone(),
             options: state.spec.options.clone(),
             board: state.board.clone(),
             goals: state
@@ -275,6 +277,7 @@ impl Actor for HostSupervisor {
             })
             .collect();
         let board = PresenceBoard::default();
+        let fleet_agents: Arc<[String]> = Arc::from(Self::fleet_agents(&args.spec));
         let epoch_ms = crate::run::now_ms();
         let data = DataFolder::new(args.spec.data_dir.clone());
         write_snapshot(&data, &args.spec);
@@ -296,6 +299,7 @@ impl Actor for HostSupervisor {
             board,
             epoch_ms,
             directory,
+            fleet_agents,
         };
         let names: Vec<String> = state.slots.keys().cloned().collect();
         for name in names {

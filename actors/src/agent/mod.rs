@@ -183,7 +183,9 @@ pub(crate) struct AgentArgs {
     /// Tools registered by an embedding app, beside the declared ones.
     pub extra_tools: Vec<Arc<dyn Tool>>,
     pub supervisor: ActorRef<SupervisorMsg>,
-    pub fleet_agents: Vec<String>,
+    /// Every agent of the fleet, shared by all agent actors of the host (one list, not one
+    /// per agent: a host of many agents would hold the square of their names).
+    pub fleet_agents: Arc<[String]>,
     pub options: AgentOptions,
     /// The host's presence board, kept up to date as this agent's commits land.
     pub board: crate::PresenceBoard,

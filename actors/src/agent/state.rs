@@ -43,7 +43,7 @@ pub(crate) struct AgentState {
     pub(super) probe_cache: ProbeCache,
     pub(super) extra_tools: Vec<Arc<dyn Tool>>,
     pub(super) supervisor: ActorRef<SupervisorMsg>,
-    pub(super) fleet_agents: Vec<String>,
+    pub(super) fleet_agents: Arc<[String]>,
     pub(super) options: AgentOptions,
     /// Tool uses whose outcome is being fetched by a spawned task.
     pub(super) in_flight: UsesOut,
