@@ -740,10 +740,21 @@ async fn directory_command(command: DirectoryCommand) -> Result<ExitCode> {
                 after_seq,
                 incarnation,
             };
-            let answer = Client::new(&resolve_url(&at.at))
+            let answered = Client::new(&resolve_url(&at.at))
                 .with_token(token_or_env(token))
                 .wait_peer(&request, Duration::from_secs(timeout_secs))
-                .await?;
+                .await;
+            let answer = match answered {
+                Ok(answer) => answer,
+                // The caller may not wait on that run: a scope gap, as for the other commands.
+                Err(consort_fleet::FleetError::Api { code, message, .. })
+                    if matches!(code.as_str(), "audience_not_authorized" | "unknown") =>
+                {
+                    eprintln!("consort: no wait: {message}");
+                    return Ok(ExitCode::from(3));
+                }
+                Err(e) => return Err(e.into()),
+            };
             if json {
                 print_json(&answer)?;
             } else {

@@ -323,6 +323,18 @@ fn a_caller_whose_membership_cannot_be_established_gets_a_scope_gap_and_no_rows(
     let out = host.cli(&["directory", "--goal", "g", "--token", "tok-ops"]);
     assert!(out.status.success(), "{out:?}");
     assert!(stdout(&out).contains("goal g: 2 registered"), "{out:?}");
+    // A principal with no goal may not wait on a run either: the same exit code.
+    let out = host.cli(&[
+        "directory",
+        "wait",
+        "a",
+        "run_0123456789abcdef0123456789abcdef",
+        "--timeout-secs",
+        "1",
+        "--token",
+        "tok-eve",
+    ]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
 }
 
 #[test]
