@@ -22,6 +22,8 @@
 //! - [`wait`]: waits pinned to (agent, run, incarnation) that only a forward-moving state
 //!   change of that very run ends.
 //! - [`rollup`](mod@rollup): which agents need a decision now, from typed facts only.
+//! - [`delivery`]: peer delivery's ids, payload digest, derived new-run ids, and the typed
+//!   [`Receipt`] and [`DeliveryOutcome`] a sender reads (active only once the run moved on).
 //!
 //! Presence is advisory colour: it never adds, drops or orders a row, and no typed fact depends
 //! on it. This module reads no clock and no store: times and reports come in as arguments.
@@ -29,6 +31,7 @@
 /// The model tool that lists an agent's peers.
 pub const LIST_PEERS: &str = "list_peers";
 
+pub mod delivery;
 pub mod observe;
 pub mod packet;
 pub mod presence;
@@ -36,6 +39,10 @@ pub mod rollup;
 pub mod scope;
 pub mod wait;
 
+pub use delivery::{
+    DELIVER, DeliveryOutcome, Receipt, activity_outcome, check_delivery_id, delivery_run_id,
+    payload_digest,
+};
 pub use observe::{
     Excerpt, ExcerptBound, ExcerptSource, Observation, ObservationLimit, RunFacts, cut_excerpt,
     may_excerpt, may_observe,

@@ -46,6 +46,8 @@ pub enum RunEvent {
     Answer(Answer),
     /// The run failed.
     Failed(Failed),
+    /// A peer delivered a message into this run.
+    MessageReceived(MessageReceived),
 }
 
 /// [`RunEvent::Created`].
@@ -200,6 +202,19 @@ pub struct ApprovalDecided {
     pub by: String,
 }
 
+/// [`RunEvent::MessageReceived`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MessageReceived {
+    /// The agent that delivered it.
+    pub from: String,
+    /// The sender's id for this delivery: with `from`, what makes a repeat idempotent.
+    pub delivery_id: String,
+    /// The payload's digest, which tells a repeat from a conflicting reuse of the id.
+    pub digest: String,
+    /// What the model reads.
+    pub text: String,
+}
+
 /// [`RunEvent::Answer`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Answer {
@@ -216,7 +231,7 @@ pub struct Failed {
 
 impl RunEvent {
     /// Every kind this version reads and writes.
-    pub const KINDS: [&'static str; 11] = [
+    pub const KINDS: [&'static str; 12] = [
         "created",
         "status",
         "model_turn",
@@ -228,6 +243,7 @@ impl RunEvent {
         "approval_decided",
         "answer",
         "failed",
+        "message_received",
     ];
 
     /// The event's stable kind (the store's `kind` column).
@@ -244,6 +260,7 @@ impl RunEvent {
             Self::ApprovalDecided(_) => "approval_decided",
             Self::Answer(_) => "answer",
             Self::Failed(_) => "failed",
+            Self::MessageReceived(_) => "message_received",
         }
     }
 
@@ -261,6 +278,7 @@ impl RunEvent {
             Self::ApprovalDecided(e) => serde_json::to_value(e),
             Self::Answer(e) => serde_json::to_value(e),
             Self::Failed(e) => serde_json::to_value(e),
+            Self::MessageReceived(e) => serde_json::to_value(e),
         };
         // Plain structs of strings, numbers and JSON values always encode.
         encoded.unwrap_or(Value::Null)
@@ -286,6 +304,7 @@ impl RunEvent {
             "approval_decided" => Self::ApprovalDecided(read(kind, data)?),
             "answer" => Self::Answer(read(kind, data)?),
             "failed" => Self::Failed(read(kind, data)?),
+            "message_received" => Self::MessageReceived(read(kind, data)?),
             other => {
                 return Err(CoreError::UnknownEventKind(
                     other.chars().take(64).collect(),

@@ -31,9 +31,19 @@ impl RunId {
     ///
     /// Length-prefixing both parts keeps `("ab", "c")` and `("a", "bc")` apart.
     pub fn child_of(parent: &Self, tool_use_id: &str) -> Self {
+        Self::derived(
+            CHILD_RUN_DOMAIN,
+            &[parent.0.as_bytes(), tool_use_id.as_bytes()],
+        )
+    }
+
+    /// A deterministic id: sha256 over `domain` and the length-prefixed `parts`, so each
+    /// derivation (its own domain tag) names its own runs and `("ab", "c")` and `("a", "bc")`
+    /// stay apart.
+    pub(crate) fn derived(domain: &[u8], parts: &[&[u8]]) -> Self {
         let mut hasher = Sha256::new();
-        hasher.update(CHILD_RUN_DOMAIN);
-        for part in [parent.0.as_bytes(), tool_use_id.as_bytes()] {
+        hasher.update(domain);
+        for part in parts {
             hasher.update((part.len() as u64).to_be_bytes());
             hasher.update(part);
         }
@@ -107,6 +117,20 @@ mod tests {
             RunId::child_of(&parent, "tu-1"),
             RunId::child_of(&other, "tu-1")
         );
+    }
+
+    #[test]
+    fn child_ids_keep_their_derivation() {
+        // Stores hold child ids derived before `derived` existed: they must not move.
+        let parent = RunId::parse("run_0123456789abcdef0123456789abcdef").unwrap();
+        let mut hasher = Sha256::new();
+        hasher.update(CHILD_RUN_DOMAIN);
+        for part in [parent.as_str().as_bytes(), b"tu-1".as_slice()] {
+            hasher.update((part.len() as u64).to_be_bytes());
+            hasher.update(part);
+        }
+        let expected = format!("run_{}", hex::encode(&hasher.finalize()[..16]));
+        assert_eq!(RunId::child_of(&parent, "tu-1").as_str(), expected);
     }
 
     #[test]

@@ -110,6 +110,55 @@ pub enum Refusal {
         /// Its status.
         status: String,
     },
+    /// A delivery named a run that has settled: nothing reads it any more.
+    #[error(
+        "{run} has already {status}; a delivery to it would never be read: nothing was written; deliver without a run to start a new one"
+    )]
+    DeliveryTargetSettled {
+        /// The run named.
+        run: String,
+        /// Its final status.
+        status: String,
+    },
+    /// A delivery named a run parked on an operator's approval, which only an operator ends.
+    #[error(
+        "{run} is waiting for an operator's approval; a delivery cannot resolve it: nothing was written; try again after the gate is decided"
+    )]
+    DeliveryTargetBlocked {
+        /// The run named.
+        run: String,
+    },
+    /// A delivery id was used before for a different message.
+    #[error(
+        "delivery id `{delivery_id}` was already used for a different message: nothing was written; use a new delivery id for a new message"
+    )]
+    DeliveryConflict {
+        /// The delivery id.
+        delivery_id: String,
+    },
+    /// A delivery without text, or with a malformed delivery id.
+    #[error(
+        "deliver expects a non-empty text and a delivery id of 1 to 128 characters from [A-Za-z0-9_.:-]: nothing was written"
+    )]
+    MalformedDelivery,
+    /// The callee does not take deliveries from the sender.
+    #[error(
+        "{callee} does not accept deliveries from {sender}: nothing was written; answer with what you have"
+    )]
+    DeliveryNotConsented {
+        /// The delivering agent.
+        sender: String,
+        /// The agent that refused.
+        callee: String,
+    },
+    /// A delivery named a run the sender did not place.
+    #[error(
+        "{run} is not a run you placed; a delivery may only go into your own calls: nothing was written; deliver without a run to start a new one"
+    )]
+    DeliveryNotYourRun {
+        /// The run named.
+        run: String,
+    },
 }
 
 impl Refusal {
@@ -129,6 +178,12 @@ impl Refusal {
             Self::MalformedCall => "malformed_call",
             Self::EmptyInput => "empty_input",
             Self::NotAwaitingApproval { .. } => "not_awaiting_approval",
+            Self::DeliveryTargetSettled { .. } => "delivery_target_settled",
+            Self::DeliveryTargetBlocked { .. } => "delivery_target_blocked",
+            Self::DeliveryConflict { .. } => "delivery_conflict",
+            Self::MalformedDelivery => "malformed_delivery",
+            Self::DeliveryNotConsented { .. } => "delivery_not_consented",
+            Self::DeliveryNotYourRun { .. } => "delivery_not_your_run",
         }
     }
 
@@ -187,6 +242,20 @@ mod tests {
                 run: s("run_1"),
                 status: s("running"),
             },
+            Refusal::DeliveryTargetSettled {
+                run: s("run_1"),
+                status: s("succeeded"),
+            },
+            Refusal::DeliveryTargetBlocked { run: s("run_1") },
+            Refusal::DeliveryConflict {
+                delivery_id: s("d-1"),
+            },
+            Refusal::MalformedDelivery,
+            Refusal::DeliveryNotConsented {
+                sender: s("cmo"),
+                callee: s("cfo"),
+            },
+            Refusal::DeliveryNotYourRun { run: s("run_1") },
         ]
     }
 
@@ -221,5 +290,27 @@ mod tests {
             "call_agent expects {\"agent\": \"<name>\", \"input\": \"<non-empty text>\"}"
         );
         assert_eq!(Refusal::from_wire("the host said no"), None);
+        assert_eq!(
+            Refusal::DeliveryTargetBlocked {
+                run: "run_1".into()
+            }
+            .to_string(),
+            "run_1 is waiting for an operator's approval; a delivery cannot resolve it: nothing was written; try again after the gate is decided"
+        );
+    }
+
+    #[test]
+    fn delivery_refusals_have_their_wire_form() {
+        let refusal = Refusal::DeliveryConflict {
+            delivery_id: "d-1".into(),
+        };
+        assert_eq!(
+            refusal.to_wire(),
+            r#"{"reason":"delivery_conflict","delivery_id":"d-1"}"#
+        );
+        assert_eq!(
+            Refusal::MalformedDelivery.to_wire(),
+            r#"{"reason":"malformed_delivery"}"#
+        );
     }
 }

@@ -60,7 +60,8 @@ impl std::fmt::Display for RunStatus {
     }
 }
 
-/// Who started a run: `api`, `cli`, or `agent:<caller>` for a delegated call.
+/// Who started a run: `api`, `cli`, `agent:<caller>` for a delegated call, or
+/// `delivery:<sender>` for a run a peer's delivery started.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Channel {
     /// The HTTP API.
@@ -69,6 +70,8 @@ pub enum Channel {
     Cli,
     /// A call from the named agent.
     Agent(String),
+    /// A message the named agent delivered, with no run of its own to land in.
+    Delivery(String),
 }
 
 impl Channel {
@@ -77,10 +80,15 @@ impl Channel {
         match text {
             "api" => Some(Self::Api),
             "cli" => Some(Self::Cli),
-            other => other
-                .strip_prefix("agent:")
-                .filter(|name| !name.is_empty())
-                .map(|name| Self::Agent(name.to_owned())),
+            other => {
+                // A prefix with an empty name names nobody: refused, like an unknown channel.
+                let named = |prefix: &str| other.strip_prefix(prefix).filter(|n| !n.is_empty());
+                if let Some(name) = named("agent:") {
+                    Some(Self::Agent(name.to_owned()))
+                } else {
+                    named("delivery:").map(|name| Self::Delivery(name.to_owned()))
+                }
+            }
         }
     }
 }
@@ -91,6 +99,7 @@ impl std::fmt::Display for Channel {
             Self::Api => f.write_str("api"),
             Self::Cli => f.write_str("cli"),
             Self::Agent(name) => write!(f, "agent:{name}"),
+            Self::Delivery(sender) => write!(f, "delivery:{sender}"),
         }
     }
 }
@@ -125,10 +134,27 @@ mod tests {
         ] {
             assert_eq!(RunStatus::parse(s.as_str()), Some(s));
         }
-        for c in [Channel::Api, Channel::Cli, Channel::Agent("cmo".into())] {
+        for c in [
+            Channel::Api,
+            Channel::Cli,
+            Channel::Agent("cmo".into()),
+            Channel::Delivery("cmo".into()),
+        ] {
             assert_eq!(Channel::parse(&c.to_string()), Some(c));
         }
         assert_eq!(Channel::parse("agent:"), None);
+        assert_eq!(Channel::parse("delivery:"), None);
         assert_eq!(Channel::parse("web"), None);
+    }
+
+    #[test]
+    fn a_delivery_channel_reads_and_writes_its_sender() {
+        let channel = Channel::Delivery("cfo".into());
+        assert_eq!(channel.to_string(), "delivery:cfo");
+        assert_eq!(Channel::parse("delivery:cfo"), Some(channel.clone()));
+        let json = serde_json::to_string(&channel).unwrap();
+        assert_eq!(json, "\"delivery:cfo\"");
+        assert_eq!(serde_json::from_str::<Channel>(&json).unwrap(), channel);
+        assert!(serde_json::from_str::<Channel>("\"delivery:\"").is_err());
     }
 }

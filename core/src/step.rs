@@ -15,11 +15,13 @@
 //!
 //! Each concern is a child module: what a step is told (`input`) and returns (`effect`,
 //! `transition`), a run's own pace through model turns (`turn`), the tool uses of a turn
-//! (`resolve`), placing calls (`call`), taking replies (`reply`) and the approval gate
-//! (`gate`). This module only routes an [`Input`] to the one that handles it; a rule added
-//! here instead of in its module would be a second place to look for it.
+//! (`resolve`), placing calls (`call`), taking replies (`reply`), taking a peer's delivered
+//! message (`deliver`) and the approval gate (`gate`). This module only routes an [`Input`]
+//! to the one that handles it; a rule added here instead of in its module would be a second
+//! place to look for it.
 
 mod call;
+mod deliver;
 mod effect;
 mod gate;
 mod input;
@@ -28,6 +30,7 @@ mod resolve;
 mod transition;
 mod turn;
 
+use crate::event::MessageReceived;
 use crate::{RunStatus, RunView};
 
 pub use call::accepted_text;
@@ -65,6 +68,22 @@ pub fn step(view: &RunView, input: Input, policy: &Policy<'_>) -> Step {
         Input::Decide { run, approve } => gate::decide(view, &run, approve),
         Input::WaitElapsed { tool_use_id } => call::wait_elapsed(view, &tool_use_id),
         Input::Resume => reply::resume(view),
+        Input::Deliver {
+            run,
+            from,
+            delivery_id,
+            digest,
+            text,
+        } => deliver::receive(
+            view,
+            &run,
+            MessageReceived {
+                from,
+                delivery_id,
+                digest,
+                text,
+            },
+        ),
     }
 }
 

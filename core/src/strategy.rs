@@ -9,7 +9,7 @@ use serde_json::json;
 
 use crate::event::{
     Answer, ApprovalDecided, ApprovalRequested, CallPlaced, CallRefused, Created, Failed,
-    ModelTurn, ReplyOutcome, ReplyReceived, StatusChanged, ToolResult,
+    MessageReceived, ModelTurn, ReplyOutcome, ReplyReceived, StatusChanged, ToolResult,
 };
 use crate::{Channel, ModelStep, Refusal, RunEvent, RunId, RunStatus, ToolUse};
 
@@ -145,6 +145,21 @@ pub(crate) fn event() -> impl Strategy<Value = RunEvent> {
         }),
         "[a-z]{0,6}".prop_map(|text| RunEvent::Answer(Answer { text })),
         "[a-z]{0,6}".prop_map(|error| RunEvent::Failed(Failed { error })),
+        // Few senders, ids and digests, so repeats and conflicting reuses of an id happen.
+        (
+            prop_oneof![Just("cfo"), Just("ops")],
+            0..3u8,
+            0..2u8,
+            "[a-z ]{0,6}"
+        )
+            .prop_map(|(from, id, digest, text)| {
+                RunEvent::MessageReceived(MessageReceived {
+                    from: from.into(),
+                    delivery_id: format!("d-{id}"),
+                    digest: format!("digest-{digest}"),
+                    text,
+                })
+            }),
     ]
 }
 

@@ -62,6 +62,9 @@ pub struct RunView {
     /// `call_agent` uses whose placement ended unreachable: the callee may have stored the
     /// call all the same, so they count against the cap.
     pub unreachable_calls: BTreeSet<String>,
+    /// Messages peers delivered: (sender, delivery id) → (payload digest, seq of the event),
+    /// so a repeated delivery is answered from the first and a reused id is told apart.
+    pub deliveries: BTreeMap<(String, String), (String, u64)>,
 }
 
 impl RunView {
@@ -155,6 +158,19 @@ impl RunView {
                 self.approvals
                     .insert(decided.tool_use_id.clone(), Some(decided.approved));
             }
+            RunEvent::MessageReceived(message) => {
+                // The first record of a (sender, id) is the one a repeat is answered with; a
+                // log never holds two, but a fold must not let a later one rewrite it.
+                self.deliveries
+                    .entry((message.from.clone(), message.delivery_id.clone()))
+                    .or_insert_with(|| (message.digest.clone(), seq));
+                // News for the model, as a reply is: the next advance asks it.
+                self.last_reply_seq = seq;
+                self.conversation.push(Message::User(format!(
+                    "[message from {}] {}",
+                    message.from, message.text
+                )));
+            }
             RunEvent::Answer(_) | RunEvent::Failed(_) => {}
         }
     }
@@ -193,7 +209,8 @@ impl RunView {
         }
     }
 
-    /// Whether the model has something new to read: no turn yet, a reply since its last turn,
+    /// Whether the model has something new to read: no turn yet, a reply or a delivered
+    /// message since its last turn,
     /// or a result of its last turn other than "call accepted" (tool output, a refusal).
     pub fn needs_model(&self) -> bool {
         let Some((_, step)) = &self.last_turn else {

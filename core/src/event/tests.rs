@@ -57,10 +57,18 @@ fn stored_format_1() -> Vec<(&'static str, Value)> {
     ]
 }
 
+/// Kinds added after format 1's first stores; none changes a format-1 kind.
+fn added_kinds() -> Vec<(&'static str, Value)> {
+    vec![(
+        "message_received",
+        json!({"from": "cfo", "delivery_id": "d-1", "digest": "ab12", "text": "the numbers are in"}),
+    )]
+}
+
 #[test]
 fn every_stored_kind_of_format_1_decodes_and_encodes_back_the_same() {
     let mut kinds = std::collections::BTreeSet::new();
-    for (kind, data) in stored_format_1() {
+    for (kind, data) in stored_format_1().into_iter().chain(added_kinds()) {
         let event = RunEvent::decode(kind, data.clone()).unwrap();
         assert_eq!(event.kind(), kind);
         assert_eq!(event.data(), data, "{kind}");
@@ -71,6 +79,23 @@ fn every_stored_kind_of_format_1_decodes_and_encodes_back_the_same() {
         RunEvent::KINDS.len(),
         "a kind lacks a format-1 sample"
     );
+}
+
+#[test]
+fn a_delivered_message_round_trips_with_every_field() {
+    let event = RunEvent::MessageReceived(MessageReceived {
+        from: "cfo".into(),
+        delivery_id: "d-1".into(),
+        digest: "ab12".into(),
+        text: "the numbers are in".into(),
+    });
+    assert_eq!(event.kind(), "message_received");
+    assert!(RunEvent::KINDS.contains(&event.kind()));
+    let data = event.data();
+    assert_eq!(data, added_kinds()[0].1);
+    assert_eq!(RunEvent::decode("message_received", data), Ok(event));
+    let missing = RunEvent::decode("message_received", json!({"from": "cfo", "text": "x"}));
+    assert!(matches!(missing, Err(CoreError::MalformedEvent { .. })));
 }
 
 #[test]

@@ -70,6 +70,14 @@ pub enum Verdict {
     Dropped(&'static str),
     /// The request was refused.
     Refused(Refusal),
+    /// A delivered message is in the run's log at `seq` (`existing` when it was there
+    /// already: a repeat of the same delivery, nothing written).
+    Delivered {
+        /// The seq of its `message_received` event.
+        seq: u64,
+        /// The delivery was taken before.
+        existing: bool,
+    },
 }
 
 /// What [`step`](super::step()) decided.

@@ -152,4 +152,18 @@ pub enum Input {
     },
     /// The host restarted: ask again for every reply the run still waits on.
     Resume,
+    /// A peer delivered a message into this run. The runtime has checked consent and that
+    /// the sender may deliver into this run before it builds this input.
+    Deliver {
+        /// The run delivered into (named in a refusal, as [`Input::Decide`] names it).
+        run: RunId,
+        /// The delivering agent.
+        from: String,
+        /// The sender's id for this delivery.
+        delivery_id: String,
+        /// The payload's digest (see [`payload_digest`](crate::directory::payload_digest)).
+        digest: String,
+        /// What the model reads.
+        text: String,
+    },
 }

@@ -2,7 +2,7 @@ use proptest::prelude::*;
 use serde_json::json;
 
 use super::*;
-use crate::event::{CallPlaced, Created, ModelTurn, ReplyReceived, ToolResult};
+use crate::event::{CallPlaced, Created, MessageReceived, ModelTurn, ReplyReceived, ToolResult};
 use crate::{Channel, RunEvent};
 
 fn created(input: &str) -> RunEvent {
@@ -115,6 +115,28 @@ fn waiting_without_news_does_not_need_the_model() {
     let view = RunView::from_events(&[created("x"), turn(ModelStep::Wait, None)]);
     assert!(!view.needs_model());
     assert_eq!(view.model_turns, 1);
+}
+
+#[test]
+fn a_delivered_message_is_news_for_a_waiting_model() {
+    let mut view = RunView::from_events(&[created("x"), turn(ModelStep::Wait, None)]);
+    assert!(!view.needs_model());
+    view.apply(&RunEvent::MessageReceived(MessageReceived {
+        from: "cfo".into(),
+        delivery_id: "d-1".into(),
+        digest: "ab".into(),
+        text: "revenue is up".into(),
+    }));
+    assert!(view.needs_model());
+    assert_eq!(view.last_reply_seq, 3);
+    assert_eq!(
+        view.conversation.last().map(Message::render).as_deref(),
+        Some("[message from cfo] revenue is up")
+    );
+    assert_eq!(
+        view.deliveries.get(&("cfo".to_owned(), "d-1".to_owned())),
+        Some(&("ab".to_owned(), 3))
+    );
 }
 
 proptest! {

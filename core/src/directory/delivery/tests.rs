@@ -1,0 +1,221 @@
+use proptest::prelude::*;
+use serde_json::json;
+
+use super::*;
+
+fn run() -> RunId {
+    RunId::parse("run_0123456789abcdef0123456789abcdef").unwrap()
+}
+
+fn enqueued(seq: u64) -> Receipt {
+    Receipt::Enqueued {
+        delivery_id: "d-1".into(),
+        run: run(),
+        seq,
+        existing: false,
+    }
+}
+
+#[test]
+fn the_digest_is_sha256_hex_and_tells_every_field_apart() {
+    let digest = payload_digest("cfo", Some(&run()), "hello");
+    assert_eq!(digest.len(), 64);
+    assert!(digest.bytes().all(|b| b.is_ascii_hexdigit()));
+    assert_eq!(digest, payload_digest("cfo", Some(&run()), "hello"));
+    assert_ne!(digest, payload_digest("cfo", None, "hello"));
+    // Bytes moved between fields make another payload.
+    assert_ne!(
+        payload_digest("ab", None, "c"),
+        payload_digest("a", None, "bc")
+    );
+}
+
+#[test]
+fn a_new_run_delivery_names_the_same_run_each_time_and_no_child_run() {
+    let id = delivery_run_id("cfo", "cmo", "d-1");
+    assert_eq!(id, delivery_run_id("cfo", "cmo", "d-1"));
+    assert_ne!(id, delivery_run_id("cfo", "cmo", "d-2"));
+    assert_ne!(id, delivery_run_id("cfo", "ops", "d-1"));
+    assert_ne!(id, delivery_run_id("ops", "cmo", "d-1"));
+    assert!(RunId::parse(id.as_str()).is_ok());
+}
+
+#[test]
+fn delivery_ids_are_short_and_plain() {
+    for good in ["d", "d-1", "a.b:c_D-9", &"x".repeat(128)] {
+        assert_eq!(check_delivery_id(good), Ok(()), "{good}");
+    }
+    for bad in ["", "has space", "é", "a/b", &"x".repeat(129)] {
+        assert_eq!(
+            check_delivery_id(bad),
+            Err(Refusal::MalformedDelivery),
+            "{bad}"
+        );
+    }
+}
+
+#[test]
+fn receipts_and_outcomes_have_their_wire_forms() {
+    assert_eq!(
+        serde_json::to_value(enqueued(7)).unwrap(),
+        json!({"receipt": "enqueued", "delivery_id": "d-1", "run": run().as_str(), "seq": 7, "existing": false})
+    );
+    let rejected = Receipt::rejected(
+        "d-1",
+        &Refusal::DeliveryTargetBlocked {
+            run: run().to_string(),
+        },
+    );
+    assert_eq!(rejected.code(), "rejected");
+    assert_eq!(rejected.delivery_id(), "d-1");
+    let wire = serde_json::to_value(&rejected).unwrap();
+    assert_eq!(wire["receipt"], "rejected");
+    assert_eq!(wire["code"], "delivery_target_blocked");
+    let unknown = Receipt::UnknownDelivery {
+        delivery_id: "d-9".into(),
+    };
+    assert_eq!(unknown.code(), "unknown_delivery");
+    for receipt in [enqueued(7), rejected, unknown] {
+        let text = serde_json::to_string(&receipt).unwrap();
+        assert_eq!(serde_json::from_str::<Receipt>(&text).unwrap(), receipt);
+    }
+
+    let outcomes = [
+        DeliveryOutcome::Active {
+            receipt: enqueued(7),
+            activity_seq: 8,
+        },
+        DeliveryOutcome::Stalled {
+            receipt: enqueued(7),
+            window_ms: 5_000,
+        },
+        DeliveryOutcome::Rejected {
+            delivery_id: "d-1".into(),
+            code: "delivery_conflict".into(),
+            reason: "no".into(),
+        },
+        DeliveryOutcome::Timeout {
+            delivery_id: "d-1".into(),
+            detail: "no receipt in 30s".into(),
+        },
+    ];
+    let codes: Vec<_> = outcomes.iter().map(DeliveryOutcome::code).collect();
+    assert_eq!(codes, ["active", "stalled", "rejected", "timeout"]);
+    for outcome in outcomes {
+        let wire = serde_json::to_value(&outcome).unwrap();
+        assert_eq!(wire["outcome"], outcome.code());
+        assert_eq!(
+            serde_json::from_value::<DeliveryOutcome>(wire).unwrap(),
+            outcome
+        );
+    }
+}
+
+#[test]
+fn only_activity_past_the_message_makes_a_delivery_active() {
+    assert_eq!(
+        activity_outcome(enqueued(7), Some(9), 100),
+        DeliveryOutcome::Active {
+            receipt: enqueued(7),
+            activity_seq: 9
+        }
+    );
+    for observed in [None, Some(3), Some(7)] {
+        assert_eq!(
+            activity_outcome(enqueued(7), observed, 100),
+            DeliveryOutcome::Stalled {
+                receipt: enqueued(7),
+                window_ms: 100
+            }
+        );
+    }
+    let rejected = Receipt::rejected("d-1", &Refusal::MalformedDelivery);
+    let outcome = activity_outcome(rejected, Some(100), 100);
+    assert!(
+        matches!(&outcome, DeliveryOutcome::Rejected { code, .. } if code == "malformed_delivery")
+    );
+    let unknown = Receipt::UnknownDelivery {
+        delivery_id: "d-9".into(),
+    };
+    let outcome = activity_outcome(unknown, Some(100), 100);
+    assert!(
+        matches!(&outcome, DeliveryOutcome::Rejected { code, delivery_id, .. } if code == "unknown_delivery" && delivery_id == "d-9")
+    );
+    assert!(!outcome.is_success());
+}
+
+fn receipt() -> impl Strategy<Value = Receipt> {
+    prop_oneof![
+        (0..20u64, any::<bool>()).prop_map(|(seq, existing)| Receipt::Enqueued {
+            delivery_id: "d-1".into(),
+            run: run(),
+            seq,
+            existing,
+        }),
+        Just(Receipt::rejected("d-1", &Refusal::MalformedDelivery)),
+        Just(Receipt::UnknownDelivery {
+            delivery_id: "d-1".into()
+        }),
+    ]
+}
+
+proptest! {
+    /// The digest is a function of its fields, and changing any one of them changes it.
+    #[test]
+    fn the_digest_is_stable_and_sensitive_to_each_field(
+        to in "[a-z]{1,4}",
+        other_to in "[a-z]{1,4}",
+        with_run in any::<bool>(),
+        tool_use in "[a-z]{1,3}",
+        text in "[a-z ]{0,8}",
+        other_text in "[a-z ]{0,8}",
+    ) {
+        let target = with_run.then(|| RunId::child_of(&run(), &tool_use));
+        let digest = payload_digest(&to, target.as_ref(), &text);
+        prop_assert_eq!(&digest, &payload_digest(&to, target.as_ref(), &text));
+        if other_to != to {
+            prop_assert_ne!(&digest, &payload_digest(&other_to, target.as_ref(), &text));
+        }
+        if other_text != text {
+            prop_assert_ne!(&digest, &payload_digest(&to, target.as_ref(), &other_text));
+        }
+        let other_run = match &target {
+            Some(_) => None,
+            None => Some(RunId::child_of(&run(), &tool_use)),
+        };
+        prop_assert_ne!(&digest, &payload_digest(&to, other_run.as_ref(), &text));
+    }
+
+    /// Two deliveries name the same new run only when (callee, sender, id) are the same.
+    #[test]
+    fn delivery_runs_are_distinct_per_callee_sender_and_id(
+        a in ("[a-c]{1,2}", "[a-c]{1,2}", "[a-c]{1,2}"),
+        b in ("[a-c]{1,2}", "[a-c]{1,2}", "[a-c]{1,2}"),
+    ) {
+        let same = delivery_run_id(&a.0, &a.1, &a.2) == delivery_run_id(&b.0, &b.1, &b.2);
+        prop_assert_eq!(same, a == b);
+    }
+
+    /// A delivery is never active unless the run's seq moved past the message's; a refused
+    /// one stays refused.
+    #[test]
+    fn an_outcome_is_never_active_without_a_forward_seq(
+        receipt in receipt(),
+        observed in proptest::option::of(0..25u64),
+        window_ms in 0..10_000u64,
+    ) {
+        let outcome = activity_outcome(receipt.clone(), observed, window_ms);
+        match &receipt {
+            Receipt::Enqueued { seq, .. } => {
+                let forward = observed.is_some_and(|o| o > *seq);
+                prop_assert_eq!(outcome.is_success(), forward);
+                if !forward {
+                    prop_assert_eq!(outcome, DeliveryOutcome::Stalled { receipt, window_ms });
+                }
+            }
+            Receipt::Rejected { .. } | Receipt::UnknownDelivery { .. } => {
+                prop_assert_eq!(outcome.code(), "rejected");
+            }
+        }
+    }
+}
