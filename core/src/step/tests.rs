@@ -594,3 +594,259 @@ proptest! {
         prop_assert_eq!(&run.view, &RunView::from_events(&run.log));
     }
 }
+
+/// A delivery from `from` into the test run, with the digest the runtime would compute.
+fn deliver(from: &str, delivery_id: &str, text: &str) -> Input {
+    Input::Deliver {
+        run: root(),
+        from: from.into(),
+        delivery_id: delivery_id.into(),
+        digest: crate::directory::payload_digest("cmo", Some(&root()), text),
+        text: text.into(),
+    }
+}
+
+fn delivered(seq: u64, existing: bool) -> Verdict {
+    Verdict::Delivered { seq, existing }
+}
+
+/// A run whose one call is out: its model waits for the reply.
+fn waiting_run(p: &Policy<'_>) -> Run {
+    let mut run = Run::new(0);
+    let turn = asked(&run.step(advance(), p));
+    run.step(answer(turn, calls(&["tu_0_0"])), p);
+    run.step(advance(), p);
+    run.step(
+        Input::CallEnded {
+            tool_use_id: "tu_0_0".into(),
+            callee: "cfo".into(),
+            outcome: CallOutcome::Accepted {
+                child_run: RunId::child_of(&root(), "tu_0_0"),
+                existing: false,
+            },
+        },
+        p,
+    );
+    run.step(advance(), p);
+    assert_eq!(run.status, RunStatus::Waiting);
+    run
+}
+
+/// A run parked on an operator's approval.
+fn blocked_run() -> Run {
+    let mut run = Run::new(0);
+    let Gate::Block(block) = approval_gate(&run.view, "t", "ledger", "ledger", &json!({}), true)
+    else {
+        panic!("a gated tool blocks first");
+    };
+    run.apply(&Step::write(block, vec![]));
+    assert_eq!(run.status, RunStatus::Blocked);
+    run
+}
+
+/// A run that answered.
+fn settled_run(p: &Policy<'_>) -> Run {
+    let mut run = Run::new(0);
+    let turn = asked(&run.step(advance(), p));
+    run.step(answer(turn, ModelStep::Answer("done".into())), p);
+    assert_eq!(run.status, RunStatus::Succeeded);
+    run
+}
+
+#[test]
+fn a_message_delivered_to_a_waiting_run_is_news_and_advances_it() {
+    let (cc, fl) = (can_call(), fleet());
+    let p = policy(&cc, &fl, Limits::default());
+    let mut run = waiting_run(&p);
+    assert!(!run.view.needs_model());
+    let seq = run.view.last_seq + 1;
+    let step = run.step(deliver("ops", "d-1", "the audit moved to Friday"), &p);
+    assert_eq!(step.verdict, delivered(seq, false));
+    assert_eq!(step.effects, vec![Effect::Advance]);
+    let write = step.write.as_ref().unwrap();
+    assert_eq!((write.events.len(), write.status), (1, None));
+    assert_eq!(run.view.last_seq, seq);
+    assert_eq!(run.log.last().map(RunEvent::kind), Some("message_received"));
+    assert_eq!(run.status, RunStatus::Waiting);
+    assert!(run.view.needs_model());
+    assert_eq!(
+        run.view.conversation.last().map(Message::render).as_deref(),
+        Some("[message from ops] the audit moved to Friday")
+    );
+    // The advance it asked for asks the model, which sees the message.
+    let turn = asked(&run.step(advance(), &p));
+    assert_eq!(turn.seen_seq, seq);
+    assert_eq!(&run.view, &RunView::from_events(&run.log));
+}
+
+#[test]
+fn a_running_or_queued_run_reads_a_delivery_on_its_next_turn_without_an_effect() {
+    let (cc, fl) = (can_call(), fleet());
+    let p = policy(&cc, &fl, Limits::default());
+    // Running: the turn in progress saw less than the message, so the next advance asks again.
+    let mut run = Run::new(0);
+    let turn = asked(&run.step(advance(), &p));
+    run.step(answer(turn, calls(&["tu_0_0"])), &p);
+    assert_eq!(run.status, RunStatus::Running);
+    let step = run.step(deliver("ops", "d-1", "hi"), &p);
+    assert_eq!(step.verdict, delivered(run.view.last_seq, false));
+    assert!(step.write.is_some());
+    assert_eq!(step.effects, vec![]);
+    assert!(run.view.needs_model());
+    // Queued: the first turn reads it.
+    let mut run = Run::new(0);
+    let step = run.step(deliver("ops", "d-1", "hi"), &p);
+    assert_eq!(step.verdict, delivered(2, false));
+    assert_eq!(step.effects, vec![]);
+    assert_eq!(run.status, RunStatus::Queued);
+    let turn = asked(&run.step(advance(), &p));
+    assert!(turn.starting);
+    assert_eq!(turn.seen_seq, 2);
+}
+
+#[test]
+fn a_settled_or_blocked_run_refuses_a_delivery_and_writes_nothing() {
+    let (cc, fl) = (can_call(), fleet());
+    let p = policy(&cc, &fl, Limits::default());
+    let mut run = settled_run(&p);
+    let before = run.log.len();
+    let step = run.step(deliver("ops", "d-1", "hi"), &p);
+    assert_eq!(
+        step.verdict,
+        Verdict::Refused(Refusal::DeliveryTargetSettled {
+            run: root().to_string(),
+            status: "succeeded".into(),
+        })
+    );
+    assert_eq!(
+        (step.write, step.effects, run.log.len()),
+        (None, vec![], before)
+    );
+
+    let mut run = blocked_run();
+    let before = run.log.len();
+    let step = run.step(deliver("ops", "d-1", "hi"), &p);
+    assert_eq!(
+        step.verdict,
+        Verdict::Refused(Refusal::DeliveryTargetBlocked {
+            run: root().to_string(),
+        })
+    );
+    assert_eq!(
+        (step.write, step.effects, run.log.len()),
+        (None, vec![], before)
+    );
+}
+
+#[test]
+fn a_repeated_delivery_is_answered_from_the_first_and_a_reused_id_is_a_conflict() {
+    let (cc, fl) = (can_call(), fleet());
+    let p = policy(&cc, &fl, Limits::default());
+    let mut run = waiting_run(&p);
+    let first = run.step(deliver("ops", "d-1", "hi"), &p);
+    let Verdict::Delivered {
+        seq,
+        existing: false,
+    } = first.verdict
+    else {
+        panic!("the first delivery is written: {:?}", first.verdict);
+    };
+    let before = run.log.len();
+    let again = run.step(deliver("ops", "d-1", "hi"), &p);
+    assert_eq!(again.verdict, delivered(seq, true));
+    assert_eq!((again.write, again.effects), (None, vec![]));
+    let conflict = run.step(deliver("ops", "d-1", "something else"), &p);
+    assert_eq!(
+        conflict.verdict,
+        Verdict::Refused(Refusal::DeliveryConflict {
+            delivery_id: "d-1".into()
+        })
+    );
+    assert_eq!(conflict.write, None);
+    // The same id from another sender is another delivery.
+    let other = run.step(deliver("cfo", "d-1", "hi"), &p);
+    assert_eq!(other.verdict, delivered(before as u64 + 1, false));
+    // A repeat whose receipt was lost still finds it after the run settled.
+    let turn = asked(&run.step(advance(), &p));
+    run.step(answer(turn, ModelStep::Answer("done".into())), &p);
+    assert_eq!(run.status, RunStatus::Succeeded);
+    let late = run.step(deliver("ops", "d-1", "hi"), &p);
+    assert_eq!(late.verdict, delivered(seq, true));
+    assert_eq!(late.write, None);
+}
+
+#[test]
+fn an_empty_message_or_a_malformed_id_is_refused() {
+    let (cc, fl) = (can_call(), fleet());
+    let p = policy(&cc, &fl, Limits::default());
+    let mut run = waiting_run(&p);
+    let before = run.log.len();
+    for input in [
+        deliver("ops", "d-1", ""),
+        deliver("ops", "d-1", " \n\t "),
+        deliver("ops", "", "hi"),
+        deliver("ops", "has space", "hi"),
+    ] {
+        let step = run.step(input, &p);
+        assert_eq!(step.verdict, Verdict::Refused(Refusal::MalformedDelivery));
+        assert_eq!(step.write, None);
+    }
+    assert_eq!(run.log.len(), before);
+}
+
+/// A run in one of the states a delivery meets.
+fn run_in(state: u8, p: &Policy<'_>) -> Run {
+    match state {
+        0 => Run::new(0),
+        1 => waiting_run(p),
+        2 => blocked_run(),
+        3 => settled_run(p),
+        _ => {
+            let mut run = Run::new(0);
+            let turn = asked(&run.step(advance(), p));
+            run.step(answer(turn, calls(&["tu_0_0"])), p);
+            run
+        }
+    }
+}
+
+proptest! {
+    /// Delivering the same (sender, id, digest) twice in a row never writes twice: the second
+    /// is answered from the first (or refused as the first was), and writes nothing.
+    #[test]
+    fn the_same_delivery_twice_in_a_row_never_writes_twice(
+        state in 0..5u8,
+        earlier in proptest::collection::vec(
+            (prop_oneof![Just("ops"), Just("cfo")], 0..3u8, "[a-z ]{0,4}"),
+            0..4,
+        ),
+        from in prop_oneof![Just("ops"), Just("cfo")],
+        id in 0..3u8,
+        text in "[a-z ]{0,4}",
+    ) {
+        let (cc, fl) = (can_call(), fleet());
+        let p = policy(&cc, &fl, Limits::default());
+        let mut run = run_in(state, &p);
+        for (from, id, text) in earlier {
+            run.step(deliver(from, &format!("d-{id}"), &text), &p);
+        }
+        let id = format!("d-{id}");
+        let first = run.step(deliver(from, &id, &text), &p);
+        let second = run.step(deliver(from, &id, &text), &p);
+        prop_assert_eq!(&second.write, &None);
+        match (&first.verdict, &second.verdict) {
+            (Verdict::Delivered { seq, .. }, Verdict::Delivered { seq: again, existing: true }) => {
+                prop_assert_eq!(seq, again);
+            }
+            (Verdict::Refused(a), Verdict::Refused(b)) => prop_assert_eq!(a, b),
+            (a, b) => prop_assert!(false, "first {:?}, then {:?}", a, b),
+        }
+        let written = run
+            .log
+            .iter()
+            .filter(|e| matches!(e, RunEvent::MessageReceived(m) if m.from == from && m.delivery_id == id))
+            .count();
+        prop_assert!(written <= 1, "one delivery written {} times", written);
+        prop_assert_eq!(&run.view, &RunView::from_events(&run.log));
+    }
+}
