@@ -45,7 +45,7 @@ pub struct RunView {
     pub last_turn_seen: u64,
     /// Sequence number of the last event in the log (events are numbered from 1).
     pub last_seq: u64,
-    /// Sequence number of the last reply received.
+    /// Sequence number of the last reply or delivered message received (news for the model).
     pub last_reply_seq: u64,
     /// Tool uses that have a result.
     pub resolved: BTreeSet<String>,
@@ -210,8 +210,8 @@ impl RunView {
     }
 
     /// Whether the model has something new to read: no turn yet, a reply or a delivered
-    /// message since its last turn,
-    /// or a result of its last turn other than "call accepted" (tool output, a refusal).
+    /// message since its last turn, or a result of its last turn other than "call accepted"
+    /// (tool output, a refusal).
     pub fn needs_model(&self) -> bool {
         let Some((_, step)) = &self.last_turn else {
             return true;
