@@ -249,7 +249,7 @@ impl AgentActor {
                 warn!(run_id = %parent, child = %reply.child_run, from = %reply.callee, "reply dropped: {why}");
                 false
             }
-            Verdict::None | Verdict::Refused(_) => false,
+            Verdict::None | Verdict::Refused(_) | Verdict::Delivered { .. } => false,
         };
         if let Some(port) = taken
             && let Some(now) = state
