@@ -21,7 +21,7 @@ use consort_actors::directory::WaitRequest;
 use consort_actors::store::Durability;
 use consort_actors::{AgentOptions, Channel, DataFolder, RunRecord, RunStatus};
 use consort_config::AgentSet;
-use consort_core::directory::{WaitOutcome, WaitUntil};
+use consort_core::directory::{DeliveryOutcome, WaitOutcome, WaitUntil};
 use consort_fleet::Client;
 use consort_fleet::dev::{DevHost, DevOptions};
 use consort_net::RunId;
@@ -173,6 +173,29 @@ enum DirectoryCommand {
         incarnation: Option<String>,
         #[arg(long, default_value_t = 30)]
         timeout_secs: u64,
+        #[arg(long)]
+        token: Option<String>,
+        #[command(flatten)]
+        at: At,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Deliver a message to an agent: into one of its runs (--run) or as a new run. Exit 0
+    /// active, 5 stalled (enqueued, nothing followed), 4 timeout (nothing resent), 3 rejected.
+    Deliver {
+        agent: String,
+        message: String,
+        /// The idempotency key: the same id and message again gets the first receipt.
+        #[arg(long)]
+        id: String,
+        #[arg(long)]
+        run: Option<String>,
+        /// How long to wait for the receipt.
+        #[arg(long, default_value_t = 10)]
+        timeout_secs: u64,
+        /// How long after the receipt to watch for activity.
+        #[arg(long, default_value_t = 5000)]
+        window_ms: u64,
         #[arg(long)]
         token: Option<String>,
         #[command(flatten)]
@@ -764,6 +787,40 @@ async fn directory_command(command: DirectoryCommand) -> Result<ExitCode> {
                 WaitOutcome::Matched { .. } => ExitCode::SUCCESS,
                 WaitOutcome::Timeout { .. } => ExitCode::from(4),
                 _ => ExitCode::from(5),
+            })
+        }
+        DirectoryCommand::Deliver {
+            agent,
+            message,
+            id,
+            run,
+            timeout_secs,
+            window_ms,
+            token,
+            at,
+            json,
+        } => {
+            let outcome = Client::new(&resolve_url(&at.at))
+                .with_token(token_or_env(token))
+                .deliver(
+                    &agent,
+                    run.as_deref(),
+                    &message,
+                    &id,
+                    Duration::from_secs(timeout_secs),
+                    Duration::from_millis(window_ms),
+                )
+                .await?;
+            if json {
+                print_json(&outcome)?;
+            } else {
+                println!("{}", output::delivery(&outcome));
+            }
+            Ok(match outcome {
+                DeliveryOutcome::Active { .. } => ExitCode::SUCCESS,
+                DeliveryOutcome::Stalled { .. } => ExitCode::from(5),
+                DeliveryOutcome::Timeout { .. } => ExitCode::from(4),
+                _ => ExitCode::from(3),
             })
         }
         DirectoryCommand::Attention {

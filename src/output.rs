@@ -3,7 +3,9 @@
 
 use consort_actors::directory::WaitAnswer;
 use consort_actors::{EventRecord, RunRecord};
-use consort_core::directory::{AttentionRollup, DirectoryPacket, Observation, WaitOutcome};
+use consort_core::directory::{
+    AttentionRollup, DeliveryOutcome, DirectoryPacket, Observation, Receipt, WaitOutcome,
+};
 
 /// A left-aligned text table with a header row.
 pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
@@ -310,5 +312,50 @@ fn push_limits<T: serde::Serialize + std::fmt::Debug>(out: &mut String, limits: 
     if !limits.is_empty() {
         out.push_str("\nlimits: ");
         out.push_str(&limits.join(", "));
+    }
+}
+
+/// A delivery's outcome for people.
+pub(crate) fn delivery(outcome: &DeliveryOutcome) -> String {
+    let receipt = |r: &Receipt| match r {
+        Receipt::Enqueued {
+            delivery_id,
+            run,
+            seq,
+            existing,
+        } => format!(
+            "{delivery_id} enqueued in {run} at seq {seq}{}",
+            if *existing {
+                " (delivered before: the first receipt)"
+            } else {
+                ""
+            }
+        ),
+        other => format!("{other:?}"),
+    };
+    match outcome {
+        DeliveryOutcome::Active {
+            receipt: r,
+            activity_seq,
+        } => format!(
+            "active: {}; the run moved on (seq {activity_seq})",
+            receipt(r)
+        ),
+        DeliveryOutcome::Stalled {
+            receipt: r,
+            window_ms,
+        } => format!(
+            "stalled: {}; nothing followed within {window_ms} ms (not a failure, not a success: read the run before delivering again)",
+            receipt(r)
+        ),
+        DeliveryOutcome::Rejected {
+            delivery_id,
+            code,
+            reason,
+        } => format!("rejected: {delivery_id}: {code}: {reason}"),
+        DeliveryOutcome::Timeout {
+            delivery_id,
+            detail,
+        } => format!("timeout: {delivery_id}: {detail}"),
     }
 }

@@ -23,9 +23,12 @@ use consort_core::directory::{
 use crate::presence::PresenceBoard;
 use crate::routing::RemoteCalls;
 
+mod deliver;
 mod observe;
 mod requests;
 mod wait;
+
+pub use deliver::{DeliveryRequest, MAX_MESSAGE_BYTES};
 
 pub(crate) use requests::{DirectoryHost, answer_on_task};
 

@@ -306,6 +306,26 @@ impl Host {
         .map_err(|e| ActorsError::Actor(e.to_string()))
     }
 
+    /// Delivers a message for `audience` (see `consort_actors::directory::DeliveryRequest`):
+    /// the receipt, then whether the run moved inside the window.
+    pub async fn deliver(
+        &self,
+        audience: consort_core::directory::Audience,
+        request: crate::directory::DeliveryRequest,
+    ) -> Result<consort_core::directory::DeliveryOutcome, ActorsError> {
+        let bound = request.timeout + request.window;
+        ractor::call_t!(
+            self.supervisor,
+            |reply| SupervisorMsg::Deliver {
+                audience: audience.clone(),
+                request: request.clone(),
+                reply
+            },
+            u64::try_from(bound.as_millis()).unwrap_or(u64::MAX) + ASK_TIMEOUT_MS
+        )
+        .map_err(|e| ActorsError::Actor(e.to_string()))
+    }
+
     /// The attention rollup of `goal` (or of the one goal `audience` may see).
     pub async fn attention(
         &self,

@@ -11,11 +11,11 @@ use std::pin::Pin;
 use ractor::RpcReplyPort;
 
 use consort_core::directory::{
-    AgentReport, AttentionRollup, Audience, DirectoryPacket, ExcerptSource, HostAnswer,
-    Observation, ScopeGap,
+    AgentReport, AttentionRollup, Audience, DeliveryOutcome, DirectoryPacket, ExcerptSource,
+    HostAnswer, Observation, Receipt, ScopeGap,
 };
 
-use crate::directory::{WaitAnswer, WaitRequest};
+use crate::directory::{DeliveryRequest, WaitAnswer, WaitRequest};
 use consort_core::step::CallOutcome;
 use consort_net::{CallEnvelope, ReplyEnvelope, RunId};
 
@@ -62,6 +62,24 @@ pub trait RemoteCalls: Send + Sync + 'static {
         lines: usize,
     ) -> BoxFuture<'_, Result<Observation, RemoteFailure>> {
         let _unused = (host, asker, agent, run, source, lines);
+        Box::pin(async {
+            Err(RemoteFailure::Unreachable(
+                "this host has no links".to_owned(),
+            ))
+        })
+    }
+    /// Hands `host` a delivery from `asker` (an agent of this host, or `None` for this host's
+    /// operator) and returns its receipt.
+    fn deliver(
+        &self,
+        host: String,
+        asker: Option<String>,
+        agent: String,
+        run: Option<RunId>,
+        delivery_id: String,
+        text: String,
+    ) -> BoxFuture<'_, Result<Receipt, RemoteFailure>> {
+        let _unused = (host, asker, agent, run, delivery_id, text);
         Box::pin(async {
             Err(RemoteFailure::Unreachable(
                 "this host has no links".to_owned(),
@@ -223,6 +241,31 @@ pub enum SupervisorMsg {
         goal: Option<String>,
         /// Where the rollup goes.
         reply: RpcReplyPort<AttentionRollup>,
+    },
+    /// Deliver a message to an agent (sent by `audience`), then watch for activity.
+    Deliver {
+        /// Who sends.
+        audience: Audience,
+        /// What to deliver.
+        request: DeliveryRequest,
+        /// How it ended.
+        reply: RpcReplyPort<DeliveryOutcome>,
+    },
+    /// Hand a delivery to one of this host's agents (`from`: the sending agent, proven by
+    /// this host or the link, or the operator sender).
+    DeliverHere {
+        /// The sender.
+        from: String,
+        /// The agent.
+        agent: String,
+        /// Its run, or `None` for a new run.
+        run: Option<RunId>,
+        /// The sender's idempotency key.
+        delivery_id: String,
+        /// The message.
+        text: String,
+        /// The receipt.
+        reply: RpcReplyPort<Receipt>,
     },
     /// Another host asks for the presence of agents this host serves.
     Presence {

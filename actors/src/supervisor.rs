@@ -288,6 +288,7 @@ impl Actor for HostSupervisor {
             board: board.clone(),
             data: data.clone(),
             epoch_ms,
+            supervisor: Some(myself.clone()),
         };
         let mut state = SupervisorState {
             data,
@@ -515,6 +516,44 @@ impl Actor for HostSupervisor {
                 reply,
                 state.directory.clone().wait(audience, request, timeout),
             ),
+            SupervisorMsg::Deliver {
+                audience,
+                request,
+                reply,
+            } => answer_on_task(reply, state.directory.clone().deliver(audience, request)),
+            SupervisorMsg::DeliverHere {
+                from,
+                agent,
+                run,
+                delivery_id,
+                text,
+                reply,
+            } => match Self::actor(state, &agent) {
+                Some(actor) => tell(
+                    &actor,
+                    AgentMsg::Deliver {
+                        from,
+                        run,
+                        delivery_id,
+                        text,
+                        reply,
+                    },
+                ),
+                None => {
+                    let refusal = if state.slots.contains_key(&agent) {
+                        Refusal::AgentDown { callee: agent }
+                    } else {
+                        Refusal::UnknownAgent {
+                            callee: agent,
+                            allowed: Self::fleet_agents(&state.spec).join(", "),
+                        }
+                    };
+                    answer(
+                        reply,
+                        consort_core::directory::Receipt::rejected(&delivery_id, &refusal),
+                    );
+                }
+            },
             SupervisorMsg::Attention {
                 audience,
                 goal,

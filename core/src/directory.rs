@@ -40,8 +40,8 @@ pub mod scope;
 pub mod wait;
 
 pub use delivery::{
-    DELIVER, DeliveryOutcome, Receipt, activity_outcome, check_delivery_id, delivery_run_id,
-    payload_digest,
+    DELIVER, DeliveryOutcome, OPERATOR_SENDER, Receipt, activity_outcome, check_delivery_id,
+    delivery_run_id, may_deliver_into, payload_digest, receiver_consents, sender_consents,
 };
 pub use observe::{
     Excerpt, ExcerptBound, ExcerptSource, Observation, ObservationLimit, RunFacts, cut_excerpt,

@@ -26,7 +26,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use consort_actors::directory::WaitRequest;
+use consort_actors::directory::{DeliveryRequest, WaitRequest};
 use consort_actors::{ActorsError, Channel, Host};
 use consort_core::directory::{Audience, ExcerptSource, WaitUntil};
 use consort_net::RunId;
@@ -177,6 +177,7 @@ pub(crate) fn router_with_auth(host: Host, auth: Arc<HostAuth>) -> Router {
         .route("/directory/observe", get(observe))
         .route("/directory/wait", get(wait_peer))
         .route("/directory/attention", get(attention))
+        .route("/directory/deliver", post(deliver))
         .route("/reload", post(reload))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .with_state(ApiState { host, auth })
@@ -297,6 +298,40 @@ async fn wait_peer(
             gap.to_string(),
         )),
     }
+}
+
+#[derive(Deserialize)]
+struct DeliverBody {
+    agent: String,
+    run: Option<String>,
+    message: String,
+    delivery_id: String,
+    timeout_ms: Option<u64>,
+    window_ms: Option<u64>,
+}
+
+/// `POST /directory/deliver {agent, run?, message, delivery_id, timeout_ms?, window_ms?}`: a
+/// message into a run (or a new run) of `agent`, from the caller (an operator here). The answer
+/// is the outcome: `active`, `stalled` (enqueued, nothing followed in the window: never
+/// success), `rejected` with its code, or `timeout` (no receipt in time; nothing is resent).
+async fn deliver(
+    State(host): State<Host>,
+    State(auth): State<Arc<HostAuth>>,
+    headers: HeaderMap,
+    body: Result<Json<DeliverBody>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(body) = body?;
+    let audience = audience(&auth, &headers).await;
+    let run = body.run.as_deref().map(parse_run_id).transpose()?;
+    let request = DeliveryRequest {
+        agent: body.agent,
+        run,
+        delivery_id: body.delivery_id,
+        text: body.message,
+        timeout: Duration::from_millis(body.timeout_ms.unwrap_or(10_000).min(MAX_WAIT_MS)),
+        window: Duration::from_millis(body.window_ms.unwrap_or(5_000).min(60_000)),
+    };
+    Ok(Json(host.deliver(audience, request).await?).into_response())
 }
 
 /// `GET /directory/attention[?goal=G]`: what in the goal needs a decision, from typed facts.

@@ -12,7 +12,9 @@ use serde_json::{Value, json};
 use consort_actors::directory::{WaitAnswer, WaitRequest};
 use consort_actors::supervisor::AgentStatus;
 use consort_actors::{EventRecord, RunRecord};
-use consort_core::directory::{AttentionRollup, DirectoryPacket, Observation, WaitUntil};
+use consort_core::directory::{
+    AttentionRollup, DeliveryOutcome, DirectoryPacket, Observation, WaitUntil,
+};
 
 use crate::FleetError;
 
@@ -116,6 +118,33 @@ impl Client {
             .query(&query)
             .timeout(timeout + Duration::from_secs(30));
         self.send(self.authorized(get)).await
+    }
+
+    /// Delivers `message` to `agent` (into `run`, or a new run) with the idempotency key
+    /// `delivery_id` (see `POST /directory/deliver`).
+    pub async fn deliver(
+        &self,
+        agent: &str,
+        run: Option<&str>,
+        message: &str,
+        delivery_id: &str,
+        timeout: Duration,
+        window: Duration,
+    ) -> Result<DeliveryOutcome, FleetError> {
+        let body = json!({
+            "agent": agent,
+            "run": run,
+            "message": message,
+            "delivery_id": delivery_id,
+            "timeout_ms": timeout.as_millis() as u64,
+            "window_ms": window.as_millis() as u64,
+        });
+        let post = self
+            .http
+            .post(self.url("/directory/deliver"))
+            .json(&body)
+            .timeout(timeout + window + Duration::from_secs(30));
+        self.send(self.authorized(post)).await
     }
 
     /// The attention rollup of `goal` (or of the one goal this client may see).

@@ -146,6 +146,21 @@ pub enum Frame {
         /// The JSON text.
         json: String,
     },
+    /// Request: hand `agent` a message from `asker` (an agent served by the requesting host,
+    /// or `None` for that host's operator), into `run` or as a new run. Answered by
+    /// `DirectoryAnswer` with the receipt.
+    Deliver {
+        /// The sender.
+        asker: Option<String>,
+        /// The agent it goes to.
+        agent: String,
+        /// One of its runs, or `None` for a new run.
+        run: Option<RunId>,
+        /// The sender's idempotency key.
+        delivery_id: String,
+        /// The message.
+        text: String,
+    },
 }
 
 /// Why a host refused a request. Append only: the index is the wire tag.

@@ -37,6 +37,31 @@ impl AgentActor {
         identity: Identity,
         reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
     ) -> Result<(), ActorsError> {
+        self.start_as(
+            myself,
+            state,
+            RunId::random(),
+            input,
+            channel,
+            identity,
+            reply,
+        )
+        .await
+    }
+
+    /// [`AgentActor::start`] with the run id given (a delivery's run id is derived from its
+    /// sender and delivery id, so a repeated delivery finds its run).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn start_as(
+        &self,
+        myself: &ActorRef<AgentMsg>,
+        state: &mut AgentState,
+        id: RunId,
+        input: String,
+        channel: Channel,
+        identity: Identity,
+        reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
+    ) -> Result<(), ActorsError> {
         if let Err(refusal) = guards::admit(
             &state.config.name,
             &input,
@@ -48,7 +73,6 @@ impl AgentActor {
             }
             return Ok(());
         }
-        let id = RunId::random();
         let new = NewRun {
             id: id.clone(),
             agent: state.config.name.clone(),

@@ -92,6 +92,11 @@ pub(super) enum Answer {
     Taken(RpcReplyPort<bool>, bool),
     /// Answer an operator's decision with the run as committed.
     Decision(RunId, RpcReplyPort<Result<RunRecord, ActorsError>>),
+    /// Give a delivery's sender its receipt.
+    Receipt(
+        RpcReplyPort<consort_core::directory::Receipt>,
+        consort_core::directory::Receipt,
+    ),
 }
 
 /// The actor's side of its jobs out at the store writer.
@@ -327,6 +332,11 @@ impl AgentActor {
             Answer::Taken(port, taken) => {
                 if port.send(taken).is_err() {
                     warn!(agent = %state.config.name, "the link stopped waiting for a reply's answer");
+                }
+            }
+            Answer::Receipt(port, receipt) => {
+                if port.send(receipt).is_err() {
+                    warn!("a delivery's sender stopped waiting for its receipt");
                 }
             }
             Answer::Decision(run, port) => {

@@ -20,6 +20,7 @@
 
 mod admission;
 mod commits;
+mod delivery;
 mod drive;
 mod engine;
 mod peers;
@@ -96,6 +97,19 @@ pub(crate) enum AgentMsg {
         approve: bool,
         reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
     },
+    /// A peer's (or an operator's) message: into one of this agent's runs, or a new run.
+    Deliver {
+        /// The sending agent, or `operator`.
+        from: String,
+        /// The run it goes into; `None` for a new run with channel `delivery:<from>`.
+        run: Option<RunId>,
+        /// The sender's idempotency key.
+        delivery_id: String,
+        /// The message.
+        text: String,
+        /// The receipt, once what it wrote is committed.
+        reply: RpcReplyPort<consort_core::directory::Receipt>,
+    },
     /// The agent's config changed (re-read agent.yaml).
     Config(Box<AgentConfig>),
     /// Fold the WAL into the database (timer).
@@ -162,6 +176,7 @@ impl AgentMsg {
             | Self::WaitElapsed { run, .. }
             | Self::ModelDone { run, .. } => Some(run),
             Self::Reply(reply) | Self::OfferReply { reply, .. } => Some(&reply.parent_run),
+            Self::Deliver { run, .. } => run.as_ref(),
             Self::Start { .. }
             | Self::Config(_)
             | Self::Checkpoint
@@ -364,6 +379,16 @@ impl AgentActor {
                 approve,
                 reply,
             } => self.decide(myself, state, &run, approve, reply).await?,
+            AgentMsg::Deliver {
+                from,
+                run,
+                delivery_id,
+                text,
+                reply,
+            } => {
+                self.deliver(myself, state, from, run, delivery_id, text, reply)
+                    .await?;
+            }
             AgentMsg::Config(config) => {
                 let generation = state.catalog.generation() + 1;
                 info!(agent = %config.name, generation, "config reloaded; tool catalog generation changed");

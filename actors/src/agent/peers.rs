@@ -14,12 +14,13 @@ use serde_json::{Value, json};
 use tracing::{Instrument, warn};
 
 use consort_core::directory::{
-    Audience, ExcerptSource, LIST_PEERS, NEEDS_ATTENTION, OBSERVE_PEER, WAIT_PEER, WaitUntil,
+    Audience, DELIVER, DeliveryOutcome, ExcerptSource, LIST_PEERS, NEEDS_ATTENTION, OBSERVE_PEER,
+    WAIT_PEER, WaitUntil, sender_consents,
 };
 use consort_core::{RunId, ToolUse};
 
 use super::{AgentMsg, AgentState, tell};
-use crate::directory::WaitRequest;
+use crate::directory::{DeliveryRequest, WaitRequest};
 use crate::model::ToolSpec;
 use crate::routing::SupervisorMsg;
 use crate::run::RunRecord;
@@ -33,7 +34,7 @@ const MAX_WAIT_PEER_S: u64 = 60;
 pub(super) fn is_directory_tool(name: &str) -> bool {
     matches!(
         name,
-        LIST_PEERS | OBSERVE_PEER | WAIT_PEER | NEEDS_ATTENTION
+        LIST_PEERS | OBSERVE_PEER | WAIT_PEER | NEEDS_ATTENTION | DELIVER
     )
 }
 
@@ -62,6 +63,11 @@ pub(super) fn specs(goals: &[String]) -> Vec<ToolSpec> {
                 "Wait (at most `timeout_s`, up to {MAX_WAIT_PEER_S}) for a run you placed on a peer to settle (`until`: settled, blocked or changed) after the state-change `after_seq` you already saw. The answer is matched, timeout, replaced (the peer restarted or was reloaded: look again), not_running, unknown_run or unreachable; a timeout never resends anything."
             ),
             input_schema: json!({"type": "object", "properties": {"agent": {"type": "string"}, "run": {"type": "string"}, "until": {"type": "string", "enum": ["settled", "blocked", "changed"]}, "after_seq": {"type": "integer", "minimum": 0}, "incarnation": {"type": "string"}, "timeout_s": {"type": "integer", "minimum": 1, "maximum": MAX_WAIT_PEER_S}}, "required": ["agent", "run"]}),
+        },
+        ToolSpec {
+            name: DELIVER.into(),
+            description: "Hand a peer you may call a message: into a run you placed (`run`), which its model reads as `[message from <you>] ...` on its next turn, or as a new run of the peer. The answer is active (the run moved on), stalled (enqueued, nothing followed yet: read the run before sending again), rejected (why) or timeout (no receipt in time: it may have arrived; nothing is resent). Sending again with the same `delivery_id` never delivers twice.".into(),
+            input_schema: json!({"type": "object", "properties": {"agent": {"type": "string"}, "message": {"type": "string"}, "run": {"type": "string"}, "delivery_id": {"type": "string"}}, "required": ["agent", "message"]}),
         },
         ToolSpec {
             name: NEEDS_ATTENTION.into(),
@@ -95,6 +101,31 @@ pub(super) fn use_directory_tool(
     let asked: Result<Asked, String> = match name.as_str() {
         LIST_PEERS => Ok(Asked::List(text(input, "goal"))),
         NEEDS_ATTENTION => Ok(Asked::Attention(text(input, "goal"))),
+        DELIVER => match (
+            text(input, "agent"),
+            input.get("message").and_then(Value::as_str),
+        ) {
+            (Some(agent), Some(message)) => {
+                match sender_consents(&state.config.name, &state.config.can_call, &agent) {
+                    Err(refusal) => Err(refusal.to_string()),
+                    Ok(()) => match text(input, "run").map(|r| RunId::parse(&r)).transpose() {
+                        Err(e) => Err(format!("deliver: {e}")),
+                        Ok(run) => Ok(Asked::Deliver(DeliveryRequest {
+                            agent,
+                            run,
+                            // The same tool use names the same delivery across a replay, so a
+                            // crash never delivers twice.
+                            delivery_id: text(input, "delivery_id")
+                                .unwrap_or_else(|| format!("{}.{}", record.id, tool_use.id)),
+                            text: message.to_owned(),
+                            timeout: Duration::from_secs(10),
+                            window: Duration::from_secs(5),
+                        })),
+                    },
+                }
+            }
+            _ => Err("deliver expects {\"agent\": \"<name>\", \"message\": \"<text>\"}".to_owned()),
+        },
         OBSERVE_PEER => match text(input, "agent") {
             None => Err("observe_peer expects {\"agent\": \"<name>\"}".to_owned()),
             Some(agent) => {
@@ -177,6 +208,7 @@ enum Asked {
         lines: usize,
     },
     Wait(WaitRequest, Duration),
+    Deliver(DeliveryRequest),
 }
 
 /// Asks the supervisor; the answer's JSON and whether it is an error for the model.
@@ -225,6 +257,22 @@ async fn ask(
             margin
         )
         .map(|o| (serde_json::to_string(&o), o.scope_gap.is_some())),
+        Asked::Deliver(request) => {
+            let bound = request.timeout + request.window;
+            ractor::call_t!(
+                supervisor,
+                |reply| SupervisorMsg::Deliver {
+                    audience: audience.clone(),
+                    request: request.clone(),
+                    reply
+                },
+                margin + u64::try_from(bound.as_millis()).unwrap_or(u64::MAX)
+            )
+            .map(|outcome| {
+                let is_error = matches!(outcome, DeliveryOutcome::Rejected { .. });
+                (serde_json::to_string(&outcome), is_error)
+            })
+        }
         Asked::Wait(request, timeout) => ractor::call_t!(
             supervisor,
             |reply| SupervisorMsg::WaitRun {

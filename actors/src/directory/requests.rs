@@ -37,9 +37,16 @@ pub(crate) struct DirectoryHost {
     pub board: PresenceBoard,
     pub data: DataFolder,
     pub epoch_ms: u64,
+    /// The host's supervisor (set once it started), for deliveries to this host's agents.
+    pub supervisor: Option<ractor::ActorRef<crate::routing::SupervisorMsg>>,
 }
 
 impl DirectoryHost {
+    /// The host that serves `agent`, if the fleet places it.
+    pub(crate) fn host_of_agent(&self, agent: &str) -> Option<String> {
+        self.host_of(agent)
+    }
+
     /// The host that serves `agent`, if the fleet places it.
     fn host_of(&self, agent: &str) -> Option<String> {
         if self.board.seat(agent).is_some() {

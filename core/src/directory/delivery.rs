@@ -227,3 +227,51 @@ pub fn activity_outcome(
 
 #[cfg(test)]
 mod tests;
+
+/// The sender name of an operator's delivery: not a valid agent name, so no agent can take it.
+pub const OPERATOR_SENDER: &str = "@operator";
+
+/// The sender's half of a delivery's consent, decided as for a call: the sender's `can_call`
+/// names the callee. An operator needs none.
+pub fn sender_consents(sender: &str, can_call: &[String], callee: &str) -> Result<(), Refusal> {
+    if sender == OPERATOR_SENDER || crate::consent::caller_consents(can_call, callee) {
+        Ok(())
+    } else {
+        Err(Refusal::DeliveryNotConsented {
+            sender: sender.to_owned(),
+            callee: callee.to_owned(),
+        })
+    }
+}
+
+/// The receiver's half, as for a call: the callee's `accept_from` names the sender. An
+/// operator needs none.
+pub fn receiver_consents(
+    sender: &str,
+    accept_from: &[String],
+    callee: &str,
+) -> Result<(), Refusal> {
+    if sender == OPERATOR_SENDER || crate::consent::callee_consents(accept_from, sender) {
+        Ok(())
+    } else {
+        Err(Refusal::DeliveryNotConsented {
+            sender: sender.to_owned(),
+            callee: callee.to_owned(),
+        })
+    }
+}
+
+/// Whether `sender` may deliver into a run: the agent that placed it (or the operator).
+pub fn may_deliver_into(
+    sender: &str,
+    run: &RunId,
+    parent_agent: Option<&str>,
+) -> Result<(), Refusal> {
+    if sender == OPERATOR_SENDER || parent_agent == Some(sender) {
+        Ok(())
+    } else {
+        Err(Refusal::DeliveryNotYourRun {
+            run: run.to_string(),
+        })
+    }
+}

@@ -216,6 +216,41 @@ impl Inbound {
                 .instrument(span)
                 .await
             }
+            Frame::Deliver {
+                asker,
+                agent,
+                run,
+                delivery_id,
+                text,
+            } => {
+                let span = info_span!("link_inbound_deliver", host = %self.map.host, peer_host = %peer, agent = %agent);
+                let from = match self.audience_of(&peer, asker) {
+                    Some(Audience::Agent(agent)) => agent,
+                    Some(_) => consort_core::directory::OPERATOR_SENDER.to_owned(),
+                    None => {
+                        return refused(
+                            RefusalReason::Malformed,
+                            "the asking agent is not served by the asking host",
+                        );
+                    }
+                };
+                if text.len() > consort_actors::directory::MAX_MESSAGE_BYTES {
+                    return refused(RefusalReason::Malformed, "the message is too large");
+                }
+                self.ask_json(
+                    move |reply| SupervisorMsg::DeliverHere {
+                        from,
+                        agent,
+                        run,
+                        delivery_id,
+                        text,
+                        reply,
+                    },
+                    DIRECTORY_TIMEOUT_MS,
+                )
+                .instrument(span)
+                .await
+            }
             other => {
                 warn!(peer_host = %peer, "refused: not a request frame: {}", frame_name(&other));
                 refused(RefusalReason::Malformed, "not a request frame")

@@ -19,7 +19,7 @@ use consort_actors::directory::{WaitAnswer, WaitRequest};
 use consort_actors::supervisor::{BoxFuture, RemoteCalls, RemoteFailure};
 use consort_actors::{ActorsError, CallOutcome, Channel, Cost, RunRecord, RunStatus};
 use consort_core::Refusal;
-use consort_core::directory::{ExcerptSource, HostAnswer, Observation, ScopeGap};
+use consort_core::directory::{ExcerptSource, HostAnswer, Observation, Receipt, ScopeGap};
 use consort_net::{
     CallEnvelope, Frame, HostKey, LinkEndpoint, LinkError, RefusalReason, ReplyEnvelope, RunId,
 };
@@ -479,6 +479,27 @@ impl RemoteCalls for LinkRemote {
             run,
             source,
             lines: u32::try_from(lines).unwrap_or(u32::MAX),
+        };
+        Box::pin(async move { self.directory_request(&host, frame).await }.instrument(span))
+    }
+
+    fn deliver(
+        &self,
+        host: String,
+        asker: Option<String>,
+        agent: String,
+        run: Option<RunId>,
+        delivery_id: String,
+        text: String,
+    ) -> BoxFuture<'_, Result<Receipt, RemoteFailure>> {
+        let span =
+            info_span!("link_deliver", host = %self.map.host, peer_host = %host, agent = %agent);
+        let frame = Frame::Deliver {
+            asker,
+            agent,
+            run,
+            delivery_id,
+            text,
         };
         Box::pin(async move { self.directory_request(&host, frame).await }.instrument(span))
     }

@@ -146,6 +146,7 @@ pub(crate) fn frame_name(frame: &Frame) -> &'static str {
         Frame::Observe { .. } => "Observe",
         Frame::WaitRun { .. } => "WaitRun",
         Frame::DirectoryAnswer { .. } => "DirectoryAnswer",
+        Frame::Deliver { .. } => "Deliver",
     }
 }
 

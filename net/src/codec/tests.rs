@@ -77,6 +77,13 @@ fn sample_frames() -> Vec<Frame> {
             incarnation: Some("1700000000000-1".into()),
             wait_ms: 5_000,
         },
+        Frame::Deliver {
+            asker: Some("cmo".into()),
+            agent: "cfo".into(),
+            run: None,
+            delivery_id: "d-1".into(),
+            text: "please close August".into(),
+        },
         Frame::DirectoryAnswer {
             json: "{\"outcome\":\"timeout\"}".into(),
         },

@@ -1,0 +1,209 @@
+//! Deliveries into this agent: a message into one of its runs, or a new run with channel
+//! `delivery:<sender>`.
+//!
+//! Consent is the call's (`consort_core::directory::receiver_consents`: the sender must be in
+//! `accept_from`; the sender's host checked its `can_call`). A message into a run is decided by
+//! the run state machine (`Input::Deliver`): refused before anything is written when the run
+//! is settled or gated on an approval, answered from the first delivery for a repeated id, and
+//! otherwise written as a `message_received` event the model reads on its next turn. A new-run
+//! delivery's run id is derived from (agent, sender, delivery id), so a repeat finds the run it
+//! made. The receipt is given once what it reports is committed.
+
+use ractor::{ActorRef, RpcReplyPort};
+use tracing::{info, warn};
+
+use consort_core::directory::{
+    Receipt, check_delivery_id, delivery_run_id, may_deliver_into, payload_digest,
+    receiver_consents,
+};
+use consort_core::step::{Input, Verdict};
+use consort_core::{Refusal, RunId};
+
+use super::commits::Answer;
+use super::{AgentActor, AgentMsg, AgentState};
+use crate::ActorsError;
+use crate::run::Channel;
+use crate::visibility::Identity;
+
+impl AgentActor {
+    /// A delivery from `from` (an agent, or the operator sender).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn deliver(
+        &self,
+        myself: &ActorRef<AgentMsg>,
+        state: &mut AgentState,
+        from: String,
+        run: Option<RunId>,
+        delivery_id: String,
+        text: String,
+        reply: RpcReplyPort<Receipt>,
+    ) -> Result<(), ActorsError> {
+        let me = state.config.name.clone();
+        let checked = check_delivery_id(&delivery_id)
+            .and_then(|()| receiver_consents(&from, &state.config.accept_from, &me));
+        if let Err(refusal) = checked {
+            info!(agent = %me, sender = %from, reason = refusal.code(), "delivery refused");
+            send_receipt(reply, Receipt::rejected(&delivery_id, &refusal));
+            return Ok(());
+        }
+        match run {
+            Some(run) => {
+                self.deliver_into(myself, state, from, run, delivery_id, text, reply)
+                    .await
+            }
+            None => {
+                self.deliver_new(myself, state, from, delivery_id, text, reply)
+                    .await
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn deliver_into(
+        &self,
+        myself: &ActorRef<AgentMsg>,
+        state: &mut AgentState,
+        from: String,
+        run: RunId,
+        delivery_id: String,
+        text: String,
+        reply: RpcReplyPort<Receipt>,
+    ) -> Result<(), ActorsError> {
+        let me = state.config.name.clone();
+        let Some(record) = state.record(&run).await? else {
+            let refusal = Refusal::DeliveryNotYourRun {
+                run: run.to_string(),
+            };
+            send_receipt(reply, Receipt::rejected(&delivery_id, &refusal));
+            return Ok(());
+        };
+        if let Err(refusal) = may_deliver_into(&from, &run, record.parent_agent.as_deref()) {
+            send_receipt(reply, Receipt::rejected(&delivery_id, &refusal));
+            return Ok(());
+        }
+        let input = Input::Deliver {
+            run: run.clone(),
+            from: from.clone(),
+            delivery_id: delivery_id.clone(),
+            digest: payload_digest(&me, Some(&run), &text),
+            text,
+        };
+        let receipt = match self.drive(myself, state, &run, input).await? {
+            Verdict::Delivered { seq, existing } => {
+                info!(run_id = %run, agent = %me, sender = %from, seq, existing, "message delivered into a run");
+                Receipt::Enqueued {
+                    delivery_id,
+                    run: run.clone(),
+                    seq,
+                    existing,
+                }
+            }
+            Verdict::Refused(refusal) => {
+                info!(run_id = %run, agent = %me, sender = %from, reason = refusal.code(), "delivery refused");
+                send_receipt(reply, Receipt::rejected(&delivery_id, &refusal));
+                return Ok(());
+            }
+            other => {
+                warn!(run_id = %run, "a delivery got an unexpected verdict: {other:?}");
+                let refusal = Refusal::MalformedDelivery;
+                send_receipt(reply, Receipt::rejected(&delivery_id, &refusal));
+                return Ok(());
+            }
+        };
+        // The receipt reports a write: it waits for the run's writes to commit.
+        if let Some(now) = state
+            .commits
+            .after_writes_of(&run, Answer::Receipt(reply, receipt))
+        {
+            self.answer(state, now).await;
+        }
+        Ok(())
+    }
+
+    async fn deliver_new(
+        &self,
+        myself: &ActorRef<AgentMsg>,
+        state: &mut AgentState,
+        from: String,
+        delivery_id: String,
+        text: String,
+        reply: RpcReplyPort<Receipt>,
+    ) -> Result<(), ActorsError> {
+        let me = state.config.name.clone();
+        let id = delivery_run_id(&me, &from, &delivery_id);
+        if let Some(existing) = state.record(&id).await? {
+            // The same id again: the same message finds its run, another one is a conflict.
+            let receipt =
+                if payload_digest(&me, None, &existing.input) == payload_digest(&me, None, &text) {
+                    Receipt::Enqueued {
+                        delivery_id,
+                        run: id,
+                        seq: 1,
+                        existing: true,
+                    }
+                } else {
+                    Receipt::rejected(
+                        &delivery_id,
+                        &Refusal::DeliveryConflict {
+                            delivery_id: delivery_id.clone(),
+                        },
+                    )
+                };
+            send_receipt(reply, receipt);
+            return Ok(());
+        }
+        if text.trim().is_empty() {
+            send_receipt(
+                reply,
+                Receipt::rejected(&delivery_id, &Refusal::MalformedDelivery),
+            );
+            return Ok(());
+        }
+        let identity = if from == consort_core::directory::OPERATOR_SENDER {
+            Identity::Absent
+        } else {
+            state.catalog.peer_identity(&from)
+        };
+        let (port, stored) = ractor::concurrency::oneshot();
+        self.start_as(
+            myself,
+            state,
+            id.clone(),
+            text,
+            Channel::Delivery(from),
+            identity,
+            port.into(),
+        )
+        .await?;
+        // The starter's answer comes from the writer once the insert committed.
+        tokio::spawn(async move {
+            let receipt = match stored.await {
+                Ok(Ok(record)) => Receipt::Enqueued {
+                    delivery_id,
+                    run: record.id,
+                    seq: 1,
+                    existing: false,
+                },
+                Ok(Err(ActorsError::Refused(refusal))) => Receipt::rejected(&delivery_id, &refusal),
+                Ok(Err(e)) => Receipt::Rejected {
+                    delivery_id,
+                    code: "not_stored".into(),
+                    reason: format!("the message was not stored: {e}"),
+                },
+                Err(_) => Receipt::Rejected {
+                    delivery_id,
+                    code: "not_stored".into(),
+                    reason: "the agent stopped before the message was stored".into(),
+                },
+            };
+            send_receipt(reply, receipt);
+        });
+        Ok(())
+    }
+}
+
+fn send_receipt(reply: RpcReplyPort<Receipt>, receipt: Receipt) {
+    if reply.send(receipt).is_err() {
+        warn!("a delivery's sender stopped waiting for its receipt");
+    }
+}

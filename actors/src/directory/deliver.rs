@@ -1,0 +1,165 @@
+//! Delivering a message to a peer, from the sending host's side: the receipt from the agent's
+//! host (this one, or another over the link), inside the sender's own timeout, then a watch
+//! for activity inside the window.
+//!
+//! Nothing here resends: a delivery whose receipt did not come in time ends as `timeout` (it
+//! may or may not have arrived; the sender reads state, or delivers again with the same id,
+//! which the receiver answers from the first). A receipt is no proof of execution: only a
+//! state change of the run after the message (its next model turn) makes the outcome
+//! `active`; none inside the window is `stalled`.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use consort_core::RunId;
+use consort_core::directory::{
+    Audience, DeliveryOutcome, OPERATOR_SENDER, Receipt, WaitOutcome, WaitUntil, activity_outcome,
+};
+
+use super::WaitRequest;
+use super::requests::DirectoryHost;
+use crate::routing::{RemoteFailure, SupervisorMsg};
+
+/// The longest message a delivery carries, in bytes.
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+
+/// What a sender asks to deliver.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryRequest {
+    /// The agent it goes to.
+    pub agent: String,
+    /// One of its runs the sender placed, or `None` for a new run.
+    pub run: Option<RunId>,
+    /// The sender's idempotency key (same id, same message: the first receipt again).
+    pub delivery_id: String,
+    /// The message.
+    pub text: String,
+    /// How long the sender waits for the receipt.
+    pub timeout: Duration,
+    /// How long after the receipt activity is watched for.
+    pub window: Duration,
+}
+
+impl DirectoryHost {
+    /// Delivers `request` for `audience`.
+    pub(crate) async fn deliver(
+        self,
+        audience: Audience,
+        request: DeliveryRequest,
+    ) -> DeliveryOutcome {
+        let reject = |code: &str, reason: String| DeliveryOutcome::Rejected {
+            delivery_id: request.delivery_id.clone(),
+            code: code.to_owned(),
+            reason,
+        };
+        let (sender, asker) = match &audience {
+            Audience::Agent(agent) => (agent.clone(), Some(agent.clone())),
+            Audience::Operator => (OPERATOR_SENDER.to_owned(), None),
+            Audience::Principal(_) | Audience::Unidentified => {
+                return reject(
+                    "audience_not_authorized",
+                    "only an agent of the fleet or an operator may deliver".into(),
+                );
+            }
+        };
+        if request.text.len() > MAX_MESSAGE_BYTES {
+            return reject(
+                "message_too_large",
+                format!(
+                    "the message is {} bytes; a delivery carries at most {MAX_MESSAGE_BYTES}",
+                    request.text.len()
+                ),
+            );
+        }
+        let Some(host) = self.host_of_agent(&request.agent) else {
+            return reject(
+                "unknown_agent",
+                format!("no agent named `{}` is placed in this fleet", request.agent),
+            );
+        };
+        let asked = async {
+            if host == self.host {
+                self.deliver_here(sender, &request).await
+            } else {
+                match &self.remote {
+                    None => Err(RemoteFailure::Unreachable("this host has no links".into())),
+                    Some(remote) => {
+                        remote
+                            .deliver(
+                                host.clone(),
+                                asker,
+                                request.agent.clone(),
+                                request.run.clone(),
+                                request.delivery_id.clone(),
+                                request.text.clone(),
+                            )
+                            .await
+                    }
+                }
+            }
+        };
+        let receipt = match tokio::time::timeout(request.timeout, asked).await {
+            Err(_) => {
+                return DeliveryOutcome::Timeout {
+                    delivery_id: request.delivery_id.clone(),
+                    detail: format!(
+                        "no receipt within {:?}: the message may or may not have arrived; read the run, or deliver again with the same id",
+                        request.timeout
+                    ),
+                };
+            }
+            Ok(Err(RemoteFailure::Unreachable(detail))) => {
+                return reject("host_unreachable", detail);
+            }
+            Ok(Err(RemoteFailure::Refused(detail))) => return reject("host_refused", detail),
+            Ok(Ok(receipt)) => receipt,
+        };
+        let window_ms = u64::try_from(request.window.as_millis()).unwrap_or(u64::MAX);
+        let Receipt::Enqueued { run, seq, .. } = &receipt else {
+            return activity_outcome(receipt, None, window_ms);
+        };
+        let watch = WaitRequest {
+            agent: request.agent.clone(),
+            run: run.clone(),
+            until: WaitUntil::Changed,
+            after_seq: *seq,
+            incarnation: None,
+        };
+        // The host's own watch: it reveals only whether the run moved after the message.
+        let observed = match self.wait(Audience::Operator, watch, request.window).await {
+            Ok(answer) => match answer.outcome {
+                WaitOutcome::Matched { seq, .. } => Some(seq),
+                _ => None,
+            },
+            Err(_) => None,
+        };
+        activity_outcome(receipt, observed, window_ms)
+    }
+
+    /// Hands the delivery to this host's agent through the supervisor.
+    async fn deliver_here(
+        &self,
+        from: String,
+        request: &DeliveryRequest,
+    ) -> Result<Receipt, RemoteFailure> {
+        let Some(supervisor) = self.supervisor.clone() else {
+            return Err(RemoteFailure::Refused(
+                "the host supervisor is not up".into(),
+            ));
+        };
+        ractor::call_t!(
+            supervisor,
+            |reply| SupervisorMsg::DeliverHere {
+                from: from.clone(),
+                agent: request.agent.clone(),
+                run: request.run.clone(),
+                delivery_id: request.delivery_id.clone(),
+                text: request.text.clone(),
+                reply
+            },
+            u64::try_from(request.timeout.as_millis()).unwrap_or(u64::MAX)
+        )
+        .map_err(|e| RemoteFailure::Refused(format!("the agent did not answer: {e}")))
+    }
+}
