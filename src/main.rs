@@ -193,15 +193,28 @@ enum DirectoryCommand {
         /// How long to wait for the receipt.
         #[arg(long, default_value_t = 10)]
         timeout_secs: u64,
-        /// How long after the receipt to watch for activity.
-        #[arg(long, default_value_t = 5000)]
-        window_ms: u64,
+        /// How long after the receipt to watch for activity (default: the host's
+        /// `activity_window_s`).
+        #[arg(long)]
+        window_ms: Option<u64>,
         #[arg(long)]
         token: Option<String>,
         #[command(flatten)]
         at: At,
         #[arg(long)]
         json: bool,
+    },
+    /// The receipt of your earlier delivery: exit 0 enqueued, 5 unknown_delivery.
+    Delivery {
+        agent: String,
+        #[arg(long)]
+        id: String,
+        #[arg(long)]
+        run: Option<String>,
+        #[arg(long)]
+        token: Option<String>,
+        #[command(flatten)]
+        at: At,
     },
     /// What in a goal needs a decision (typed facts only; assigns nothing).
     Attention {
@@ -808,7 +821,7 @@ async fn directory_command(command: DirectoryCommand) -> Result<ExitCode> {
                     &message,
                     &id,
                     Duration::from_secs(timeout_secs),
-                    Duration::from_millis(window_ms),
+                    window_ms.map(Duration::from_millis),
                 )
                 .await?;
             if json {
@@ -820,6 +833,24 @@ async fn directory_command(command: DirectoryCommand) -> Result<ExitCode> {
                 DeliveryOutcome::Active { .. } => ExitCode::SUCCESS,
                 DeliveryOutcome::Stalled { .. } => ExitCode::from(5),
                 DeliveryOutcome::Timeout { .. } => ExitCode::from(4),
+                _ => ExitCode::from(3),
+            })
+        }
+        DirectoryCommand::Delivery {
+            agent,
+            id,
+            run,
+            token,
+            at,
+        } => {
+            let receipt = Client::new(&resolve_url(&at.at))
+                .with_token(token_or_env(token))
+                .delivery_status(&agent, run.as_deref(), &id)
+                .await?;
+            print_json(&receipt)?;
+            Ok(match receipt {
+                consort_core::directory::Receipt::Enqueued { .. } => ExitCode::SUCCESS,
+                consort_core::directory::Receipt::UnknownDelivery { .. } => ExitCode::from(5),
                 _ => ExitCode::from(3),
             })
         }

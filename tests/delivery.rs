@@ -187,17 +187,42 @@ fn a_stalled_delivery_is_never_success_and_a_timeout_resends_nothing() {
     assert_eq!(stalled["outcome"], "stalled", "{stalled}");
     assert_eq!(stalled["receipt"]["receipt"], "enqueued", "{stalled}");
     assert_eq!(messages_in(&fleet, "beta", &child), 1);
-    // A sender's timeout too short for any receipt: `timeout`, and nothing is sent again.
+    // beta stops answering (SIGSTOP: a host that hangs): the sender's own timeout ends the
+    // delivery as `timeout`, and nothing is sent again once beta goes on.
+    let beta = fleet.hosts[1]
+        .child
+        .as_ref()
+        .map(|c| c.id().to_string())
+        .expect("beta runs");
+    signal("-STOP", &beta);
     let timed_out = deliver(
         &fleet,
-        json!({"agent": "cfo", "message": "2026-05", "delivery_id": "late-1", "timeout_ms": 0}),
+        json!({"agent": "cfo", "message": "2026-05", "delivery_id": "late-1", "timeout_ms": 500}),
     );
+    signal("-CONT", &beta);
     assert_eq!(timed_out["outcome"], "timeout", "{timed_out}");
     std::thread::sleep(Duration::from_millis(1500));
     let landed = delivered_runs(&fleet).len();
     assert!(landed <= 1, "{landed}");
     std::thread::sleep(Duration::from_millis(1000));
     assert_eq!(delivered_runs(&fleet).len(), landed, "no automatic resend");
+    // The sender reads what became of it instead of guessing.
+    let status: Value = fleet
+        .http
+        .get(format!(
+            "{}/directory/delivery?agent=cfo&id=late-1",
+            fleet.url("alpha")
+        ))
+        .send()
+        .expect("GET /directory/delivery")
+        .json()
+        .expect("receipt json");
+    let expected = if landed == 1 {
+        "enqueued"
+    } else {
+        "unknown_delivery"
+    };
+    assert_eq!(status["receipt"], expected, "{status}");
     // Sending again is the sender's own decision, with the same id: exactly one run.
     let resent = deliver(
         &fleet,
@@ -205,4 +230,45 @@ fn a_stalled_delivery_is_never_success_and_a_timeout_resends_nothing() {
     );
     assert_eq!(resent["receipt"]["receipt"], "enqueued", "{resent}");
     assert_eq!(delivered_runs(&fleet).len(), 1);
+    let out = support::consort(&[
+        "directory",
+        "delivery",
+        "cfo",
+        "--id",
+        "late-1",
+        "--at",
+        fleet.url("alpha"),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let out = support::consort(&[
+        "directory",
+        "delivery",
+        "cfo",
+        "--id",
+        "never-sent",
+        "--at",
+        fleet.url("alpha"),
+    ]);
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    // A message into a run is found by its id as well.
+    let status: Value = fleet
+        .http
+        .get(format!(
+            "{}/directory/delivery?agent=cfo&id=more-1&run={child}",
+            fleet.url("alpha")
+        ))
+        .send()
+        .expect("GET /directory/delivery")
+        .json()
+        .expect("receipt json");
+    assert_eq!(status["receipt"], "enqueued", "{status}");
+    assert_eq!(status["run"], child.as_str());
+}
+
+fn signal(which: &str, pid: &str) {
+    let status = std::process::Command::new("kill")
+        .args([which, pid])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill {which} {pid}");
 }

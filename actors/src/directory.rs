@@ -59,6 +59,8 @@ pub struct DirectorySpec {
     pub presence_deadline: Duration,
     /// How long open work may keep its status before the rollup calls it stuck.
     pub no_advancement_after: Duration,
+    /// How long after a delivery's receipt activity is watched for, unless the sender says.
+    pub activity_window: Duration,
 }
 
 impl Default for DirectorySpec {
@@ -69,6 +71,7 @@ impl Default for DirectorySpec {
             row_cap: 24,
             presence_deadline: Duration::from_secs(2),
             no_advancement_after: Duration::from_secs(300),
+            activity_window: Duration::from_secs(5),
         }
     }
 }

@@ -313,7 +313,7 @@ impl Host {
         audience: consort_core::directory::Audience,
         request: crate::directory::DeliveryRequest,
     ) -> Result<consort_core::directory::DeliveryOutcome, ActorsError> {
-        let bound = request.timeout + request.window;
+        let bound = request.timeout + request.window.unwrap_or(crate::directory::MAX_WAIT);
         ractor::call_t!(
             self.supervisor,
             |reply| SupervisorMsg::Deliver {
@@ -322,6 +322,28 @@ impl Host {
                 reply
             },
             u64::try_from(bound.as_millis()).unwrap_or(u64::MAX) + ASK_TIMEOUT_MS
+        )
+        .map_err(|e| ActorsError::Actor(e.to_string()))
+    }
+
+    /// The receipt of an earlier delivery of `audience`'s (`unknown_delivery` when none).
+    pub async fn delivery_status(
+        &self,
+        audience: consort_core::directory::Audience,
+        agent: &str,
+        run: Option<RunId>,
+        delivery_id: &str,
+    ) -> Result<consort_core::directory::Receipt, ActorsError> {
+        ractor::call_t!(
+            self.supervisor,
+            |reply| SupervisorMsg::DeliveryStatus {
+                audience: audience.clone(),
+                agent: agent.to_owned(),
+                run: run.clone(),
+                delivery_id: delivery_id.to_owned(),
+                reply
+            },
+            ASK_TIMEOUT_MS
         )
         .map_err(|e| ActorsError::Actor(e.to_string()))
     }

@@ -86,6 +86,22 @@ pub trait RemoteCalls: Send + Sync + 'static {
             ))
         })
     }
+    /// Asks `host` for the receipt of an earlier delivery from `asker`.
+    fn delivery_status(
+        &self,
+        host: String,
+        asker: Option<String>,
+        agent: String,
+        run: Option<RunId>,
+        delivery_id: String,
+    ) -> BoxFuture<'_, Result<Receipt, RemoteFailure>> {
+        let _unused = (host, asker, agent, run, delivery_id);
+        Box::pin(async {
+            Err(RemoteFailure::Unreachable(
+                "this host has no links".to_owned(),
+            ))
+        })
+    }
     /// Asks `host` to wait up to `slice` on a run of one of its agents for `asker`.
     fn wait_run(
         &self,
@@ -265,6 +281,19 @@ pub enum SupervisorMsg {
         /// The message.
         text: String,
         /// The receipt.
+        reply: RpcReplyPort<Receipt>,
+    },
+    /// The receipt of an earlier delivery of the audience's.
+    DeliveryStatus {
+        /// Who sent it.
+        audience: Audience,
+        /// The agent it went to.
+        agent: String,
+        /// The run it went into, or `None` for a new-run delivery.
+        run: Option<RunId>,
+        /// The sender's id for it.
+        delivery_id: String,
+        /// Where the receipt goes.
         reply: RpcReplyPort<Receipt>,
     },
     /// Another host asks for the presence of agents this host serves.

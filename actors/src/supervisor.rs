@@ -521,6 +521,19 @@ impl Actor for HostSupervisor {
                 request,
                 reply,
             } => answer_on_task(reply, state.directory.clone().deliver(audience, request)),
+            SupervisorMsg::DeliveryStatus {
+                audience,
+                agent,
+                run,
+                delivery_id,
+                reply,
+            } => answer_on_task(
+                reply,
+                state
+                    .directory
+                    .clone()
+                    .delivery_status(audience, agent, run, delivery_id),
+            ),
             SupervisorMsg::DeliverHere {
                 from,
                 agent,

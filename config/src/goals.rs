@@ -47,6 +47,9 @@ pub struct DirectorySettings {
     /// How long open work may keep its status before the attention rollup lists it as not
     /// advancing, in seconds (`no_advancement_after_s`, 1..=86400; default 300).
     pub no_advancement_after_s: u64,
+    /// How long after a delivery's receipt activity of the run is watched for before the
+    /// delivery counts as stalled, in seconds (`activity_window_s`, 1..=600; default 5).
+    pub activity_window_s: u64,
 }
 
 impl Default for DirectorySettings {
@@ -55,6 +58,7 @@ impl Default for DirectorySettings {
             row_cap: 24,
             presence_deadline_ms: 2_000,
             no_advancement_after_s: 300,
+            activity_window_s: 5,
         }
     }
 }
@@ -104,6 +108,7 @@ pub(crate) struct RawDirectory {
     row_cap: Option<Spanned<u64>>,
     presence_deadline_ms: Option<Spanned<u64>>,
     no_advancement_after_s: Option<Spanned<u64>>,
+    activity_window_s: Option<Spanned<u64>>,
 }
 
 /// A dev folder's `goals.yaml`.
@@ -225,6 +230,13 @@ fn convert_directory(ctx: Ctx<'_>, raw: RawDirectory) -> Result<DirectorySetting
             1,
             86_400,
             default.no_advancement_after_s,
+        )?,
+        activity_window_s: bounded(
+            raw.activity_window_s,
+            "activity_window_s",
+            1,
+            600,
+            default.activity_window_s,
         )?,
     })
 }

@@ -178,6 +178,7 @@ pub(crate) fn router_with_auth(host: Host, auth: Arc<HostAuth>) -> Router {
         .route("/directory/wait", get(wait_peer))
         .route("/directory/attention", get(attention))
         .route("/directory/deliver", post(deliver))
+        .route("/directory/delivery", get(delivery_status))
         .route("/reload", post(reload))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .with_state(ApiState { host, auth })
@@ -329,9 +330,33 @@ async fn deliver(
         delivery_id: body.delivery_id,
         text: body.message,
         timeout: Duration::from_millis(body.timeout_ms.unwrap_or(10_000).min(MAX_WAIT_MS)),
-        window: Duration::from_millis(body.window_ms.unwrap_or(5_000).min(60_000)),
+        window: body
+            .window_ms
+            .map(|ms| Duration::from_millis(ms.min(60_000))),
     };
     Ok(Json(host.deliver(audience, request).await?).into_response())
+}
+
+#[derive(Deserialize)]
+struct DeliveryStatusQuery {
+    agent: String,
+    id: String,
+    run: Option<String>,
+}
+
+/// `GET /directory/delivery?agent=A&id=ID[&run=R]`: the receipt of the caller's earlier
+/// delivery (`enqueued` where it landed, `unknown_delivery` when it is not there): what a sender
+/// reads after a `timeout` instead of sending again.
+async fn delivery_status(
+    State(host): State<Host>,
+    State(auth): State<Arc<HostAuth>>,
+    headers: HeaderMap,
+    query: Result<Query<DeliveryStatusQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) = query?;
+    let audience = audience(&auth, &headers).await;
+    let run = q.run.as_deref().map(parse_run_id).transpose()?;
+    Ok(Json(host.delivery_status(audience, &q.agent, run, &q.id).await?).into_response())
 }
 
 /// `GET /directory/attention[?goal=G]`: what in the goal needs a decision, from typed facts.

@@ -13,7 +13,7 @@ use consort_actors::directory::{WaitAnswer, WaitRequest};
 use consort_actors::supervisor::AgentStatus;
 use consort_actors::{EventRecord, RunRecord};
 use consort_core::directory::{
-    AttentionRollup, DeliveryOutcome, DirectoryPacket, Observation, WaitUntil,
+    AttentionRollup, DeliveryOutcome, DirectoryPacket, Observation, Receipt, WaitUntil,
 };
 
 use crate::FleetError;
@@ -129,7 +129,7 @@ impl Client {
         message: &str,
         delivery_id: &str,
         timeout: Duration,
-        window: Duration,
+        window: Option<Duration>,
     ) -> Result<DeliveryOutcome, FleetError> {
         let body = json!({
             "agent": agent,
@@ -137,14 +137,31 @@ impl Client {
             "message": message,
             "delivery_id": delivery_id,
             "timeout_ms": timeout.as_millis() as u64,
-            "window_ms": window.as_millis() as u64,
+            "window_ms": window.map(|w| w.as_millis() as u64),
         });
         let post = self
             .http
             .post(self.url("/directory/deliver"))
             .json(&body)
-            .timeout(timeout + window + Duration::from_secs(30));
+            .timeout(
+                timeout + window.unwrap_or(Duration::from_secs(600)) + Duration::from_secs(30),
+            );
         self.send(self.authorized(post)).await
+    }
+
+    /// The receipt of this client's earlier delivery `delivery_id` to `agent`.
+    pub async fn delivery_status(
+        &self,
+        agent: &str,
+        run: Option<&str>,
+        delivery_id: &str,
+    ) -> Result<Receipt, FleetError> {
+        let mut query = vec![("agent", agent), ("id", delivery_id)];
+        if let Some(run) = run {
+            query.push(("run", run));
+        }
+        let get = self.http.get(self.url("/directory/delivery")).query(&query);
+        self.send(self.authorized(get)).await
     }
 
     /// The attention rollup of `goal` (or of the one goal this client may see).

@@ -41,5 +41,6 @@ pub(crate) fn directory_spec(
         no_advancement_after: std::time::Duration::from_secs(
             goals.directory.no_advancement_after_s,
         ),
+        activity_window: std::time::Duration::from_secs(goals.directory.activity_window_s),
     }
 }

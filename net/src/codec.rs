@@ -161,6 +161,18 @@ pub enum Frame {
         /// The message.
         text: String,
     },
+    /// Request: the receipt of an earlier delivery from `asker` (see `Deliver`). Answered by
+    /// `DirectoryAnswer` with the receipt (`unknown_delivery` when there is none).
+    DeliveryStatus {
+        /// The sender.
+        asker: Option<String>,
+        /// The agent it went to.
+        agent: String,
+        /// The run it went into, or `None` for a new-run delivery.
+        run: Option<RunId>,
+        /// The sender's id for it.
+        delivery_id: String,
+    },
 }
 
 /// Why a host refused a request. Append only: the index is the wire tag.

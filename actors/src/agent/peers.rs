@@ -119,7 +119,7 @@ pub(super) fn use_directory_tool(
                                 .unwrap_or_else(|| format!("{}.{}", record.id, tool_use.id)),
                             text: message.to_owned(),
                             timeout: Duration::from_secs(10),
-                            window: Duration::from_secs(5),
+                            window: None,
                         })),
                     },
                 }
@@ -258,7 +258,7 @@ async fn ask(
         )
         .map(|o| (serde_json::to_string(&o), o.scope_gap.is_some())),
         Asked::Deliver(request) => {
-            let bound = request.timeout + request.window;
+            let bound = request.timeout + request.window.unwrap_or(crate::directory::MAX_WAIT);
             ractor::call_t!(
                 supervisor,
                 |reply| SupervisorMsg::Deliver {

@@ -37,8 +37,9 @@ pub struct DeliveryRequest {
     pub text: String,
     /// How long the sender waits for the receipt.
     pub timeout: Duration,
-    /// How long after the receipt activity is watched for.
-    pub window: Duration,
+    /// How long after the receipt activity is watched for; `None`: the host's
+    /// `activity_window_s`.
+    pub window: Option<Duration>,
 }
 
 impl DirectoryHost {
@@ -115,7 +116,8 @@ impl DirectoryHost {
             Ok(Err(RemoteFailure::Refused(detail))) => return reject("host_refused", detail),
             Ok(Ok(receipt)) => receipt,
         };
-        let window_ms = u64::try_from(request.window.as_millis()).unwrap_or(u64::MAX);
+        let window = request.window.unwrap_or(self.spec.activity_window);
+        let window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
         let Receipt::Enqueued { run, seq, .. } = &receipt else {
             return activity_outcome(receipt, None, window_ms);
         };
@@ -127,7 +129,7 @@ impl DirectoryHost {
             incarnation: None,
         };
         // The host's own watch: it reveals only whether the run moved after the message.
-        let observed = match self.wait(Audience::Operator, watch, request.window).await {
+        let observed = match self.wait(Audience::Operator, watch, window).await {
             Ok(answer) => match answer.outcome {
                 WaitOutcome::Matched { seq, .. } => Some(seq),
                 _ => None,
@@ -161,5 +163,99 @@ impl DirectoryHost {
             u64::try_from(request.timeout.as_millis()).unwrap_or(u64::MAX)
         )
         .map_err(|e| RemoteFailure::Refused(format!("the agent did not answer: {e}")))
+    }
+}
+
+impl DirectoryHost {
+    /// The receipt of an earlier delivery of `audience` with `delivery_id` to `agent` (into
+    /// `run`, or as a new run): `enqueued` where it landed, `unknown_delivery` when nothing
+    /// with that id from that sender is there. A sender reads this instead of sending again.
+    pub(crate) async fn delivery_status(
+        self,
+        audience: Audience,
+        agent: String,
+        run: Option<RunId>,
+        delivery_id: String,
+    ) -> Receipt {
+        let (sender, asker) = match &audience {
+            Audience::Agent(a) => (a.clone(), Some(a.clone())),
+            Audience::Operator => (OPERATOR_SENDER.to_owned(), None),
+            Audience::Principal(_) | Audience::Unidentified => {
+                return Receipt::UnknownDelivery { delivery_id };
+            }
+        };
+        let Some(host) = self.host_of_agent(&agent) else {
+            return Receipt::UnknownDelivery { delivery_id };
+        };
+        if host != self.host {
+            let Some(remote) = self.remote.clone() else {
+                return Receipt::UnknownDelivery { delivery_id };
+            };
+            return remote
+                .delivery_status(host, asker, agent, run, delivery_id.clone())
+                .await
+                .unwrap_or(Receipt::UnknownDelivery { delivery_id });
+        }
+        if self.board.seat(&agent).is_none() {
+            return Receipt::UnknownDelivery { delivery_id };
+        }
+        let data = self.data.clone();
+        let id = delivery_id.clone();
+        let read =
+            tokio::task::spawn_blocking(move || receipt_in_store(&data, &sender, &agent, run, &id))
+                .await;
+        match read {
+            Ok(Ok(receipt)) => receipt,
+            _ => Receipt::UnknownDelivery { delivery_id },
+        }
+    }
+}
+
+/// Looks a delivery up in `agent`'s store.
+fn receipt_in_store(
+    data: &crate::DataFolder,
+    sender: &str,
+    agent: &str,
+    run: Option<RunId>,
+    delivery_id: &str,
+) -> Result<Receipt, crate::ActorsError> {
+    let unknown = || Receipt::UnknownDelivery {
+        delivery_id: delivery_id.to_owned(),
+    };
+    match run {
+        None => {
+            let id = consort_core::directory::delivery_run_id(agent, sender, delivery_id);
+            Ok(match data.run_of(agent, &id)? {
+                Some((record, _))
+                    if record.channel == crate::run::Channel::Delivery(sender.to_owned()) =>
+                {
+                    Receipt::Enqueued {
+                        delivery_id: delivery_id.to_owned(),
+                        run: id,
+                        seq: 1,
+                        existing: true,
+                    }
+                }
+                _ => unknown(),
+            })
+        }
+        Some(run) => {
+            if data.run_of(agent, &run)?.is_none() {
+                return Ok(unknown());
+            }
+            let found = data.events_of(agent, &run)?.into_iter().find(|e| {
+                matches!(&e.event, consort_core::RunEvent::MessageReceived(m)
+                    if m.from == sender && m.delivery_id == delivery_id)
+            });
+            Ok(match found {
+                Some(event) => Receipt::Enqueued {
+                    delivery_id: delivery_id.to_owned(),
+                    run,
+                    seq: event.seq,
+                    existing: true,
+                },
+                None => unknown(),
+            })
+        }
     }
 }

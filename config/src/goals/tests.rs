@@ -102,6 +102,7 @@ fn fleet_goals_load_and_are_checked_with_the_agents() {
             row_cap: 50,
             presence_deadline_ms: 500,
             no_advancement_after_s: 10,
+            activity_window_s: 5,
         },
     };
     assert_eq!(f.declared_goals(), &expected);
@@ -133,6 +134,7 @@ fn a_fleet_without_goals_has_the_defaults() {
             row_cap: 24,
             presence_deadline_ms: 2000,
             no_advancement_after_s: 300,
+            activity_window_s: 5,
         }
     );
     // Settings without goals, and only some settings: the rest keep their defaults.
@@ -432,4 +434,20 @@ fn dev_goals_yaml_errors_point_into_it() {
         ("invalid", 2, 25, "directory.presence_deadline_ms")
     );
     assert_eq!(msg, "must be between 100 and 30000 (got 99)");
+}
+
+#[test]
+fn the_activity_window_is_bounded_and_defaults_to_five_seconds() {
+    let (_t, r) = fleet("directory:\n  activity_window_s: 30\n");
+    assert_eq!(r.unwrap().declared_goals().directory.activity_window_s, 30);
+    let (_t, r) = fleet("");
+    assert_eq!(r.unwrap().declared_goals().directory.activity_window_s, 5);
+    for bad in [0, 601] {
+        let (_t, r) = fleet(&format!("directory:\n  activity_window_s: {bad}\n"));
+        let e = r.unwrap_err().to_string();
+        assert!(
+            e.contains("activity_window_s") && e.contains("between 1 and 600"),
+            "{e}"
+        );
+    }
 }

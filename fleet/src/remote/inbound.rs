@@ -251,6 +251,32 @@ impl Inbound {
                 .instrument(span)
                 .await
             }
+            Frame::DeliveryStatus {
+                asker,
+                agent,
+                run,
+                delivery_id,
+            } => {
+                let span = info_span!("link_inbound_delivery_status", host = %self.map.host, peer_host = %peer, agent = %agent);
+                let Some(audience) = self.audience_of(&peer, asker) else {
+                    return refused(
+                        RefusalReason::Malformed,
+                        "the asking agent is not served by the asking host",
+                    );
+                };
+                self.ask_json(
+                    move |reply| SupervisorMsg::DeliveryStatus {
+                        audience,
+                        agent,
+                        run,
+                        delivery_id,
+                        reply,
+                    },
+                    DIRECTORY_TIMEOUT_MS,
+                )
+                .instrument(span)
+                .await
+            }
             other => {
                 warn!(peer_host = %peer, "refused: not a request frame: {}", frame_name(&other));
                 refused(RefusalReason::Malformed, "not a request frame")

@@ -504,6 +504,24 @@ impl RemoteCalls for LinkRemote {
         Box::pin(async move { self.directory_request(&host, frame).await }.instrument(span))
     }
 
+    fn delivery_status(
+        &self,
+        host: String,
+        asker: Option<String>,
+        agent: String,
+        run: Option<RunId>,
+        delivery_id: String,
+    ) -> BoxFuture<'_, Result<Receipt, RemoteFailure>> {
+        let span = info_span!("link_delivery_status", host = %self.map.host, peer_host = %host, agent = %agent);
+        let frame = Frame::DeliveryStatus {
+            asker,
+            agent,
+            run,
+            delivery_id,
+        };
+        Box::pin(async move { self.directory_request(&host, frame).await }.instrument(span))
+    }
+
     fn wait_run(
         &self,
         host: String,

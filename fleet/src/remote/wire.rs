@@ -147,6 +147,7 @@ pub(crate) fn frame_name(frame: &Frame) -> &'static str {
         Frame::WaitRun { .. } => "WaitRun",
         Frame::DirectoryAnswer { .. } => "DirectoryAnswer",
         Frame::Deliver { .. } => "Deliver",
+        Frame::DeliveryStatus { .. } => "DeliveryStatus",
     }
 }
 

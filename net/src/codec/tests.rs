@@ -84,6 +84,12 @@ fn sample_frames() -> Vec<Frame> {
             delivery_id: "d-1".into(),
             text: "please close August".into(),
         },
+        Frame::DeliveryStatus {
+            asker: None,
+            agent: "cfo".into(),
+            run: Some(RunId::random()),
+            delivery_id: "d-1".into(),
+        },
         Frame::DirectoryAnswer {
             json: "{\"outcome\":\"timeout\"}".into(),
         },
