@@ -315,6 +315,32 @@ async fn run(root: &std::path::Path) -> Result<()> {
         )
         .await?,
     );
+    // A delivery as a new run of cfo, from alpha's operator, to its receipt (the run is stored
+    // and committed on beta): the peer-directory counterpart of the call's accepted ack.
+    let r = remote.clone();
+    rows.push(
+        measure("cross-host delivery to receipt", 1000, 3000, 32, move |n| {
+            let r = r.clone();
+            async move {
+                let receipt = r
+                    .deliver(
+                        "beta".into(),
+                        None,
+                        "cfo".into(),
+                        None,
+                        format!("bench-{n}"),
+                        "2026-08".into(),
+                    )
+                    .await
+                    .map_err(|e| anyhow::anyhow!("not delivered: {e}"))?;
+                match receipt {
+                    consort_core::directory::Receipt::Enqueued { .. } => Ok(()),
+                    other => anyhow::bail!("not enqueued: {other:?}"),
+                }
+            }
+        })
+        .await?,
+    );
     let s = supervisor.clone();
     rows.push(
         measure("in-host call to accepted ack", 1000, 3000, 32, move |n| {
@@ -383,6 +409,10 @@ async fn run(root: &std::path::Path) -> Result<()> {
         (
             "cross-host call to accepted ack",
             "in-host call to accepted ack",
+        ),
+        (
+            "cross-host delivery to receipt",
+            "cross-host call to accepted ack",
         ),
         (
             "cross-host full call to reply",
