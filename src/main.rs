@@ -4,6 +4,7 @@
 //! `consort_fleet::dev`, the others talk to a host through the client SDK (`--at URL`) or read a
 //! stopped host's data folder (`--data DIR`). Listings take `--json`.
 
+mod directory_cli;
 mod fleet_cli;
 mod output;
 mod visibility_cli;
@@ -17,11 +18,9 @@ use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Parser, Subcommand};
 use serde_json::json;
 
-use consort_actors::directory::WaitRequest;
 use consort_actors::store::Durability;
 use consort_actors::{AgentOptions, Channel, DataFolder, RunRecord, RunStatus};
 use consort_config::AgentSet;
-use consort_core::directory::{DeliveryOutcome, WaitOutcome, WaitUntil};
 use consort_fleet::Client;
 use consort_fleet::dev::{DevHost, DevOptions};
 use consort_net::RunId;
@@ -95,7 +94,7 @@ enum Command {
     #[command(args_conflicts_with_subcommands = true)]
     Directory {
         #[command(subcommand)]
-        command: Option<DirectoryCommand>,
+        command: Option<directory_cli::DirectoryCommand>,
         /// The goal (needed when the fleet declares several).
         #[arg(long)]
         goal: Option<String>,
@@ -136,97 +135,6 @@ enum Command {
     Keygen(fleet_cli::KeygenArgs),
     /// Serve one host of a multi-host fleet (QUIC link + HTTP API).
     Serve(fleet_cli::ServeArgs),
-}
-
-#[derive(Subcommand)]
-enum DirectoryCommand {
-    /// What you may see of one agent and one of its runs: typed state, and an excerpt of a
-    /// run you may read.
-    Observe {
-        agent: String,
-        #[arg(long)]
-        run: Option<String>,
-        /// Excerpt source: events (the log's last lines) or output (its first lines).
-        #[arg(long, default_value = "events")]
-        source: String,
-        #[arg(long, default_value_t = 20)]
-        lines: usize,
-        #[arg(long)]
-        token: Option<String>,
-        #[command(flatten)]
-        at: At,
-        #[arg(long)]
-        json: bool,
-    },
-    /// Wait, pinned to the agent's incarnation, for a run to settle (or block, or change).
-    Wait {
-        agent: String,
-        run: String,
-        /// settled, blocked (blocked or settled) or changed.
-        #[arg(long, default_value = "settled")]
-        until: String,
-        /// The state-change sequence already seen: only a later change ends the wait.
-        #[arg(long, default_value_t = 0)]
-        after_seq: u64,
-        /// The incarnation to pin to (default: the one there now).
-        #[arg(long)]
-        incarnation: Option<String>,
-        #[arg(long, default_value_t = 30)]
-        timeout_secs: u64,
-        #[arg(long)]
-        token: Option<String>,
-        #[command(flatten)]
-        at: At,
-        #[arg(long)]
-        json: bool,
-    },
-    /// Deliver a message to an agent: into one of its runs (--run) or as a new run. Exit 0
-    /// active, 5 stalled (enqueued, nothing followed), 4 timeout (nothing resent), 3 rejected.
-    Deliver {
-        agent: String,
-        message: String,
-        /// The idempotency key: the same id and message again gets the first receipt.
-        #[arg(long)]
-        id: String,
-        #[arg(long)]
-        run: Option<String>,
-        /// How long to wait for the receipt.
-        #[arg(long, default_value_t = 10)]
-        timeout_secs: u64,
-        /// How long after the receipt to watch for activity (default: the host's
-        /// `activity_window_s`).
-        #[arg(long)]
-        window_ms: Option<u64>,
-        #[arg(long)]
-        token: Option<String>,
-        #[command(flatten)]
-        at: At,
-        #[arg(long)]
-        json: bool,
-    },
-    /// The receipt of your earlier delivery: exit 0 enqueued, 5 unknown_delivery.
-    Delivery {
-        agent: String,
-        #[arg(long)]
-        id: String,
-        #[arg(long)]
-        run: Option<String>,
-        #[arg(long)]
-        token: Option<String>,
-        #[command(flatten)]
-        at: At,
-    },
-    /// What in a goal needs a decision (typed facts only; assigns nothing).
-    Attention {
-        #[arg(long)]
-        goal: Option<String>,
-        #[arg(long)]
-        token: Option<String>,
-        #[command(flatten)]
-        at: At,
-        #[arg(long)]
-        json: bool,
-    },
 }
 
 #[derive(Subcommand)]
@@ -483,7 +391,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Directory {
             command: Some(command),
             ..
-        } => directory_command(command).await,
+        } => directory_cli::directory_command(command).await,
         Command::Directory {
             command: None,
             goal,
@@ -492,7 +400,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             data,
             json,
         } => {
-            let packet = match data.as_deref().map(|d| (d, serving_url(d))) {
+            let packet = match data.as_deref().map(|d| (d, directory_cli::serving_url(d))) {
                 Some((dir, None)) => {
                     let folder = DataFolder::new(dir);
                     let now = std::time::SystemTime::now()
@@ -502,13 +410,13 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 }
                 Some((_, Some(url))) => {
                     Client::new(&url)
-                        .with_token(token_or_env(token))
+                        .with_token(directory_cli::token_or_env(token))
                         .directory(goal.as_deref())
                         .await?
                 }
                 None => {
                     Client::new(&resolve_url(&at.at))
-                        .with_token(token_or_env(token))
+                        .with_token(directory_cli::token_or_env(token))
                         .directory(goal.as_deref())
                         .await?
                 }
@@ -722,169 +630,4 @@ fn produced(host: &consort_actors::Host, root: &RunId) -> Result<Vec<RunRecord>>
             .then(a.hop_depth.cmp(&b.hop_depth))
     });
     Ok(out)
-}
-
-fn token_or_env(token: Option<String>) -> Option<String> {
-    token.or_else(|| std::env::var("CONSORT_TOKEN").ok())
-}
-
-/// `consort directory observe | wait | attention`.
-async fn directory_command(command: DirectoryCommand) -> Result<ExitCode> {
-    match command {
-        DirectoryCommand::Observe {
-            agent,
-            run,
-            source,
-            lines,
-            token,
-            at,
-            json,
-        } => {
-            let observation = Client::new(&resolve_url(&at.at))
-                .with_token(token_or_env(token))
-                .observe(&agent, run.as_deref(), &source, lines)
-                .await?;
-            if json {
-                print_json(&observation)?;
-            } else {
-                println!("{}", output::observation(&observation));
-            }
-            Ok(if observation.scope_gap.is_some() {
-                ExitCode::from(3)
-            } else {
-                ExitCode::SUCCESS
-            })
-        }
-        DirectoryCommand::Wait {
-            agent,
-            run,
-            until,
-            after_seq,
-            incarnation,
-            timeout_secs,
-            token,
-            at,
-            json,
-        } => {
-            let until = WaitUntil::parse(&until).ok_or_else(|| {
-                anyhow!("--until `{until}` is not one of: settled, blocked, changed")
-            })?;
-            let request = WaitRequest {
-                agent,
-                run: RunId::parse(&run)?,
-                until,
-                after_seq,
-                incarnation,
-            };
-            let answered = Client::new(&resolve_url(&at.at))
-                .with_token(token_or_env(token))
-                .wait_peer(&request, Duration::from_secs(timeout_secs))
-                .await;
-            let answer = match answered {
-                Ok(answer) => answer,
-                // The caller may not wait on that run: a scope gap, as for the other commands.
-                Err(consort_fleet::FleetError::Api { code, message, .. })
-                    if matches!(code.as_str(), "audience_not_authorized" | "unknown") =>
-                {
-                    eprintln!("consort: no wait: {message}");
-                    return Ok(ExitCode::from(3));
-                }
-                Err(e) => return Err(e.into()),
-            };
-            if json {
-                print_json(&answer)?;
-            } else {
-                println!("{}", output::wait_answer(&answer));
-            }
-            Ok(match answer.outcome {
-                WaitOutcome::Matched { .. } => ExitCode::SUCCESS,
-                WaitOutcome::Timeout { .. } => ExitCode::from(4),
-                _ => ExitCode::from(5),
-            })
-        }
-        DirectoryCommand::Deliver {
-            agent,
-            message,
-            id,
-            run,
-            timeout_secs,
-            window_ms,
-            token,
-            at,
-            json,
-        } => {
-            let outcome = Client::new(&resolve_url(&at.at))
-                .with_token(token_or_env(token))
-                .deliver(
-                    &agent,
-                    run.as_deref(),
-                    &message,
-                    &id,
-                    Duration::from_secs(timeout_secs),
-                    window_ms.map(Duration::from_millis),
-                )
-                .await?;
-            if json {
-                print_json(&outcome)?;
-            } else {
-                println!("{}", output::delivery(&outcome));
-            }
-            Ok(match outcome {
-                DeliveryOutcome::Active { .. } => ExitCode::SUCCESS,
-                DeliveryOutcome::Stalled { .. } => ExitCode::from(5),
-                DeliveryOutcome::Timeout { .. } => ExitCode::from(4),
-                _ => ExitCode::from(3),
-            })
-        }
-        DirectoryCommand::Delivery {
-            agent,
-            id,
-            run,
-            token,
-            at,
-        } => {
-            let receipt = Client::new(&resolve_url(&at.at))
-                .with_token(token_or_env(token))
-                .delivery_status(&agent, run.as_deref(), &id)
-                .await?;
-            print_json(&receipt)?;
-            Ok(match receipt {
-                consort_core::directory::Receipt::Enqueued { .. } => ExitCode::SUCCESS,
-                consort_core::directory::Receipt::UnknownDelivery { .. } => ExitCode::from(5),
-                _ => ExitCode::from(3),
-            })
-        }
-        DirectoryCommand::Attention {
-            goal,
-            token,
-            at,
-            json,
-        } => {
-            let rollup = Client::new(&resolve_url(&at.at))
-                .with_token(token_or_env(token))
-                .attention(goal.as_deref())
-                .await?;
-            if json {
-                print_json(&rollup)?;
-            } else {
-                println!("{}", output::attention(&rollup));
-            }
-            Ok(if rollup.scope_gap.is_some() {
-                ExitCode::from(3)
-            } else {
-                ExitCode::SUCCESS
-            })
-        }
-    }
-}
-
-/// The URL of a host serving `data` right now (its serve.json names a live process).
-fn serving_url(data: &Path) -> Option<String> {
-    let note: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(data.join("serve.json")).ok()?).ok()?;
-    let pid = note["pid"].as_u64()?;
-    Path::new("/proc")
-        .join(pid.to_string())
-        .exists()
-        .then(|| note["url"].as_str().map(str::to_owned))?
 }

@@ -25,7 +25,7 @@ use consort_net::ReplyEnvelope;
 use crate::ActorsError;
 use crate::agent::{AgentActor, AgentArgs, AgentMsg, AgentOptions, tell};
 use crate::data::DataFolder;
-use crate::directory::{self, DirectoryHost, DirectorySpec, answer_on_task};
+use crate::directory::{DirectoryHost, DirectorySpec};
 use crate::model::Model;
 use crate::presence::PresenceBoard;
 use crate::restart::RestartBudget;
@@ -280,7 +280,7 @@ impl Actor for HostSupervisor {
         let fleet_agents: Arc<[String]> = Arc::from(Self::fleet_agents(&args.spec));
         let epoch_ms = crate::run::now_ms();
         let data = DataFolder::new(args.spec.data_dir.clone());
-        write_snapshot(&data, &args.spec);
+        peers::write_snapshot(&data, &args.spec);
         let directory = DirectoryHost {
             spec: Arc::new(args.spec.directory.clone()),
             host: args.spec.host_name.clone(),
@@ -488,95 +488,14 @@ impl Actor for HostSupervisor {
                     .collect();
                 answer(reply, list);
             }
-            SupervisorMsg::Directory {
-                audience,
-                goal,
-                reply,
-            } => answer_on_task(reply, state.directory.clone().packet(audience, goal)),
-            SupervisorMsg::Observe {
-                audience,
-                agent,
-                run,
-                source,
-                lines,
-                reply,
-            } => answer_on_task(
-                reply,
-                state
-                    .directory
-                    .clone()
-                    .observe(audience, agent, run, source, lines),
-            ),
-            SupervisorMsg::WaitRun {
-                audience,
-                request,
-                timeout,
-                reply,
-            } => answer_on_task(
-                reply,
-                state.directory.clone().wait(audience, request, timeout),
-            ),
-            SupervisorMsg::Deliver {
-                audience,
-                request,
-                reply,
-            } => answer_on_task(reply, state.directory.clone().deliver(audience, request)),
-            SupervisorMsg::DeliveryStatus {
-                audience,
-                agent,
-                run,
-                delivery_id,
-                reply,
-            } => answer_on_task(
-                reply,
-                state
-                    .directory
-                    .clone()
-                    .delivery_status(audience, agent, run, delivery_id),
-            ),
-            SupervisorMsg::DeliverHere {
-                from,
-                agent,
-                run,
-                delivery_id,
-                text,
-                reply,
-            } => match Self::actor(state, &agent) {
-                Some(actor) => tell(
-                    &actor,
-                    AgentMsg::Deliver {
-                        from,
-                        run,
-                        delivery_id,
-                        text,
-                        reply,
-                    },
-                ),
-                None => {
-                    let refusal = if state.slots.contains_key(&agent) {
-                        Refusal::AgentDown { callee: agent }
-                    } else {
-                        Refusal::UnknownAgent {
-                            callee: agent,
-                            allowed: Self::fleet_agents(&state.spec).join(", "),
-                        }
-                    };
-                    answer(
-                        reply,
-                        consort_core::directory::Receipt::rejected(&delivery_id, &refusal),
-                    );
-                }
-            },
-            SupervisorMsg::Attention {
-                audience,
-                goal,
-                reply,
-            } => answer_on_task(reply, state.directory.clone().attention(audience, goal)),
-            SupervisorMsg::Presence { agents, reply } => {
-                let reports =
-                    directory::local_reports(&agents, |a| state.board.seat(a), &state.board);
-                answer(reply, (crate::run::now_ms(), reports));
-            }
+            message @ (SupervisorMsg::Directory { .. }
+            | SupervisorMsg::Observe { .. }
+            | SupervisorMsg::WaitRun { .. }
+            | SupervisorMsg::Deliver { .. }
+            | SupervisorMsg::DeliveryStatus { .. }
+            | SupervisorMsg::DeliverHere { .. }
+            | SupervisorMsg::Attention { .. }
+            | SupervisorMsg::Presence { .. }) => Self::directory_message(state, message),
             SupervisorMsg::Tick => {
                 // Each agent's re-read error is logged where it happens; the old config stays.
                 if state.spec.watch_config.is_some() && Self::reload(state, true).is_err() {
@@ -684,17 +603,4 @@ fn answer<T>(port: RpcReplyPort<T>, value: T) {
     }
 }
 
-/// Writes the directory snapshot a stopped host's data folder is read with; a failure only
-/// costs `consort directory --data` for this folder.
-fn write_snapshot(data: &DataFolder, spec: &HostSpec) {
-    let snapshot = spec.directory.snapshot(&spec.host_name);
-    let path = data.root().join(directory::SNAPSHOT_FILE);
-    let tmp = path.with_extension("json.tmp");
-    let written = serde_json::to_vec_pretty(&snapshot)
-        .map_err(std::io::Error::other)
-        .and_then(|bytes| std::fs::write(&tmp, bytes))
-        .and_then(|()| std::fs::rename(&tmp, &path));
-    if let Err(e) = written {
-        warn!(path = %path.display(), error = %e, "directory snapshot not written");
-    }
-}
+mod peers;

@@ -1,0 +1,125 @@
+//! The supervisor's side of the peer directory: its requests go to `DirectoryHost` on tasks of
+//! their own (so a slow host never holds the supervisor's mailbox), deliveries to this host's
+//! agents go to their actors, and other hosts' presence queries are answered from the board.
+//! It decides nothing: the rules are consort-core's `directory`.
+
+use consort_core::Refusal;
+use tracing::warn;
+
+use super::{HostSpec, HostSupervisor, SupervisorMsg, SupervisorState, answer};
+use crate::agent::{AgentMsg, tell};
+use crate::data::DataFolder;
+use crate::directory::{self, answer_on_task};
+
+impl HostSupervisor {
+    /// Handles one directory message (the caller matched it).
+    pub(super) fn directory_message(state: &SupervisorState, message: SupervisorMsg) {
+        match message {
+            SupervisorMsg::Directory {
+                audience,
+                goal,
+                reply,
+            } => answer_on_task(reply, state.directory.clone().packet(audience, goal)),
+            SupervisorMsg::Observe {
+                audience,
+                agent,
+                run,
+                source,
+                lines,
+                reply,
+            } => answer_on_task(
+                reply,
+                state
+                    .directory
+                    .clone()
+                    .observe(audience, agent, run, source, lines),
+            ),
+            SupervisorMsg::WaitRun {
+                audience,
+                request,
+                timeout,
+                reply,
+            } => answer_on_task(
+                reply,
+                state.directory.clone().wait(audience, request, timeout),
+            ),
+            SupervisorMsg::Deliver {
+                audience,
+                request,
+                reply,
+            } => answer_on_task(reply, state.directory.clone().deliver(audience, request)),
+            SupervisorMsg::DeliveryStatus {
+                audience,
+                agent,
+                run,
+                delivery_id,
+                reply,
+            } => answer_on_task(
+                reply,
+                state
+                    .directory
+                    .clone()
+                    .delivery_status(audience, agent, run, delivery_id),
+            ),
+            SupervisorMsg::DeliverHere {
+                from,
+                agent,
+                run,
+                delivery_id,
+                text,
+                reply,
+            } => match Self::actor(state, &agent) {
+                Some(actor) => tell(
+                    &actor,
+                    AgentMsg::Deliver {
+                        from,
+                        run,
+                        delivery_id,
+                        text,
+                        reply,
+                    },
+                ),
+                None => {
+                    let refusal = if state.slots.contains_key(&agent) {
+                        Refusal::AgentDown { callee: agent }
+                    } else {
+                        Refusal::UnknownAgent {
+                            callee: agent,
+                            allowed: Self::fleet_agents(&state.spec).join(", "),
+                        }
+                    };
+                    answer(
+                        reply,
+                        consort_core::directory::Receipt::rejected(&delivery_id, &refusal),
+                    );
+                }
+            },
+            SupervisorMsg::Attention {
+                audience,
+                goal,
+                reply,
+            } => answer_on_task(reply, state.directory.clone().attention(audience, goal)),
+            SupervisorMsg::Presence { agents, reply } => {
+                let reports =
+                    directory::local_reports(&agents, |a| state.board.seat(a), &state.board);
+                answer(reply, (crate::run::now_ms(), reports));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Writes the directory snapshot a stopped host's data folder is read with; a failure only
+/// costs `consort directory --data` for this folder.
+pub(super) fn write_snapshot(data: &DataFolder, spec: &HostSpec) {
+    let snapshot = spec.directory.snapshot(&spec.host_name);
+    let path = data.root().join(directory::SNAPSHOT_FILE);
+    let tmp = path.with_extension("json.tmp");
+    let written = serde_json::to_vec_pretty(&snapshot)
+        .map_err(std::io::Error::other)
+        .and_then(|bytes| std::fs::write(&tmp, bytes))
+        .and_then(|()| std::fs::rename(&tmp, &path));
+    if let Err(e) = written {
+        warn!(path = %path.display(), error = %e, "directory snapshot not written");
+    }
+}
