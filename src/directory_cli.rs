@@ -218,6 +218,7 @@ pub(crate) async fn directory_command(command: DirectoryCommand) -> Result<ExitC
                 DeliveryOutcome::Active { .. } => ExitCode::SUCCESS,
                 DeliveryOutcome::Stalled { .. } => ExitCode::from(5),
                 DeliveryOutcome::Timeout { .. } => ExitCode::from(4),
+                DeliveryOutcome::Queued { .. } => ExitCode::from(6),
                 _ => ExitCode::from(3),
             })
         }
@@ -236,6 +237,7 @@ pub(crate) async fn directory_command(command: DirectoryCommand) -> Result<ExitC
             Ok(match receipt {
                 consort_core::directory::Receipt::Enqueued { .. } => ExitCode::SUCCESS,
                 consort_core::directory::Receipt::UnknownDelivery { .. } => ExitCode::from(5),
+                consort_core::directory::Receipt::Queued { .. } => ExitCode::from(6),
                 _ => ExitCode::from(3),
             })
         }

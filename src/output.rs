@@ -357,5 +357,9 @@ pub(crate) fn delivery(outcome: &DeliveryOutcome) -> String {
             delivery_id,
             detail,
         } => format!("timeout: {delivery_id}: {detail}"),
+        DeliveryOutcome::Queued {
+            delivery_id,
+            detail,
+        } => format!("queued: {delivery_id}: {detail}"),
     }
 }

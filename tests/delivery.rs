@@ -272,3 +272,60 @@ fn signal(which: &str, pid: &str) {
         .expect("run kill");
     assert!(status.success(), "kill {which} {pid}");
 }
+
+#[test]
+fn with_the_peer_host_down_the_directory_still_lists_it_and_a_delivery_is_carried_once_it_is_back()
+{
+    let mut fleet = fleet(|_| {});
+    fleet.start("alpha");
+    // No presence provider for cfo: its row is still there, with no presence claimed.
+    let packet: Value = fleet
+        .http
+        .get(format!("{}/directory", fleet.url("alpha")))
+        .send()
+        .expect("GET /directory")
+        .json()
+        .expect("packet");
+    assert_eq!(packet["registered_agent_count"], 2, "{packet}");
+    let cfo = packet["rows"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["agent"] == "cfo"))
+        .cloned()
+        .expect("cfo row");
+    assert!(
+        matches!(
+            cfo["presence"]["state"].as_str(),
+            Some("unreachable" | "unknown")
+        ),
+        "{packet}"
+    );
+    // The durable path: journaled on alpha, typed as queued (not success), readable by id.
+    let queued = deliver(
+        &fleet,
+        json!({"agent": "cfo", "message": "2026-08", "delivery_id": "while-down"}),
+    );
+    assert_eq!(queued["outcome"], "queued", "{queued}");
+    let status = |fleet: &ServeFleet| -> Value {
+        fleet
+            .http
+            .get(format!(
+                "{}/directory/delivery?agent=cfo&id=while-down",
+                fleet.url("alpha")
+            ))
+            .send()
+            .expect("GET /directory/delivery")
+            .json()
+            .expect("receipt")
+    };
+    assert_eq!(status(&fleet)["receipt"], "queued");
+    // beta comes back: the delivery is carried, once.
+    fleet.start("beta");
+    support::eventually("the delivery carried to beta", LONG, || {
+        (delivered_runs(&fleet).len() == 1).then_some(())
+    });
+    support::eventually("the receipt", LONG, || {
+        (status(&fleet)["receipt"] == "enqueued").then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(delivered_runs(&fleet).len(), 1, "carried once");
+}

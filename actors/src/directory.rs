@@ -25,11 +25,13 @@ use crate::routing::RemoteCalls;
 
 mod deliver;
 mod observe;
+mod outbox;
 mod requests;
 mod wait;
 
 pub use deliver::{DeliveryRequest, MAX_MESSAGE_BYTES};
 
+pub(crate) use outbox::{Outbox, carry};
 pub(crate) use requests::{DirectoryHost, answer_on_task};
 
 pub(crate) use observe::{Seat, observe_here};

@@ -25,7 +25,7 @@ use consort_net::ReplyEnvelope;
 use crate::ActorsError;
 use crate::agent::{AgentActor, AgentArgs, AgentMsg, AgentOptions, tell};
 use crate::data::DataFolder;
-use crate::directory::{DirectoryHost, DirectorySpec};
+use crate::directory::{self, DirectoryHost, DirectorySpec, Outbox};
 use crate::model::Model;
 use crate::presence::PresenceBoard;
 use crate::restart::RestartBudget;
@@ -112,6 +112,8 @@ pub struct SupervisorState {
     directory: DirectoryHost,
     /// Every agent of the fleet, shared with each agent actor.
     fleet_agents: Arc<[String]>,
+    /// The task that carries journaled deliveries (hosts with links only).
+    carrier: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// The host supervisor actor.
@@ -289,7 +291,15 @@ impl Actor for HostSupervisor {
             data: data.clone(),
             epoch_ms,
             supervisor: Some(myself.clone()),
+            outbox: Outbox::new(data.root()),
         };
+        // Deliveries journaled while a peer host was down are carried once it is back; the
+        // task ends with this supervisor.
+        let carrier = args
+            .spec
+            .remote
+            .clone()
+            .map(|remote| tokio::spawn(directory::carry(directory.outbox.clone(), remote)));
         let mut state = SupervisorState {
             data,
             spec: args.spec,
@@ -301,12 +311,24 @@ impl Actor for HostSupervisor {
             epoch_ms,
             directory,
             fleet_agents,
+            carrier,
         };
         let names: Vec<String> = state.slots.keys().cloned().collect();
         for name in names {
             Self::spawn_agent(&myself, &mut state, &name).await?;
         }
         Ok(state)
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<SupervisorMsg>,
+        state: &mut SupervisorState,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(carrier) = state.carrier.take() {
+            carrier.abort();
+        }
+        Ok(())
     }
 
     async fn post_start(

@@ -18,6 +18,7 @@ use consort_core::directory::{
 };
 
 use super::WaitRequest;
+use super::outbox::Pending;
 use super::requests::DirectoryHost;
 use crate::routing::{RemoteFailure, SupervisorMsg};
 
@@ -79,14 +80,31 @@ impl DirectoryHost {
                 format!("no agent named `{}` is placed in this fleet", request.agent),
             );
         };
+        let remote = host != self.host;
+        let pending = Pending {
+            sender: sender.clone(),
+            host: host.clone(),
+            agent: request.agent.clone(),
+            run: request.run.clone(),
+            delivery_id: request.delivery_id.clone(),
+            text: request.text.clone(),
+        };
+        // The intent is journaled before the frame leaves: a crash of this host leaves it
+        // readable, and it is carried if the peer's host cannot be reached now.
+        if remote && let Err(e) = self.outbox.journal(&pending).await {
+            return reject(
+                "not_journaled",
+                format!("the delivery could not be journaled on this host: {e}"),
+            );
+        }
         let asked = async {
-            if host == self.host {
-                self.deliver_here(sender, &request).await
+            if !remote {
+                self.deliver_here(sender.clone(), &request).await
             } else {
                 match &self.remote {
                     None => Err(RemoteFailure::Unreachable("this host has no links".into())),
-                    Some(remote) => {
-                        remote
+                    Some(links) => {
+                        links
                             .deliver(
                                 host.clone(),
                                 asker,
@@ -100,8 +118,28 @@ impl DirectoryHost {
                 }
             }
         };
-        let receipt = match tokio::time::timeout(request.timeout, asked).await {
+        let answered = tokio::time::timeout(request.timeout, asked).await;
+        let forget = || {
+            self.outbox
+                .done(&sender, &request.agent, &request.delivery_id)
+        };
+        let receipt = match answered {
+            Ok(Err(RemoteFailure::Unreachable(detail))) if remote => {
+                self.outbox
+                    .mark_queued(&sender, &request.agent, &request.delivery_id)
+                    .await;
+                return DeliveryOutcome::Queued {
+                    delivery_id: request.delivery_id.clone(),
+                    detail: format!(
+                        "{detail}; journaled on this host and carried, with the same id, once {host} is back"
+                    ),
+                };
+            }
             Err(_) => {
+                // No automatic resend after a timeout: the sender decides.
+                if remote {
+                    forget().await;
+                }
                 return DeliveryOutcome::Timeout {
                     delivery_id: request.delivery_id.clone(),
                     detail: format!(
@@ -113,8 +151,18 @@ impl DirectoryHost {
             Ok(Err(RemoteFailure::Unreachable(detail))) => {
                 return reject("host_unreachable", detail);
             }
-            Ok(Err(RemoteFailure::Refused(detail))) => return reject("host_refused", detail),
-            Ok(Ok(receipt)) => receipt,
+            Ok(Err(RemoteFailure::Refused(detail))) => {
+                if remote {
+                    forget().await;
+                }
+                return reject("host_refused", detail);
+            }
+            Ok(Ok(receipt)) => {
+                if remote {
+                    forget().await;
+                }
+                receipt
+            }
         };
         let window = request.window.unwrap_or(self.spec.activity_window);
         let window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
@@ -188,6 +236,9 @@ impl DirectoryHost {
             return Receipt::UnknownDelivery { delivery_id };
         };
         if host != self.host {
+            if self.outbox.is_pending(&sender, &agent, &delivery_id).await {
+                return super::outbox::queued(&delivery_id);
+            }
             let Some(remote) = self.remote.clone() else {
                 return Receipt::UnknownDelivery { delivery_id };
             };

@@ -39,6 +39,8 @@ pub(crate) struct DirectoryHost {
     pub epoch_ms: u64,
     /// The host's supervisor (set once it started), for deliveries to this host's agents.
     pub supervisor: Option<ractor::ActorRef<crate::routing::SupervisorMsg>>,
+    /// Deliveries to other hosts, journaled until answered.
+    pub outbox: super::Outbox,
 }
 
 impl DirectoryHost {

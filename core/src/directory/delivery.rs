@@ -104,6 +104,11 @@ pub enum Receipt {
         /// The sender's id for the delivery.
         delivery_id: String,
     },
+    /// Journaled on the sender's host, waiting for the peer's host to be back.
+    Queued {
+        /// The sender's id for the delivery.
+        delivery_id: String,
+    },
 }
 
 impl Receipt {
@@ -122,6 +127,7 @@ impl Receipt {
             Self::Enqueued { .. } => "enqueued",
             Self::Rejected { .. } => "rejected",
             Self::UnknownDelivery { .. } => "unknown_delivery",
+            Self::Queued { .. } => "queued",
         }
     }
 
@@ -130,7 +136,8 @@ impl Receipt {
         match self {
             Self::Enqueued { delivery_id, .. }
             | Self::Rejected { delivery_id, .. }
-            | Self::UnknownDelivery { delivery_id } => delivery_id,
+            | Self::UnknownDelivery { delivery_id }
+            | Self::Queued { delivery_id } => delivery_id,
         }
     }
 }
@@ -170,6 +177,14 @@ pub enum DeliveryOutcome {
         /// What was still out.
         detail: String,
     },
+    /// The peer's host could not be reached: the delivery is journaled on the sender's host
+    /// and carried, with the same id, once that host is back. Not a success.
+    Queued {
+        /// The sender's id for the delivery.
+        delivery_id: String,
+        /// Why it could not go now.
+        detail: String,
+    },
 }
 
 impl DeliveryOutcome {
@@ -180,6 +195,7 @@ impl DeliveryOutcome {
             Self::Stalled { .. } => "stalled",
             Self::Rejected { .. } => "rejected",
             Self::Timeout { .. } => "timeout",
+            Self::Queued { .. } => "queued",
         }
     }
 
@@ -221,6 +237,10 @@ pub fn activity_outcome(
             ),
             delivery_id,
             code: "unknown_delivery".to_owned(),
+        },
+        Receipt::Queued { delivery_id } => DeliveryOutcome::Queued {
+            delivery_id,
+            detail: "journaled on the sender's host; carried when the peer's host is back".into(),
         },
     }
 }

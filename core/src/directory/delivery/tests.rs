@@ -216,6 +216,10 @@ proptest! {
             Receipt::Rejected { .. } | Receipt::UnknownDelivery { .. } => {
                 prop_assert_eq!(outcome.code(), "rejected");
             }
+            Receipt::Queued { .. } => {
+                prop_assert_eq!(outcome.code(), "queued");
+                prop_assert!(!outcome.is_success());
+            }
         }
     }
 }
