@@ -165,6 +165,10 @@ fn a_stalled_delivery_is_never_success_and_a_timeout_resends_nothing() {
         )
         .expect("cfo agent.yaml");
     });
+    let file = fleet.dir.path().join("fleet.yaml");
+    let yaml = std::fs::read_to_string(&file).expect("fleet.yaml")
+        + "directory:\n  no_advancement_after_s: 1\n";
+    std::fs::write(&file, yaml).expect("fleet.yaml");
     fleet.start("alpha");
     fleet.start("beta");
     let id = fleet.start_run("alpha", "cmo", "2026-08");
@@ -187,6 +191,25 @@ fn a_stalled_delivery_is_never_success_and_a_timeout_resends_nothing() {
     assert_eq!(stalled["outcome"], "stalled", "{stalled}");
     assert_eq!(stalled["receipt"]["receipt"], "enqueued", "{stalled}");
     assert_eq!(messages_in(&fleet, "beta", &child), 1);
+    // Unread past the threshold, the stalled delivery is on the goal's attention rollup.
+    let rollup = support::eventually("a stalled delivery in the rollup", LONG, || {
+        let rollup: Value = fleet
+            .http
+            .get(format!(
+                "{}/directory/attention?goal=month-end",
+                fleet.url("alpha")
+            ))
+            .send()
+            .ok()?
+            .json()
+            .ok()?;
+        rollup["items"]
+            .as_array()?
+            .iter()
+            .any(|i| i["agent"] == "cfo" && i["reason"] == "stalled_delivery")
+            .then_some(rollup)
+    });
+    assert_eq!(rollup["items"][0]["reason"], "stalled_delivery", "{rollup}");
     // beta stops answering (SIGSTOP: a host that hangs): the sender's own timeout ends the
     // delivery as `timeout`, and nothing is sent again once beta goes on.
     let beta = fleet.hosts[1]

@@ -27,6 +27,8 @@ pub struct PresenceBoard {
 struct AgentRuns {
     /// Open runs: their status and since when they have had it.
     open: HashMap<RunId, (RunStatus, u64)>,
+    /// Open runs with a delivered message no model turn has read yet, and since when.
+    unread: HashMap<RunId, u64>,
     last_settled: Option<LastSettled>,
 }
 
@@ -44,6 +46,7 @@ impl PresenceBoard {
         let entry = agents.entry(agent.to_owned()).or_default();
         if status.is_settled() {
             entry.open.remove(run);
+            entry.unread.remove(run);
             entry.last_settled = Some(LastSettled {
                 run: run.clone(),
                 status,
@@ -58,6 +61,20 @@ impl PresenceBoard {
         }
         drop(agents);
         self.changed.notify_waiters();
+    }
+
+    /// A message was delivered into `run` at `at_ms` (the oldest unread one keeps its time).
+    pub fn message_delivered(&self, agent: &str, run: &RunId, at_ms: u64) {
+        let mut agents = self.lock();
+        let entry = agents.entry(agent.to_owned()).or_default();
+        entry.unread.entry(run.clone()).or_insert(at_ms);
+    }
+
+    /// A model turn of `run` read what was delivered into it.
+    pub fn messages_read(&self, agent: &str, run: &RunId) {
+        if let Some(entry) = self.lock().get_mut(agent) {
+            entry.unread.remove(run);
+        }
     }
 
     /// Resolves when any run on the board changes after this call (register, then re-check
@@ -113,6 +130,7 @@ impl PresenceBoard {
                 };
                 *slot = Some(slot.map_or(*since, |o| o.min(*since)));
             }
+            work.unread_since_ms = entry.unread.values().min().copied();
             work.last_settled = entry.last_settled.clone();
         }
         work

@@ -203,6 +203,16 @@ impl AgentState {
             .ok_or_else(|| ActorsError::UnknownRun(id.to_string()))?;
         let status = view.status.unwrap_or(consort_core::RunStatus::Queued);
         for event in transition.appended_events(status) {
+            // A delivered message waits until a model turn reads it: the rollup's stalled
+            // deliveries come from this (the write it rides on is in the writer's queue).
+            match &event {
+                RunEvent::MessageReceived(_) => {
+                    self.board
+                        .message_delivered(&self.config.name, id, crate::run::now_ms());
+                }
+                RunEvent::ModelTurn(_) => self.board.messages_read(&self.config.name, id),
+                _ => {}
+            }
             view.apply(&event);
         }
         if transition.settles() {

@@ -141,6 +141,10 @@ pub struct WorkState {
     pub oldest_change_ms: Option<u64>,
     /// Since when its longest-blocked run has waited on an approval, Unix milliseconds.
     pub blocked_since_ms: Option<u64>,
+    /// Since when the oldest delivered message that no model turn has read yet waits in an
+    /// open run, Unix milliseconds.
+    #[serde(default)]
+    pub unread_since_ms: Option<u64>,
 }
 
 impl WorkState {

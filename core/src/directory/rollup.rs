@@ -29,6 +29,9 @@ pub const ATTENTION_CAP: usize = 8;
 pub enum AttentionReason {
     /// A run waits for an operator to approve or deny a gated tool.
     BlockedOnApproval,
+    /// A message delivered into a run has waited longer than the threshold for a model turn
+    /// to read it.
+    StalledDelivery,
     /// Its last run failed and nothing ran after it.
     FailedWithoutFollowUp,
     /// Open runs have kept their status longer than the threshold.
@@ -193,6 +196,12 @@ pub fn needs_attention(
                 w.blocked,
                 w.blocked_since_ms,
             ));
+        }
+        // The same threshold as work that stopped advancing: a message no turn read.
+        if let Some(since) = w.unread_since_ms
+            && now_ms.saturating_sub(since) > no_advancement_after_ms
+        {
+            items.push(item(AttentionReason::StalledDelivery, 1, Some(since)));
         }
         if w.open() == 0
             && let Some(last) = &w.last_settled

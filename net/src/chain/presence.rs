@@ -60,7 +60,7 @@ pub fn presence_canonical_bytes(report: &PresenceReport) -> Vec<u8> {
         for count in [w.queued, w.running, w.waiting, w.blocked] {
             out.field(&count.to_be_bytes());
         }
-        for since in [w.oldest_change_ms, w.blocked_since_ms] {
+        for since in [w.oldest_change_ms, w.blocked_since_ms, w.unread_since_ms] {
             match since {
                 None => out.field(b""),
                 Some(ms) => out.field(&ms.to_be_bytes()),

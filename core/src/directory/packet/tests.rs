@@ -605,6 +605,7 @@ fn a_packet_reads_as_the_documented_json() {
                         },
                         "oldest_change_ms": null,
                         "blocked_since_ms": null,
+                        "unread_since_ms": null,
                     },
                     "presence": {
                         "state": "working",

@@ -489,6 +489,9 @@ fn work() -> impl Strategy<Value = WorkState> {
                 last_settled: settled.and_then(|(status, t)| last(status, t * 500)),
                 oldest_change_ms: oldest,
                 blocked_since_ms: blocked_since,
+                // Unread deliveries have their own unit test; the independent count below
+                // covers the other reasons.
+                unread_since_ms: None,
             },
         )
 }
@@ -827,4 +830,47 @@ proptest! {
             prop_assert_eq!(named, 1, "{} in {:?}", host, rollup.limitations);
         }
     }
+}
+
+#[test]
+fn a_message_no_turn_has_read_past_the_threshold_is_a_stalled_delivery_after_a_gate() {
+    let facts = vec![
+        fact(
+            "unread",
+            WorkState {
+                running: 1,
+                unread_since_ms: Some(100),
+                oldest_change_ms: Some(9_900),
+                ..WorkState::default()
+            },
+        ),
+        fact(
+            "gated",
+            WorkState {
+                blocked: 1,
+                blocked_since_ms: Some(9_000),
+                ..WorkState::default()
+            },
+        ),
+        fact(
+            "fresh",
+            WorkState {
+                running: 1,
+                unread_since_ms: Some(9_500),
+                oldest_change_ms: Some(9_500),
+                ..WorkState::default()
+            },
+        ),
+    ];
+    let (items, _) = needs_attention(&facts, 10_000, 1_000);
+    let seen: Vec<(&str, AttentionReason)> =
+        items.iter().map(|i| (i.agent.as_str(), i.reason)).collect();
+    assert_eq!(
+        seen,
+        vec![
+            ("gated", AttentionReason::BlockedOnApproval),
+            ("unread", AttentionReason::StalledDelivery),
+        ]
+    );
+    assert_eq!(items[1].since_ms, Some(100));
 }
