@@ -176,15 +176,7 @@ pub(crate) fn directory(packet: &DirectoryPacket) -> String {
         &["AGENT", "HOST", "PRESENCE", "BASIS", "WORK"],
         &rows,
     ));
-    let limits: Vec<String> = packet
-        .limitations
-        .iter()
-        .map(|l| serde_json::to_value(l).map_or_else(|_| format!("{l:?}"), |v| v.to_string()))
-        .collect();
-    if !limits.is_empty() {
-        out.push_str("\nlimitations: ");
-        out.push_str(&limits.join(", "));
-    }
+    push_limits(&mut out, "limitations", &packet.limitations);
     out
 }
 
@@ -236,7 +228,7 @@ pub(crate) fn observation(o: &Observation) -> String {
             out.push_str(line);
         }
     }
-    push_limits(&mut out, &o.limitations);
+    push_limits(&mut out, "limits", &o.limitations);
     out
 }
 
@@ -292,25 +284,18 @@ pub(crate) fn attention(r: &AttentionRollup) -> String {
         &["AGENT", "HOST", "REASON", "RUNS", "PRESENCE"],
         &rows,
     ));
-    let limits: Vec<String> = r
-        .limitations
-        .iter()
-        .map(|l| serde_json::to_value(l).map_or_else(|_| format!("{l:?}"), |v| v.to_string()))
-        .collect();
-    if !limits.is_empty() {
-        out.push_str("\nlimitations: ");
-        out.push_str(&limits.join(", "));
-    }
+    push_limits(&mut out, "limitations", &r.limitations);
     out
 }
 
-fn push_limits<T: serde::Serialize + std::fmt::Debug>(out: &mut String, limits: &[T]) {
+/// Appends `label: ` and each limit's JSON form, on a line of its own, when there are any.
+fn push_limits<T: serde::Serialize + std::fmt::Debug>(out: &mut String, label: &str, limits: &[T]) {
     let limits: Vec<String> = limits
         .iter()
         .map(|l| serde_json::to_value(l).map_or_else(|_| format!("{l:?}"), |v| v.to_string()))
         .collect();
     if !limits.is_empty() {
-        out.push_str("\nlimits: ");
+        out.push_str(&format!("\n{label}: "));
         out.push_str(&limits.join(", "));
     }
 }

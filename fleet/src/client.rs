@@ -13,7 +13,7 @@ use consort_actors::directory::{WaitAnswer, WaitRequest};
 use consort_actors::supervisor::AgentStatus;
 use consort_actors::{EventRecord, RunRecord};
 use consort_core::directory::{
-    AttentionRollup, DeliveryOutcome, DirectoryPacket, Observation, Receipt, WaitUntil,
+    AttentionRollup, DeliveryOutcome, DirectoryPacket, Observation, Receipt,
 };
 
 use crate::FleetError;
@@ -56,11 +56,8 @@ impl Client {
         channel: &str,
     ) -> Result<RunRecord, FleetError> {
         let body = json!({"agent": agent, "input": input, "channel": channel});
-        let mut request = self.http.post(self.url("/runs")).json(&body);
-        if let Some(token) = &self.token {
-            request = request.bearer_auth(token);
-        }
-        self.send(request).await
+        let request = self.http.post(self.url("/runs")).json(&body);
+        self.send(self.authorized(request)).await
     }
 
     /// The peer directory of `goal` (or of the one goal this client's token may see).
@@ -69,10 +66,7 @@ impl Client {
         if let Some(goal) = goal {
             request = request.query(&[("goal", goal)]);
         }
-        if let Some(token) = &self.token {
-            request = request.bearer_auth(token);
-        }
-        self.send(request).await
+        self.send(self.authorized(request)).await
     }
 
     /// What this client may see of `agent` (and one of its runs): typed state, and an excerpt
@@ -105,7 +99,7 @@ impl Client {
         let mut query = vec![
             ("agent", request.agent.clone()),
             ("run", request.run.to_string()),
-            ("until", until_text(request.until).to_owned()),
+            ("until", request.until.as_str().to_owned()),
             ("after_seq", request.after_seq.to_string()),
             ("timeout_ms", timeout.as_millis().to_string()),
         ];
@@ -284,13 +278,5 @@ impl Client {
             url: self.base.clone(),
             detail: e.to_string(),
         })
-    }
-}
-
-fn until_text(until: WaitUntil) -> &'static str {
-    match until {
-        WaitUntil::Settled => "settled",
-        WaitUntil::BlockedOrSettled => "blocked",
-        WaitUntil::Changed => "changed",
     }
 }

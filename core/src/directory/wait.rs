@@ -38,6 +38,15 @@ impl WaitUntil {
         })
     }
 
+    /// The text form [`WaitUntil::parse`] reads.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Settled => "settled",
+            Self::BlockedOrSettled => "blocked",
+            Self::Changed => "changed",
+        }
+    }
+
     fn accepts(self, status: RunStatus) -> bool {
         match self {
             Self::Settled => status.is_settled(),
