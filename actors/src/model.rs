@@ -6,9 +6,18 @@
 //! every step in the run's event log *before* acting on it, so a host restarted mid-turn replays
 //! the same tool-use ids and a replayed call finds the run it already created.
 //!
-//! This module defines the seam only; it never runs tools or places calls. consort ships the
-//! deterministic [`crate::script::ScriptModel`]; adapters for real models implement the same
-//! trait.
+//! This module defines the seam; it never runs tools or places calls. consort ships the
+//! deterministic [`crate::script::ScriptModel`] and two adapters for real models:
+//!
+//! - [`openai::OpenAiAdapter`] speaks the OpenAI-compatible chat-completions API (vLLM,
+//!   llama.cpp's server, Ollama, hosted APIs), with tool calls, streaming and retries;
+//! - [`command::CommandAdapter`] speaks JSON lines to a local program.
+//!
+//! Both share what a real model needs around the wire ([`turn`]): the system prompt and the
+//! `wait_for_replies` tool ([`prompt`]), and the check of a turn's tool calls with the repair
+//! loop that sends a malformed turn back to the model ([`repair`]). Neither keeps state about a
+//! run between turns: everything comes from the conversation, so a replayed run needs nothing
+//! but its log.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -64,10 +73,70 @@ impl ModelReply {
     }
 }
 
-/// A model failure; the run fails with this text.
+pub mod command;
+pub mod openai;
+pub mod prompt;
+pub mod repair;
+pub mod turn;
+
+/// A model failure; the run fails with its text, which never holds an API key.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("model error: {0}")]
-pub struct ModelError(pub String);
+#[non_exhaustive]
+pub enum ModelError {
+    /// The adapter cannot make a request as configured (an API key variable that is not set,
+    /// a base URL the HTTP client refuses).
+    #[error("model error: {0}")]
+    Config(String),
+    /// The server refused the credentials (401 or 403).
+    #[error("model error: the server refused the API key ({status}): {detail}")]
+    Unauthorized {
+        /// The HTTP status.
+        status: u16,
+        /// What the server said, shortened, with the key redacted.
+        detail: String,
+    },
+    /// The server does not serve the model named in `model:`.
+    #[error("model error: the server does not know the model `{model}`: {detail}")]
+    UnknownModel {
+        /// The model asked for.
+        model: String,
+        /// What the server said, shortened.
+        detail: String,
+    },
+    /// The server refused the request for another reason (a 4xx other than the above).
+    #[error("model error: the server refused the request ({status}): {detail}")]
+    Rejected {
+        /// The HTTP status.
+        status: u16,
+        /// What the server said, shortened.
+        detail: String,
+    },
+    /// The model could not be reached or kept failing (429, 5xx, timeouts, connection errors,
+    /// a crashing program), after every retry.
+    #[error("model error: no answer after {attempts} attempt(s): {last}")]
+    Unavailable {
+        /// Requests made.
+        attempts: u32,
+        /// The last failure.
+        last: String,
+    },
+    /// The answer could not be read (not the API's shape).
+    #[error("model error: unreadable answer: {0}")]
+    Protocol(String),
+    /// The model kept answering with malformed tool calls after being told what was wrong.
+    #[error(
+        "model error: the model sent malformed tool calls {attempts} time(s) in a row; last: {problem}"
+    )]
+    MalformedToolCalls {
+        /// Turns asked for.
+        attempts: u32,
+        /// The last problem, as the model was told.
+        problem: String,
+    },
+    /// Any other failure.
+    #[error("model error: {0}")]
+    Failed(String),
+}
 
 /// The boxed future a [`Model`] returns (object-safe async).
 pub type ModelFuture<'a> =
@@ -84,5 +153,17 @@ pub trait Model: Send + Sync + 'static {
     /// task, so a slow turn never blocks the agent's mailbox.
     fn is_immediate(&self) -> bool {
         false
+    }
+}
+
+/// A model that could not be set up: every turn fails with why, so the agent's runs say it
+/// rather than the agent failing to start.
+#[derive(Debug)]
+pub struct UnusableModel(pub ModelError);
+
+impl Model for UnusableModel {
+    fn respond<'a>(&'a self, _request: ModelRequest<'a>) -> ModelFuture<'a> {
+        let error = self.0.clone();
+        Box::pin(async move { Err(error) })
     }
 }

@@ -155,6 +155,7 @@ fn flaky_host(
     let set = AgentSet::load(std::slice::from_ref(&agents)).unwrap();
     let steps = match &set.get("worker").unwrap().model {
         consort_config::ModelConfig::Script { steps } => steps.clone(),
+        other => panic!("a script model: {other:?}"),
     };
     let uses = Counter::default();
     let turns = Counter::default();

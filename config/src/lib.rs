@@ -20,8 +20,8 @@ mod visibility;
 mod yaml;
 
 pub use agent::{
-    AgentConfig, AgentSet, Approval, CallStep, Limits, MAX_WAIT_S, ModelConfig, ScriptStep,
-    ToolConfig, ToolKind, ToolStep,
+    AgentConfig, AgentSet, Approval, CallStep, CommandModel, Limits, MAX_WAIT_S, ModelConfig,
+    OpenAiModel, ScriptStep, ToolConfig, ToolKind, ToolStep,
 };
 pub use error::ConfigError;
 pub use fleet::{FleetConfig, HostConfig};

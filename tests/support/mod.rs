@@ -181,6 +181,15 @@ impl Served {
         }
     }
 
+    /// The stderr lines the host wrote since the last read (waits up to `settle` for more).
+    pub(crate) fn stderr_lines(&mut self, settle: Duration) -> Vec<String> {
+        let mut lines = Vec::new();
+        while let Ok(line) = self.lines.recv_timeout(settle) {
+            lines.push(line);
+        }
+        lines
+    }
+
     /// Runs a CLI command against this host (`--at URL` appended).
     pub(crate) fn cli(&self, args: &[&str]) -> Output {
         let mut all: Vec<&str> = args.to_vec();

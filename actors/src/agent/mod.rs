@@ -44,6 +44,9 @@ use consort_net::{CallEnvelope, ReplyEnvelope, RunId};
 
 use crate::ActorsError;
 use crate::meta_tools::AgentCatalog;
+use crate::model::UnusableModel;
+use crate::model::command::CommandAdapter;
+use crate::model::openai::OpenAiAdapter;
 use crate::model::{Model, ModelError, ModelReply};
 use crate::routing::SupervisorMsg;
 use crate::run::{Channel, RunRecord};
@@ -251,6 +254,17 @@ pub(crate) struct AgentActor;
 fn model_for(config: &AgentConfig) -> Arc<dyn Model> {
     match &config.model {
         consort_config::ModelConfig::Script { steps } => Arc::new(ScriptModel::new(steps.clone())),
+        consort_config::ModelConfig::OpenAi(m) => {
+            match OpenAiAdapter::new(m.clone(), config.description.clone()) {
+                Ok(adapter) => Arc::new(adapter),
+                Err(e) => Arc::new(UnusableModel(e)),
+            }
+        }
+        consort_config::ModelConfig::Command(m) => Arc::new(CommandAdapter::new(
+            m.clone(),
+            config.name.clone(),
+            config.description.clone(),
+        )),
     }
 }
 

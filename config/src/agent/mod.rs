@@ -11,6 +11,7 @@
 //! Nothing here may start agents, open databases or decide consent at call time: it reads,
 //! checks and hands back plain data (what the declarations mean for a call is consort-core's).
 
+mod endpoint;
 mod limits;
 mod model;
 mod names;
@@ -34,7 +35,9 @@ use crate::yaml::{Ctx, KeyPath, Pos, SpannedPairs, load_file};
 
 pub use limits::Limits;
 use limits::{RawLimits, convert_limits};
-pub use model::{CallStep, MAX_WAIT_S, ModelConfig, ScriptStep, ToolStep};
+pub use model::{
+    CallStep, CommandModel, MAX_WAIT_S, ModelConfig, OpenAiModel, ScriptStep, ToolStep,
+};
 use model::{RawModel, convert_model};
 pub(crate) use names::{is_valid_name, name_problem};
 pub use set::AgentSet;
@@ -164,7 +167,7 @@ fn convert(
         &mut spans.accept_from,
     )?;
 
-    let model = convert_model(ctx, raw.model)?;
+    let model = convert_model(ctx, &dir, raw.model)?;
     let visibility = convert_agent_visibility(
         ctx,
         RawAgentVisibility {

@@ -1,17 +1,21 @@
 //! The `model:` section of agent.yaml: which model drives an agent and, for the script model,
 //! the turns it plays.
 //!
-//! This module owns [`ModelConfig`], the script steps ([`ScriptStep`], [`CallStep`],
-//! [`ToolStep`]), their raw serde shapes and the conversion with its range checks (`count`,
-//! `wait_s`). Step texts stay unrendered templates: rendering them is the script model's work
+//! This module owns [`ModelConfig`], which kind a `model:` mapping is, and the script steps
+//! ([`ScriptStep`], [`CallStep`], [`ToolStep`]) with their raw serde shapes and range checks
+//! (`count`, `wait_s`). The keys of the adapter kinds are read in `endpoint`. Step texts stay unrendered templates: rendering them is the script model's work
 //! in consort-actors, and whether a named peer or tool exists is checked elsewhere (the set,
 //! the tools section), never here.
+
+use std::path::Path;
 
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
+pub use super::endpoint::{CommandModel, OpenAiModel};
+use super::endpoint::{convert_command, convert_openai, endpoint_keys};
 use crate::error::ConfigError;
-use crate::yaml::{Ctx, KeyPath, Pos};
+use crate::yaml::{Ctx, KeyPath, Pos, SpannedPairs};
 
 /// Which model drives the agent.
 #[derive(Clone, Debug, PartialEq)]
@@ -21,6 +25,10 @@ pub enum ModelConfig {
         /// The steps, in turn order.
         steps: Vec<ScriptStep>,
     },
+    /// A server that speaks the OpenAI-compatible chat-completions API (`kind: openai`).
+    OpenAi(OpenAiModel),
+    /// A local program that answers one JSON line per request line (`kind: command`).
+    Command(CommandModel),
 }
 
 /// One turn of a script model. Text fields are templates rendered by the script model.
@@ -85,10 +93,34 @@ const MAX_CALL_COUNT: u64 = 1000;
 /// The longest a `call_agent` may keep its caller's turn open for the reply, in seconds.
 pub const MAX_WAIT_S: u32 = 300;
 
+/// The raw `model:` mapping: `script:` alone (the script model), or `kind:` with the keys of
+/// that kind. One flat shape, so an unknown key is a schema error with its own path and a key
+/// of another kind gets a sentence that names the kind it belongs to.
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawModel {
+    pub(super) kind: Option<Spanned<RawModelKind>>,
+    pub(super) script: Option<Spanned<Option<Vec<Spanned<RawStep>>>>>,
+    pub(super) base_url: Option<Spanned<String>>,
+    pub(super) model: Option<Spanned<String>>,
+    pub(super) api_key_env: Option<Spanned<String>>,
+    pub(super) temperature: Option<Spanned<f64>>,
+    pub(super) max_tokens: Option<Spanned<u64>>,
+    pub(super) timeout_s: Option<Spanned<u64>>,
+    pub(super) max_retries: Option<Spanned<u64>>,
+    pub(super) repair_attempts: Option<Spanned<u64>>,
+    pub(super) stream: Option<Spanned<bool>>,
+    pub(super) headers: Option<Spanned<SpannedPairs>>,
+    pub(super) system: Option<Spanned<String>>,
+    pub(super) argv: Option<Spanned<Vec<String>>>,
+}
+
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
-pub(super) enum RawModel {
-    Script(Option<Vec<Spanned<RawStep>>>),
+pub(super) enum RawModelKind {
+    Script,
+    Openai,
+    Command,
 }
 
 #[derive(Deserialize)]
@@ -134,15 +166,65 @@ pub(super) struct RawToolStep {
     arguments: Option<serde_json::Value>,
 }
 
-/// Converts `model:`; the first out-of-range `count` or `wait_s` is the error.
+/// Converts `model:`: the kind, then its keys; the first problem is the error.
 pub(super) fn convert_model(
     ctx: Ctx<'_>,
+    dir: &Path,
     model: Spanned<RawModel>,
 ) -> Result<ModelConfig, ConfigError> {
-    let RawModel::Script(steps) = model.value;
+    let at = Pos::of(&model);
+    let raw = model.value;
+    let base = KeyPath::root().key("model");
+    let kind = match (&raw.kind, &raw.script) {
+        (Some(k), _) => k.value,
+        (None, Some(_)) => RawModelKind::Script,
+        (None, None) => {
+            return Err(ctx.schema(
+                at,
+                &base,
+                "missing `kind` (one of script, openai, command), or a `script:` list",
+            ));
+        }
+    };
+    match kind {
+        RawModelKind::Script => {
+            if let Some(key) = endpoint_keys(&raw).first() {
+                return Err(ctx.invalid(
+                    key.1,
+                    &base.key(key.0),
+                    format!("`{}` does not apply to the script model", key.0),
+                ));
+            }
+            let steps = raw.script.and_then(|s| s.value).unwrap_or_default();
+            convert_script(ctx, steps)
+        }
+        RawModelKind::Openai | RawModelKind::Command => {
+            let name = if kind == RawModelKind::Openai {
+                "openai"
+            } else {
+                "command"
+            };
+            if let Some(script) = &raw.script {
+                return Err(ctx.invalid(
+                    Pos::of(script),
+                    &base.key("script"),
+                    format!("`script` does not apply to kind `{name}`"),
+                ));
+            }
+            if kind == RawModelKind::Openai {
+                convert_openai(ctx, &base, at, raw).map(ModelConfig::OpenAi)
+            } else {
+                convert_command(ctx, &base, at, dir, raw).map(ModelConfig::Command)
+            }
+        }
+    }
+}
+
+/// Converts a script's steps; the first out-of-range `count` or `wait_s` is the error.
+fn convert_script(ctx: Ctx<'_>, steps: Vec<Spanned<RawStep>>) -> Result<ModelConfig, ConfigError> {
     let base = KeyPath::root().key("model").key("script");
     let mut out = Vec::new();
-    for (i, step) in steps.unwrap_or_default().into_iter().enumerate() {
+    for (i, step) in steps.into_iter().enumerate() {
         let key = base.index(i);
         out.push(match step.value {
             RawStep::Answer(t) => ScriptStep::Answer(t),

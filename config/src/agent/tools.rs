@@ -65,6 +65,7 @@ pub(super) const RESERVED_TOOL_NAMES: &[&str] = &[
     "search_tools",
     "load_tool",
     "invoke_tool",
+    "wait_for_replies",
 ];
 
 #[derive(Deserialize)]

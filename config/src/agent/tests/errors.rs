@@ -128,7 +128,7 @@ fn wrong_types_are_schema_errors() {
     }
 
     let (k, l, c, key, _) = err("name: x\nmodel:\n  script: []\n  other: []\n");
-    assert_eq!((k, l, c, key.as_str()), ("schema", 4, 3, "model"));
+    assert_eq!((k, l, c, key.as_str()), ("schema", 4, 3, "model.other"));
 
     let (k, l, c, key, msg) = err("name: x\nmodel:\n  script: []\nname: y\n");
     assert_eq!(

@@ -40,7 +40,9 @@ fn loads_the_full_example() {
             guard: None,
         }]
     );
-    let ModelConfig::Script { steps } = &a.model;
+    let ModelConfig::Script { steps } = &a.model else {
+        panic!("a script model: {:?}", a.model)
+    };
     assert_eq!(
         steps,
         &vec![

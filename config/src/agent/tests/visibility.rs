@@ -60,7 +60,9 @@ fn loads_visibility_declarations_and_meta_tool_steps() {
     );
     assert_eq!(a.tools[1].guard, Some(GuardConfig::Quota { max_uses: 2 }));
     assert!(a.tools[1].auth.as_ref().is_some_and(|x| x.anonymous));
-    let ModelConfig::Script { steps } = &a.model;
+    let ModelConfig::Script { steps } = &a.model else {
+        panic!("a script model: {:?}", a.model)
+    };
     assert_eq!(
         steps[0],
         ScriptStep::Search {
