@@ -195,6 +195,10 @@ async fn a_streamed_text_answer() {
         reply.step,
         ModelStep::Answer("August: 48250.00 USD, über alles".into())
     );
+    // A server that ignores `stream: true` and sends one JSON body is read all the same.
+    server.script("m", [Reply::text("not streamed")]);
+    let reply = ask(&adapter, &question(), &[], 0).await.unwrap();
+    assert_eq!(reply.step, ModelStep::Answer("not streamed".into()));
 }
 
 #[tokio::test]

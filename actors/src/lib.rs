@@ -22,7 +22,8 @@ mod fault;
 mod guard;
 mod host;
 mod meta_tools;
-pub mod model;
+/// The model seam and the real-model adapters (consort-models).
+pub use consort_models as model;
 mod presence;
 mod restart;
 mod routing;

@@ -22,9 +22,9 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::model::repair::{Draft, DraftArguments, DraftCall};
-use crate::model::turn::Usage;
-use crate::model::{Message, ModelRequest, ToolSpec};
+use crate::repair::{Draft, DraftArguments, DraftCall};
+use crate::turn::Usage;
+use crate::{Message, ModelRequest, ToolSpec};
 
 /// The protocol version a request carries.
 pub const LINE_VERSION: u32 = 1;
@@ -137,7 +137,7 @@ pub fn parse_answer(line: &str) -> Result<Answer, String> {
         .collect();
     if raw.wait && calls.is_empty() {
         calls.push(DraftCall {
-            name: crate::model::prompt::WAIT_FOR_REPLIES.into(),
+            name: crate::prompt::WAIT_FOR_REPLIES.into(),
             arguments: DraftArguments::Value(json!({})),
         });
     }
@@ -153,7 +153,7 @@ pub fn parse_answer(line: &str) -> Result<Answer, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::ToolUse;
+    use crate::ToolUse;
 
     #[test]
     fn a_request_is_one_line_with_every_message_kind() {
@@ -228,7 +228,7 @@ mod tests {
         let Ok(Answer::Turn(d, _)) = parse_answer(r#"{"wait":true}"#) else {
             panic!()
         };
-        assert_eq!(d.calls[0].name, crate::model::prompt::WAIT_FOR_REPLIES);
+        assert_eq!(d.calls[0].name, crate::prompt::WAIT_FOR_REPLIES);
         assert_eq!(
             parse_answer(r#"{"error":"out of memory"}"#),
             Ok(Answer::Error("out of memory".into()))

@@ -4,6 +4,7 @@
 //!     cargo run --release --bin consort-bench
 //!     cargo run --release --bin consort-bench chain    # only the chain verification rows
 //!     cargo run --release --bin consort-bench directory [N]   # the peer directory, N agents
+//!     cargo run --release --bin consort-bench models   # the real-model adapter (see models.rs)
 //!
 //! First, without hosts: verifying a chain of N signed hops (N = 2, 4, 8) with its signatures
 //! checked one by one and in one batch, alternated round by round.
@@ -22,6 +23,8 @@
 //! second pair of hosts whose fleet sets `row_cap: 1000`; it prints the hosts' start time, the
 //! process's RSS and open files, and the presence queries beta's link handled (counted from
 //! the link's `link_inbound_presence` tracing span, the only span this mode enables).
+
+mod models;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -139,6 +142,12 @@ fn free_port() -> Result<u16> {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
+    if std::env::args().nth(1).as_deref() == Some("models") {
+        let root = std::env::temp_dir().join(format!("consort-bench-{}", std::process::id()));
+        let result = models::models_bench(&root).await;
+        let _ = std::fs::remove_dir_all(&root);
+        return result;
+    }
     if std::env::args().nth(1).as_deref() == Some("directory") {
         let agents = match std::env::args().nth(2) {
             Some(n) => n.parse().context("usage: consort-bench directory [N]")?,

@@ -10,8 +10,8 @@ use std::future::Future;
 
 use tracing::warn;
 
-use super::repair::{self, Draft};
-use super::{Message, ModelError, ModelReply, ModelRequest, ToolSpec, prompt};
+use crate::repair::{self, Draft};
+use crate::{Message, ModelError, ModelReply, ModelRequest, ToolSpec, prompt};
 
 /// Token usage of one request.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

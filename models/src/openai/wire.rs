@@ -10,9 +10,9 @@
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::model::repair::{Draft, DraftArguments, DraftCall};
-pub use crate::model::turn::Usage;
-use crate::model::{Message, ToolSpec};
+use crate::repair::{Draft, DraftArguments, DraftCall};
+pub use crate::turn::Usage;
+use crate::{Message, ToolSpec};
 
 /// The settings of a request that come from agent.yaml.
 #[derive(Clone, Copy, Debug)]
@@ -284,7 +284,7 @@ pub(super) fn excerpt(body: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::ToolUse;
+    use crate::ToolUse;
 
     fn sampling() -> Sampling<'static> {
         Sampling {

@@ -15,8 +15,8 @@
 
 use serde_json::{Map, Value};
 
-use super::prompt::WAIT_FOR_REPLIES;
-use super::{Message, ModelRequest, ModelStep, ToolSpec, ToolUse};
+use crate::prompt::WAIT_FOR_REPLIES;
+use crate::{Message, ModelRequest, ModelStep, ToolSpec, ToolUse};
 
 /// A model's turn as written, before it is checked.
 #[derive(Clone, Debug, Default, PartialEq)]

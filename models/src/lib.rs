@@ -1,13 +1,17 @@
-//! The model seam: what an agent's model is shown, and what it may answer.
+//! consort-models: the model seam (what an agent's model is shown, and what it may answer) and
+//! the adapters that reach real models.
 //!
 //! A [`Model`] gets the run's conversation (its input, its earlier tool uses and their
 //! results, and `[reply from <agent>]` messages) and returns one [`ModelStep`]: a final answer,
-//! tool uses, or "wait" while calls it placed are still out. The engine in `agent/drive.rs` records
-//! every step in the run's event log *before* acting on it, so a host restarted mid-turn replays
-//! the same tool-use ids and a replayed call finds the run it already created.
+//! tool uses, or "wait" while calls it placed are still out. The engine in consort-actors
+//! (`agent/drive.rs`) records every step in the run's event log *before* acting on it, so a host
+//! restarted mid-turn replays the same tool-use ids and a replayed call finds the run it
+//! already created.
 //!
-//! This module defines the seam; it never runs tools or places calls. consort ships the
-//! deterministic [`crate::script::ScriptModel`] and two adapters for real models:
+//! This crate is the only one that talks to model servers and model programs. It never runs
+//! tools, places calls or touches a run store: a model only decides. consort-actors ships the
+//! deterministic script model (`consort_actors::script::ScriptModel`); this crate ships two
+//! adapters for real models:
 //!
 //! - [`openai::OpenAiAdapter`] speaks the OpenAI-compatible chat-completions API (vLLM,
 //!   llama.cpp's server, Ollama, hosted APIs), with tool calls, streaming and retries;

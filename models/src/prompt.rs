@@ -8,7 +8,7 @@
 
 use serde_json::json;
 
-use super::{ModelRequest, ToolSpec};
+use crate::{ModelRequest, ToolSpec};
 
 /// The tool a real model calls to wait for the replies of calls it placed, offered only while
 /// some are out. It maps to [`consort_core::ModelStep::Wait`]; agent.yaml cannot declare a

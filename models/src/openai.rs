@@ -4,7 +4,7 @@
 //! repaired). The request is built from the run's conversation ([`wire`]), the answer read
 //! whole or streamed ([`stream`]); a 429, a 5xx, a timeout or a failed connection is sent
 //! again after a jittered, doubling wait that a `Retry-After` overrides ([`retry`]); a
-//! malformed turn goes back to the model with what was wrong ([`crate::model::repair`]).
+//! malformed turn goes back to the model with what was wrong ([`crate::repair`]).
 //! Token usage of every request of a turn is summed into the turn's cost.
 //!
 //! The API key is read from the environment variable named by `api_key_env` when a request is
@@ -29,9 +29,9 @@ use tracing::{debug, warn};
 use self::retry::Failure;
 use self::stream::StreamAssembler;
 use self::wire::{Sampling, Usage};
-use super::repair::Draft;
-use super::turn::{self, TurnSettings, TurnTransport};
-use super::{Message, Model, ModelError, ModelFuture, ModelRequest, ToolSpec};
+use crate::repair::Draft;
+use crate::turn::{self, TurnSettings, TurnTransport};
+use crate::{Message, Model, ModelError, ModelFuture, ModelRequest, ToolSpec};
 
 /// The largest response body read (a non-streamed answer, or an error body).
 const MAX_BODY: usize = 16 << 20;
@@ -179,7 +179,13 @@ impl OpenAiAdapter {
             let detail = redact(wire::error_detail(&body));
             return Err(self.status_error(status, retry_after, detail));
         }
-        if self.config.stream {
+        // A server that ignores `stream: true` answers with one JSON body: read it as such.
+        let is_event_stream = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        if self.config.stream && is_event_stream {
             let mut assembler = StreamAssembler::default();
             loop {
                 match response.chunk().await {

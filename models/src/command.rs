@@ -20,9 +20,9 @@ use tokio::sync::Mutex;
 use tracing::{Instrument, info, warn};
 
 use self::line::Answer;
-use super::repair::Draft;
-use super::turn::{self, TurnSettings, TurnTransport, Usage};
-use super::{Message, Model, ModelError, ModelFuture, ModelRequest, ToolSpec};
+use crate::repair::Draft;
+use crate::turn::{self, TurnSettings, TurnTransport, Usage};
+use crate::{Message, Model, ModelError, ModelFuture, ModelRequest, ToolSpec};
 
 /// The longest answer line read.
 const MAX_LINE: u64 = 16 << 20;

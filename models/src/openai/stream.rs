@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::wire::{RawUsage, Usage, content_text, excerpt};
-use crate::model::repair::{Draft, DraftArguments, DraftCall};
+use crate::repair::{Draft, DraftArguments, DraftCall};
 
 /// The longest SSE line kept while waiting for its end: a guard against a server that never
 /// sends a newline.
