@@ -14,7 +14,7 @@ use consort::actors::model::openai::OpenAiAdapter;
 use consort::actors::model::{
     Message, Model, ModelError, ModelRequest, ModelStep, ToolSpec, ToolUse,
 };
-use consort::config::OpenAiModel;
+use consort::config::{OpenAiModel, ToolChoice};
 use serde_json::{Value, json};
 
 fn config(server: &ChatServer, model: &str) -> OpenAiModel {
@@ -30,6 +30,7 @@ fn config(server: &ChatServer, model: &str) -> OpenAiModel {
         stream: false,
         headers: vec![],
         system: None,
+        tool_choice: ToolChoice::Auto,
     }
 }
 
@@ -472,4 +473,26 @@ async fn a_body_that_is_not_the_api_is_a_protocol_error() {
     let err = ask(&adapter, &question(), &[], 0).await.unwrap_err();
     assert!(matches!(&err, ModelError::Protocol(_)), "{err}");
     let _: Value = json!(null);
+}
+
+#[tokio::test]
+async fn with_tool_choice_required_the_answer_is_a_final_answer_call() {
+    let server = ChatServer::start();
+    server.script(
+        "m",
+        [Reply::tool("final_answer", json!({"text": "48250.00 USD"}))],
+    );
+    let adapter = OpenAiAdapter::new(
+        OpenAiModel {
+            tool_choice: ToolChoice::Required,
+            ..config(&server, "m")
+        },
+        String::new(),
+    )
+    .unwrap();
+    let reply = ask(&adapter, &question(), &[ledger()], 0).await.unwrap();
+    assert_eq!(reply.step, ModelStep::Answer("48250.00 USD".into()));
+    let seen = server.seen();
+    assert_eq!(seen[0].body["tool_choice"], "required");
+    assert_eq!(seen[0].tool_names(), ["ledger", "final_answer"]);
 }

@@ -231,6 +231,7 @@ impl Model for CommandAdapter {
                 description: &self.description,
                 system: self.config.system.as_deref(),
                 repair_attempts: self.config.repair_attempts,
+                answer_tool: false,
             };
             turn::ask(self, &request, settings).await
         })

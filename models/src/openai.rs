@@ -19,7 +19,7 @@ pub mod wire;
 
 use std::time::{Duration, Instant};
 
-use consort_config::OpenAiModel;
+use consort_config::{OpenAiModel, ToolChoice};
 use reqwest::header::{
     AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER,
 };
@@ -89,6 +89,7 @@ impl OpenAiAdapter {
             temperature: self.config.temperature,
             max_tokens: self.config.max_tokens,
             stream: self.config.stream,
+            tool_choice_required: self.config.tool_choice == ToolChoice::Required,
         }
     }
 
@@ -272,6 +273,7 @@ impl Model for OpenAiAdapter {
                 description: &self.description,
                 system: self.config.system.as_deref(),
                 repair_attempts: self.config.repair_attempts,
+                answer_tool: self.config.tool_choice == ToolChoice::Required,
             };
             turn::ask(self, &request, settings).await
         })

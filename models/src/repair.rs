@@ -15,7 +15,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::prompt::WAIT_FOR_REPLIES;
+use crate::prompt::{FINAL_ANSWER, WAIT_FOR_REPLIES};
 use crate::{Message, ModelRequest, ModelStep, ToolSpec, ToolUse};
 
 /// A model's turn as written, before it is checked.
@@ -93,6 +93,7 @@ pub fn check_turn(
     let mut problems = Vec::new();
     let mut uses = Vec::new();
     let mut waits = false;
+    let mut answer = None;
     let turn = turn_index(request.conversation);
     for (i, call) in draft.calls.iter().enumerate() {
         if !offered.iter().any(|t| t.name == call.name) {
@@ -130,6 +131,18 @@ pub fn check_turn(
             waits = true;
             continue;
         }
+        if call.name == FINAL_ANSWER {
+            match input.get("text").and_then(Value::as_str).map(str::trim) {
+                Some(text) if !text.is_empty() => answer = Some(text.to_owned()),
+                _ => problems.push(Problem {
+                    call: Some(i),
+                    message: format!(
+                        "`{FINAL_ANSWER}` needs your answer as a non-empty string in `text`"
+                    ),
+                }),
+            }
+            continue;
+        }
         uses.push(ToolUse {
             id: format!("tu_{turn}_{}", uses.len()),
             name: call.name.clone(),
@@ -140,8 +153,12 @@ pub fn check_turn(
         return Err(problems);
     }
     if !uses.is_empty() {
-        // A wait beside other calls adds nothing: the turn ends while those run anyway.
+        // A wait or an answer beside other calls is premature: those run first, and the model
+        // is asked again with their results.
         return Ok(ModelStep::ToolUses(uses));
+    }
+    if let Some(text) = answer {
+        return Ok(ModelStep::Answer(text));
     }
     if waits && request.pending_calls > 0 {
         return Ok(ModelStep::Wait);
@@ -409,6 +426,37 @@ mod tests {
             panic!()
         };
         assert_eq!((uses.len(), uses[0].id.as_str()), (1, "tu_0_0"));
+    }
+
+    #[test]
+    fn final_answer_is_the_answer_unless_other_calls_come_first() {
+        let answer = Draft {
+            text: Some("Here is the answer:".into()),
+            calls: vec![call(FINAL_ANSWER, "{\"text\": \" 48250.00 USD \"}")],
+        };
+        assert_eq!(
+            check(&answer, &[], 0, &[FINAL_ANSWER]),
+            Ok(ModelStep::Answer("48250.00 USD".into()))
+        );
+        let with_call = Draft {
+            text: None,
+            calls: vec![call("t", "{}"), call(FINAL_ANSWER, "{\"text\": \"soon\"}")],
+        };
+        assert!(matches!(
+            check(&with_call, &[], 0, &["t", FINAL_ANSWER]),
+            Ok(ModelStep::ToolUses(u)) if u.len() == 1 && u[0].name == "t"
+        ));
+        for bad in ["{}", "{\"text\": \"\"}", "{\"text\": 5}"] {
+            let draft = Draft {
+                text: None,
+                calls: vec![call(FINAL_ANSWER, bad)],
+            };
+            let problems = check(&draft, &[], 0, &[FINAL_ANSWER]).unwrap_err();
+            assert!(
+                problems[0].message.contains("non-empty string in `text`"),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -51,6 +51,8 @@ pub struct TurnSettings<'a> {
     pub system: Option<&'a str>,
     /// How many times a malformed turn is sent back.
     pub repair_attempts: u32,
+    /// Offer `final_answer` and expect every turn to be a tool call.
+    pub answer_tool: bool,
 }
 
 /// Asks for one turn until it is well-formed or the repairs are spent.
@@ -59,8 +61,13 @@ pub async fn ask<T: TurnTransport>(
     request: &ModelRequest<'_>,
     settings: TurnSettings<'_>,
 ) -> Result<ModelReply, ModelError> {
-    let offered = prompt::offered_tools(request);
-    let system = prompt::system_prompt(request, settings.description, settings.system);
+    let offered = prompt::offered_tools(request, settings.answer_tool);
+    let system = prompt::system_prompt(
+        request,
+        settings.description,
+        settings.system,
+        settings.answer_tool,
+    );
     let mut conversation = request.conversation.to_vec();
     let mut usage = Usage::default();
     let mut repairs = 0;

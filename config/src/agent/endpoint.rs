@@ -46,6 +46,20 @@ pub struct OpenAiModel {
     pub headers: Vec<(String, String)>,
     /// The system prompt; `None` uses consort's own, built from the agent's description.
     pub system: Option<String>,
+    /// Whether the model may answer in plain text (`auto`) or must call a tool every turn
+    /// (`required`, the answer being a `final_answer` call).
+    pub tool_choice: ToolChoice,
+}
+
+/// `tool_choice:` of `kind: openai`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ToolChoice {
+    /// The model answers in text or calls tools, as it likes (the API's default).
+    #[default]
+    Auto,
+    /// Every turn is a tool call; consort offers `final_answer` for the answer. For small
+    /// models that describe a tool call in prose instead of making it.
+    Required,
 }
 
 /// `model: {kind: command, argv: […]}`: a local program that reads one JSON request per line on
@@ -84,7 +98,7 @@ impl OpenAiModel {
     pub const MAX_TOKENS_BOUND: u32 = 1_000_000;
 }
 
-const OPENAI_ONLY: [&str; 7] = [
+const OPENAI_ONLY: [&str; 8] = [
     "base_url",
     "model",
     "api_key_env",
@@ -92,6 +106,7 @@ const OPENAI_ONLY: [&str; 7] = [
     "max_tokens",
     "stream",
     "headers",
+    "tool_choice",
 ];
 const COMMAND_ONLY: [&str; 1] = ["argv"];
 
@@ -112,6 +127,7 @@ pub(super) fn endpoint_keys(raw: &RawModel) -> Vec<(&'static str, Pos)> {
         ("stream", at(&raw.stream)),
         ("headers", at(&raw.headers)),
         ("system", at(&raw.system)),
+        ("tool_choice", at(&raw.tool_choice)),
         ("argv", at(&raw.argv)),
     ]
     .into_iter()
@@ -274,7 +290,20 @@ pub(super) fn convert_openai(
         }
         headers.push((name.value, value.value));
     }
+    let tool_choice = match raw.tool_choice {
+        None => ToolChoice::Auto,
+        Some(c) if c.value == "auto" => ToolChoice::Auto,
+        Some(c) if c.value == "required" => ToolChoice::Required,
+        Some(c) => {
+            return Err(ctx.invalid(
+                Pos::of(&c),
+                &base.key("tool_choice"),
+                format!("tool_choice `{}` is not one of `auto`, `required`", c.value),
+            ));
+        }
+    };
     Ok(OpenAiModel {
+        tool_choice,
         base_url,
         model: model.value,
         api_key_env,

@@ -36,7 +36,7 @@ use crate::yaml::{Ctx, KeyPath, Pos, SpannedPairs, load_file};
 pub use limits::Limits;
 use limits::{RawLimits, convert_limits};
 pub use model::{
-    CallStep, CommandModel, MAX_WAIT_S, ModelConfig, OpenAiModel, ScriptStep, ToolStep,
+    CallStep, CommandModel, MAX_WAIT_S, ModelConfig, OpenAiModel, ScriptStep, ToolChoice, ToolStep,
 };
 use model::{RawModel, convert_model};
 pub(crate) use names::{is_valid_name, name_problem};

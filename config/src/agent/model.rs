@@ -12,7 +12,7 @@ use std::path::Path;
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
-pub use super::endpoint::{CommandModel, OpenAiModel};
+pub use super::endpoint::{CommandModel, OpenAiModel, ToolChoice};
 use super::endpoint::{convert_command, convert_openai, endpoint_keys};
 use crate::error::ConfigError;
 use crate::yaml::{Ctx, KeyPath, Pos, SpannedPairs};
@@ -112,6 +112,7 @@ pub(super) struct RawModel {
     pub(super) stream: Option<Spanned<bool>>,
     pub(super) headers: Option<Spanned<SpannedPairs>>,
     pub(super) system: Option<Spanned<String>>,
+    pub(super) tool_choice: Option<Spanned<String>>,
     pub(super) argv: Option<Spanned<Vec<String>>>,
 }
 

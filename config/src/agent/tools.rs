@@ -66,6 +66,7 @@ pub(super) const RESERVED_TOOL_NAMES: &[&str] = &[
     "load_tool",
     "invoke_tool",
     "wait_for_replies",
+    "final_answer",
 ];
 
 #[derive(Deserialize)]

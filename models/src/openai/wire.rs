@@ -25,6 +25,8 @@ pub struct Sampling<'a> {
     pub max_tokens: Option<u32>,
     /// Ask for a streamed answer.
     pub stream: bool,
+    /// Send `tool_choice: "required"` (every turn a tool call; the answer is `final_answer`).
+    pub tool_choice_required: bool,
 }
 
 /// The request body for one turn.
@@ -54,6 +56,9 @@ pub fn request_body(
                     .collect(),
             ),
         );
+    }
+    if sampling.tool_choice_required && !tools.is_empty() {
+        body.insert("tool_choice".into(), json!("required"));
     }
     if let Some(t) = sampling.temperature {
         body.insert("temperature".into(), json!(t));
@@ -292,6 +297,7 @@ mod tests {
             temperature: None,
             max_tokens: None,
             stream: false,
+            tool_choice_required: false,
         }
     }
 
@@ -329,6 +335,7 @@ mod tests {
                 temperature: Some(0.0),
                 max_tokens: Some(64),
                 stream: true,
+                tool_choice_required: true,
                 ..sampling()
             },
             "sys",
@@ -339,6 +346,7 @@ mod tests {
         assert_eq!(body["temperature"], 0.0);
         assert_eq!(body["max_tokens"], 64);
         assert_eq!(body["stream_options"]["include_usage"], true);
+        assert_eq!(body["tool_choice"], "required");
         assert_eq!(body["tools"][0]["function"]["parameters"]["type"], "object");
         let m = body["messages"].as_array().unwrap();
         let roles: Vec<&str> = m.iter().map(|x| x["role"].as_str().unwrap()).collect();

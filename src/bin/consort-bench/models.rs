@@ -26,7 +26,7 @@ use consort_actors::model::openai::OpenAiAdapter;
 use consort_actors::model::openai::wire::{self, Sampling};
 use consort_actors::model::{Message, Model, ModelRequest, ToolSpec, ToolUse, repair};
 use consort_actors::{Channel, Host, HostSpec, RunStatus};
-use consort_config::{AgentSet, OpenAiModel};
+use consort_config::{AgentSet, OpenAiModel, ToolChoice};
 
 use super::{Stats, percentile, print_rows, write_agent};
 
@@ -102,6 +102,7 @@ fn adapter_config(base_url: &str) -> OpenAiModel {
         stream: false,
         headers: vec![],
         system: None,
+        tool_choice: ToolChoice::Auto,
     }
 }
 
@@ -188,9 +189,14 @@ pub(crate) async fn models_bench(root: &std::path::Path) -> Result<()> {
         temperature: Some(0.0),
         max_tokens: Some(512),
         stream: false,
+        tool_choice_required: false,
     };
-    let system =
-        consort_actors::model::prompt::system_prompt(&request, "Answers spend questions.", None);
+    let system = consort_actors::model::prompt::system_prompt(
+        &request,
+        "Answers spend questions.",
+        None,
+        false,
+    );
     let mut lat = Vec::with_capacity(20_000);
     let started = Instant::now();
     for _ in 0..20_000 {

@@ -2,7 +2,7 @@
 //! that every mistake names its key and line.
 
 use super::{err, load_text};
-use crate::agent::{CommandModel, ModelConfig, OpenAiModel};
+use crate::agent::{CommandModel, ModelConfig, OpenAiModel, ToolChoice};
 
 #[test]
 fn an_openai_model_reads_with_its_defaults() {
@@ -24,6 +24,7 @@ fn an_openai_model_reads_with_its_defaults() {
             stream: false,
             headers: vec![],
             system: None,
+            tool_choice: ToolChoice::Auto,
         })
     );
 }
@@ -31,7 +32,7 @@ fn an_openai_model_reads_with_its_defaults() {
 #[test]
 fn an_openai_model_reads_every_key() {
     let a = load_text(
-        b"name: x\nmodel:\n  kind: openai\n  base_url: https://api.example.com/v1\n  model: m\n  api_key_env: EXAMPLE_KEY\n  temperature: 0.2\n  max_tokens: 512\n  timeout_s: 30\n  max_retries: 5\n  repair_attempts: 1\n  stream: true\n  headers: {X-Team: finance}\n  system: You answer in one line.\n",
+        b"name: x\nmodel:\n  kind: openai\n  base_url: https://api.example.com/v1\n  model: m\n  api_key_env: EXAMPLE_KEY\n  temperature: 0.2\n  max_tokens: 512\n  timeout_s: 30\n  max_retries: 5\n  repair_attempts: 1\n  stream: true\n  tool_choice: required\n  headers: {X-Team: finance}\n  system: You answer in one line.\n",
     )
     .unwrap();
     let ModelConfig::OpenAi(m) = a.model else {
@@ -49,6 +50,7 @@ fn an_openai_model_reads_every_key() {
         (Some(0.2), Some(512), 30, 5, 1)
     );
     assert!(m.stream);
+    assert_eq!(m.tool_choice, ToolChoice::Required);
     assert_eq!(m.headers, vec![("X-Team".into(), "finance".into())]);
     assert_eq!(m.system.as_deref(), Some("You answer in one line."));
 }
@@ -119,6 +121,11 @@ fn mistakes_name_their_key_and_line() {
             "name: x\nmodel:\n  kind: openai\n  base_url: http://h/v1\n  model: m\n  argv: [x]\n",
             ("invalid", 6, "model.argv"),
             "applies to kind `command`",
+        ),
+        (
+            "name: x\nmodel:\n  kind: openai\n  base_url: http://h/v1\n  model: m\n  tool_choice: always\n",
+            ("invalid", 6, "model.tool_choice"),
+            "not one of `auto`, `required`",
         ),
         (
             "name: x\nmodel:\n  kind: command\n  argv: []\n",
