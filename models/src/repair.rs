@@ -74,20 +74,40 @@ const LISTED_NAMES: usize = 20;
 
 /// Checks a draft against the tools offered (`offered`, which includes `wait_for_replies`
 /// when calls are out).
+///
+/// `tools_only` (`tool_choice: required`): every turn must be a tool call, the answer a
+/// `final_answer` call. A text-only turn is then read for a tool call written into the text
+/// (see [`calls_in_text`]); failing that, it is a problem the model is told about.
 pub fn check_turn(
     draft: &Draft,
     request: &ModelRequest<'_>,
     offered: &[ToolSpec],
+    tools_only: bool,
 ) -> Result<ModelStep, Vec<Problem>> {
     if draft.calls.is_empty() {
-        return match draft.text.as_deref().map(str::trim) {
-            Some(text) if !text.is_empty() => Ok(ModelStep::Answer(text.to_owned())),
-            _ => Err(vec![Problem {
+        let text = draft.text.as_deref().map(str::trim).unwrap_or_default();
+        if tools_only {
+            let calls = calls_in_text(text, offered);
+            if calls.is_empty() {
+                return Err(vec![Problem {
+                    call: None,
+                    message: format!(
+                        "reply with a tool call, not text: call one of your tools, or `{FINAL_ANSWER}` with your final answer"
+                    ),
+                }]);
+            }
+            let found = Draft { text: None, calls };
+            return check_turn(&found, request, offered, false);
+        }
+        return if text.is_empty() {
+            Err(vec![Problem {
                 call: None,
                 message:
                     "your reply was empty: write your answer as text, or call one of your tools"
                         .into(),
-            }]),
+            }])
+        } else {
+            Ok(ModelStep::Answer(text.to_owned()))
         };
     }
     let mut problems = Vec::new();
@@ -169,6 +189,130 @@ pub fn check_turn(
             "no calls are out, so there is nothing to wait for: answer, or call one of your tools"
                 .into(),
     }])
+}
+
+/// Tool calls a model wrote into its text instead of the API's `tool_calls`: a JSON object
+/// `{"name": …, "arguments": {…}}` (or `"parameters"`), or a list of them, inside
+/// `<tool_call>` tags, a fenced code block, or bare, also with doubled outer braces (a small
+/// model copying a template's `{{…}}`). Only calls of offered tools count: anything else is
+/// text.
+pub fn calls_in_text(text: &str, offered: &[ToolSpec]) -> Vec<DraftCall> {
+    let mut candidates: Vec<&str> = Vec::new();
+    for (open, close) in [
+        ("<tool_call>", "</tool_call>"),
+        ("```json", "```"),
+        ("```", "```"),
+    ] {
+        let mut rest = text;
+        while let Some(start) = rest.find(open) {
+            let after = &rest[start + open.len()..];
+            let end = after.find(close).unwrap_or(after.len());
+            candidates.push(&after[..end]);
+            rest = &after[end..];
+            if rest.len() >= close.len() {
+                rest = &rest[close.len()..];
+            }
+        }
+        if !candidates.is_empty() {
+            break;
+        }
+    }
+    if candidates.is_empty()
+        && let (Some(start), Some(end)) = (text.find(['{', '[']), text.rfind(['}', ']']))
+        && start < end
+    {
+        candidates.push(&text[start..=end]);
+    }
+    let calls: Vec<DraftCall> = candidates
+        .into_iter()
+        .filter_map(parse_embedded)
+        .flatten()
+        .filter(|c| offered.iter().any(|t| t.name == c.name))
+        .collect();
+    if !calls.is_empty() {
+        return calls;
+    }
+    named_call_in_text(text, offered).into_iter().collect()
+}
+
+/// A call written as an offered tool's name followed by its arguments object
+/// (`call_agent with {"agent": "cfo", …}`, `ledger({"query": …})`): the first such name in the
+/// text whose next bracket, within a few characters, opens a JSON object.
+fn named_call_in_text(text: &str, offered: &[ToolSpec]) -> Option<DraftCall> {
+    offered
+        .iter()
+        .filter_map(|tool| {
+            let at = text.find(tool.name.as_str())?;
+            let after = &text[at + tool.name.len()..];
+            let brace = after.find('{')?;
+            let between = &after[..brace];
+            if between.chars().count() > 8
+                || between
+                    .chars()
+                    .any(|c| c.is_alphanumeric() && !"with".contains(c))
+            {
+                return None;
+            }
+            let value = serde_json::Deserializer::from_str(&after[brace..])
+                .into_iter::<Value>()
+                .next()?
+                .ok()?;
+            value.is_object().then(|| {
+                (
+                    at,
+                    DraftCall {
+                        name: tool.name.clone(),
+                        arguments: DraftArguments::Value(value),
+                    },
+                )
+            })
+        })
+        .min_by_key(|(at, _)| *at)
+        .map(|(_, call)| call)
+}
+
+/// One candidate text as calls, if it is one: the first JSON value that starts at one of the
+/// candidate's first few brackets (so `{{…}}` and trailing text are read past).
+fn parse_embedded(candidate: &str) -> Option<Vec<DraftCall>> {
+    let starts = candidate
+        .char_indices()
+        .filter(|(_, c)| *c == '{' || *c == '[')
+        .map(|(i, _)| i)
+        .take(4);
+    starts
+        .filter_map(|i| {
+            serde_json::Deserializer::from_str(&candidate[i..])
+                .into_iter::<Value>()
+                .next()?
+                .ok()
+        })
+        .find_map(calls_of)
+}
+
+/// `{"name", "arguments" | "parameters"}` or a list of them, as calls.
+fn calls_of(value: Value) -> Option<Vec<DraftCall>> {
+    let items = match value {
+        Value::Array(items) => items,
+        one => vec![one],
+    };
+    items
+        .into_iter()
+        .map(|item| {
+            let name = item.get("name")?.as_str()?.to_owned();
+            let arguments = item
+                .get("arguments")
+                .or_else(|| item.get("parameters"))
+                .cloned()
+                .unwrap_or(Value::Object(Map::new()));
+            Some(DraftCall {
+                name,
+                arguments: match arguments {
+                    Value::String(s) => DraftArguments::Text(s),
+                    other => DraftArguments::Value(other),
+                },
+            })
+        })
+        .collect()
 }
 
 /// The arguments as an object; an empty text counts as `{}` (models send it for tools without
@@ -289,7 +433,7 @@ mod tests {
             pending_calls: pending,
             tools: &offered,
         };
-        check_turn(draft, &request, &offered)
+        check_turn(draft, &request, &offered, false)
     }
 
     #[test]
@@ -457,6 +601,72 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn with_tools_only_text_is_read_for_a_call_or_refused() {
+        let offered = [spec("ledger"), spec(FINAL_ANSWER)];
+        let request = ModelRequest {
+            agent: "a",
+            conversation: &[],
+            pending_calls: 0,
+            tools: &offered,
+        };
+        let turn = |text: &str| {
+            let draft = Draft {
+                text: Some(text.into()),
+                calls: vec![],
+            };
+            check_turn(&draft, &request, &offered, true)
+        };
+        let query = json!({"query": "SELECT 1"});
+        for text in [
+            "{\"name\": \"ledger\", \"arguments\": {\"query\": \"SELECT 1\"}}",
+            "{{\"name\": \"ledger\", \"arguments\": {\"query\": \"SELECT 1\"}}}\n\n\n",
+            "{{\"name\": \"ledger\", \"arguments\": {\"query\": \"SELECT 1\"}}}}",
+            "Calling: {\"name\": \"ledger\", \"arguments\": {\"query\": \"SELECT 1\"}} now.",
+            "ledger with {\"query\": \"SELECT 1\"} and nothing else",
+            "I call ledger({\"query\": \"SELECT 1\"})",
+            "I will run it:\n```json\n{\"name\": \"ledger\", \"arguments\": \"{\\\"query\\\": \\\"SELECT 1\\\"}\"}\n```\nDone.",
+            "<tool_call>\n{\"name\": \"ledger\", \"parameters\": {\"query\": \"SELECT 1\"}}\n</tool_call>",
+        ] {
+            let Ok(ModelStep::ToolUses(uses)) = turn(text) else {
+                panic!("{text}: {:?}", turn(text))
+            };
+            assert_eq!(
+                (uses[0].name.as_str(), &uses[0].input),
+                ("ledger", &query),
+                "{text}"
+            );
+        }
+        assert_eq!(
+            turn("```json\n{\"name\": \"final_answer\", \"arguments\": {\"text\": \"48\"}}\n```"),
+            Ok(ModelStep::Answer("48".into()))
+        );
+        for text in [
+            "I'll ask the cfo agent for the figure.",
+            "{\"name\": \"payroll\", \"arguments\": {}}",
+            "the set {1, 2}",
+            "the ledger says {\"query\": 1} is odd",
+            "",
+        ] {
+            let problems = turn(text).unwrap_err();
+            assert!(
+                problems[0]
+                    .message
+                    .contains("reply with a tool call, not text"),
+                "{text}"
+            );
+        }
+        // Without tools_only, text stays the answer.
+        let draft = Draft {
+            text: Some("{\"name\": \"ledger\", \"arguments\": {}}".into()),
+            calls: vec![],
+        };
+        assert!(matches!(
+            check_turn(&draft, &request, &offered, false),
+            Ok(ModelStep::Answer(_))
+        ));
     }
 
     #[test]

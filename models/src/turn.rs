@@ -8,7 +8,7 @@
 
 use std::future::Future;
 
-use tracing::warn;
+use tracing::{debug, warn};
 
 use crate::repair::{self, Draft};
 use crate::{Message, ModelError, ModelReply, ModelRequest, ToolSpec, prompt};
@@ -76,7 +76,7 @@ pub async fn ask<T: TurnTransport>(
             .send_turn(request, &system, &conversation, &offered)
             .await?;
         usage += used;
-        match repair::check_turn(&draft, request, &offered) {
+        match repair::check_turn(&draft, request, &offered, settings.answer_tool) {
             Ok(step) => {
                 return Ok(ModelReply {
                     step,
@@ -85,6 +85,18 @@ pub async fn ask<T: TurnTransport>(
                 });
             }
             Err(problems) if repairs < settings.repair_attempts => {
+                let text: String = draft
+                    .text
+                    .as_deref()
+                    .unwrap_or_default()
+                    .chars()
+                    .take(500)
+                    .collect();
+                debug!(
+                    agent = request.agent,
+                    calls = draft.calls.len(),
+                    "malformed turn as written: {text}"
+                );
                 warn!(
                     agent = request.agent,
                     repair = repairs + 1,

@@ -204,7 +204,7 @@ pub(crate) async fn models_bench(root: &std::path::Path) -> Result<()> {
         let body = wire::request_body(sampling, &system, &conversation, &tools).to_string();
         let (draft, _) =
             wire::parse_response(TOOL_ANSWER.as_bytes()).map_err(anyhow::Error::msg)?;
-        let step = repair::check_turn(&draft, &request, &tools);
+        let step = repair::check_turn(&draft, &request, &tools, false);
         anyhow::ensure!(step.is_ok() && body.len() > 1000, "unexpected turn");
         lat.push(t.elapsed());
     }
