@@ -418,6 +418,13 @@ fn check_base_url(url: &str) -> Result<String, String> {
     if host.is_empty() || host.starts_with(':') {
         return Err(format!("`{url}` names no host"));
     }
+    if host.contains('@') {
+        // The URL goes into error texts and logs; a credential in it would go with it.
+        return Err(
+            "the URL carries credentials (`user:password@`); set the key with `api_key_env` instead"
+                .into(),
+        );
+    }
     if url.ends_with("/chat/completions") || url.ends_with("/chat/completions/") {
         return Err(format!(
             "`{url}` is the endpoint, not the API root; drop `/chat/completions` (consort adds it)"
@@ -461,6 +468,7 @@ mod tests {
             "http://x/v1?key=1",
             "http://x y/v1",
             "http://x/v1/chat/completions",
+            "https://user:sk-123@api.example.com/v1",
         ] {
             assert!(check_base_url(bad).is_err(), "{bad}");
         }
