@@ -4,8 +4,14 @@
 //! opens those databases read-only, so the HTTP API's reads, `consort jobs list --data DIR` on
 //! a stopped host and the embedding handle all read the same way without going through (or
 //! waiting on) an agent's mailbox. It never writes.
+//!
+//! A read-only store is kept open after a read, a few at a time (`IDLE_STORES`), for the next
+//! one: a burst of reads (every `Host::wait` looks at its run first) then does not open and
+//! parse each store again. Each statement still sees the latest commit.
 
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use consort_net::RunId;
 
@@ -13,16 +19,59 @@ use crate::ActorsError;
 use crate::run::{EventRecord, RunRecord};
 use crate::store::RunStore;
 
+/// The most read-only stores kept open between reads, over all agents: each holds a file
+/// open, and a host with many agents must not hold one per agent.
+const IDLE_STORES: usize = 32;
+
 /// The data folder of one host.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct DataFolder {
     root: PathBuf,
+    idle: Arc<Mutex<Vec<(String, RunStore)>>>,
+}
+
+impl std::fmt::Debug for DataFolder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DataFolder")
+            .field("root", &self.root)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A read-only store on loan from the folder's idle ones; it goes back when dropped.
+struct Loaned<'a> {
+    folder: &'a DataFolder,
+    agent: String,
+    store: Option<RunStore>,
+}
+
+impl Deref for Loaned<'_> {
+    type Target = RunStore;
+    fn deref(&self) -> &RunStore {
+        // Taken only in `drop`.
+        self.store
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("a loaned store is present until dropped"))
+    }
+}
+
+impl Drop for Loaned<'_> {
+    fn drop(&mut self) {
+        if let (Some(store), Ok(mut idle)) = (self.store.take(), self.folder.idle.lock())
+            && idle.len() < IDLE_STORES
+        {
+            idle.push((std::mem::take(&mut self.agent), store));
+        }
+    }
 }
 
 impl DataFolder {
     /// A data folder rooted at `root` (nothing is created until a store opens).
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into() }
+        Self {
+            root: root.into(),
+            idle: Arc::default(),
+        }
     }
 
     /// The folder itself.
@@ -56,8 +105,20 @@ impl DataFolder {
         Ok(names)
     }
 
-    fn open(&self, agent: &str) -> Result<RunStore, ActorsError> {
-        RunStore::open_read_only(&self.store_path(agent))
+    fn open(&self, agent: &str) -> Result<Loaned<'_>, ActorsError> {
+        let kept = self.idle.lock().ok().and_then(|mut idle| {
+            let at = idle.iter().position(|(name, _)| name == agent)?;
+            Some(idle.swap_remove(at).1)
+        });
+        let store = match kept {
+            Some(store) => store,
+            None => RunStore::open_read_only(&self.store_path(agent))?,
+        };
+        Ok(Loaned {
+            folder: self,
+            agent: agent.to_owned(),
+            store: Some(store),
+        })
     }
 
     /// Runs of every agent (or one), newest first.
