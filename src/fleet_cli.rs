@@ -55,11 +55,13 @@ pub(crate) struct ServeArgs {
 }
 
 pub(crate) fn keygen(args: KeygenArgs) -> Result<ExitCode> {
+    let name = args.name.as_deref().unwrap_or("host");
+    // The name becomes a file name inside --out: a host name's rule keeps it there
+    // (`../../x` would write outside it).
+    consort_config::check_name(name).map_err(|why| anyhow!("--name: {why}"))?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
-    let file = args
-        .out
-        .join(format!("{}.key", args.name.as_deref().unwrap_or("host")));
+    let file = args.out.join(format!("{name}.key"));
     let key = HostKey::generate();
     key.write_new(&file)?;
     let public = key.public().to_string();

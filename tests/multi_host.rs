@@ -646,3 +646,24 @@ fn a_reply_survives_the_caller_host_being_down_when_the_child_settles() {
     );
     assert_eq!(fleet.jobs("beta").len(), 1);
 }
+
+#[test]
+fn keygen_refuses_a_name_that_would_leave_its_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("a/b/keys");
+    for name in ["../../x", "/tmp/x", "A", ""] {
+        let out = Command::new(BIN)
+            .args(["keygen", "--out"])
+            .arg(&out_dir)
+            .args(["--name", name])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{name}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--name:"), "{name}: {err}");
+    }
+    assert!(
+        !dir.path().join("a/x.key").exists() && !out_dir.exists(),
+        "nothing was written"
+    );
+}

@@ -21,7 +21,7 @@ mod yaml;
 
 pub use agent::{
     AgentConfig, AgentSet, Approval, CallStep, CommandModel, Limits, MAX_WAIT_S, ModelConfig,
-    OpenAiModel, ScriptStep, ToolChoice, ToolConfig, ToolKind, ToolStep,
+    OpenAiModel, ScriptStep, ToolChoice, ToolConfig, ToolKind, ToolStep, check_name,
 };
 pub use error::ConfigError;
 pub use fleet::{FleetConfig, HostConfig};

@@ -39,6 +39,7 @@ pub use model::{
     CallStep, CommandModel, MAX_WAIT_S, ModelConfig, OpenAiModel, ScriptStep, ToolChoice, ToolStep,
 };
 use model::{RawModel, convert_model};
+pub use names::check_name;
 pub(crate) use names::{is_valid_name, name_problem};
 pub use set::AgentSet;
 pub(crate) use set::{AddError, SetBuilder};

@@ -29,3 +29,13 @@ pub(crate) fn name_problem(name: &str) -> String {
         format!("invalid name `{name}`; expected only a-z, 0-9, `_` and `-`")
     }
 }
+
+/// Checks an agent or host name given outside a file (a CLI flag): `Err` holds the sentence
+/// `name_problem` gives.
+pub fn check_name(name: &str) -> Result<(), String> {
+    if is_valid_name(name) {
+        Ok(())
+    } else {
+        Err(name_problem(name))
+    }
+}
