@@ -16,7 +16,7 @@ use consort_core::directory::{DeliveryOutcome, WaitOutcome, WaitUntil};
 use consort_fleet::Client;
 use consort_net::RunId;
 
-use crate::{At, output, print_json, resolve_url};
+use crate::{At, output, print_json, print_scoped, resolve_url};
 
 #[derive(Subcommand)]
 pub(crate) enum DirectoryCommand {
@@ -129,16 +129,12 @@ pub(crate) async fn directory_command(command: DirectoryCommand) -> Result<ExitC
                 .with_token(token_or_env(token))
                 .observe(&agent, run.as_deref(), &source, lines)
                 .await?;
-            if json {
-                print_json(&observation)?;
-            } else {
-                println!("{}", output::observation(&observation));
-            }
-            Ok(if observation.scope_gap.is_some() {
-                ExitCode::from(3)
-            } else {
-                ExitCode::SUCCESS
-            })
+            print_scoped(
+                &observation,
+                json,
+                observation.scope_gap.is_some(),
+                output::observation,
+            )
         }
         DirectoryCommand::Wait {
             agent,
@@ -251,16 +247,7 @@ pub(crate) async fn directory_command(command: DirectoryCommand) -> Result<ExitC
                 .with_token(token_or_env(token))
                 .attention(goal.as_deref())
                 .await?;
-            if json {
-                print_json(&rollup)?;
-            } else {
-                println!("{}", output::attention(&rollup));
-            }
-            Ok(if rollup.scope_gap.is_some() {
-                ExitCode::from(3)
-            } else {
-                ExitCode::SUCCESS
-            })
+            print_scoped(&rollup, json, rollup.scope_gap.is_some(), output::attention)
         }
     }
 }

@@ -276,6 +276,26 @@ fn print_json(value: &impl serde::Serialize) -> Result<()> {
     }
 }
 
+/// Prints a directory answer (JSON or `text`); exit 3 when the caller's scope could not be
+/// established (`scope_gap`), as every directory command does.
+fn print_scoped<T: serde::Serialize>(
+    value: &T,
+    json: bool,
+    scope_gap: bool,
+    text: impl FnOnce(&T) -> String,
+) -> Result<ExitCode> {
+    if json {
+        print_json(value)?;
+    } else {
+        println!("{}", text(value));
+    }
+    Ok(if scope_gap {
+        ExitCode::from(3)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
 async fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Dev(args) => dev(args).await,
@@ -421,16 +441,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                         .await?
                 }
             };
-            if json {
-                print_json(&packet)?;
-            } else {
-                println!("{}", output::directory(&packet));
-            }
-            Ok(if packet.scope_gap.is_some() {
-                ExitCode::from(3)
-            } else {
-                ExitCode::SUCCESS
-            })
+            print_scoped(&packet, json, packet.scope_gap.is_some(), output::directory)
         }
         Command::Reload { at } => {
             let changed = Client::new(&resolve_url(&at.at)).reload().await?;

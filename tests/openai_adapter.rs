@@ -15,7 +15,7 @@ use consort::actors::model::{
     Message, Model, ModelError, ModelRequest, ModelStep, ToolSpec, ToolUse,
 };
 use consort::config::{OpenAiModel, ToolChoice};
-use serde_json::{Value, json};
+use serde_json::json;
 
 fn config(server: &ChatServer, model: &str) -> OpenAiModel {
     OpenAiModel {
@@ -472,7 +472,6 @@ async fn a_body_that_is_not_the_api_is_a_protocol_error() {
     let adapter = OpenAiAdapter::new(config(&server, "m"), String::new()).unwrap();
     let err = ask(&adapter, &question(), &[], 0).await.unwrap_err();
     assert!(matches!(&err, ModelError::Protocol(_)), "{err}");
-    let _: Value = json!(null);
 }
 
 #[tokio::test]

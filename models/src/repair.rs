@@ -246,11 +246,12 @@ fn named_call_in_text(text: &str, offered: &[ToolSpec]) -> Option<DraftCall> {
             let after = &text[at + tool.name.len()..];
             let brace = after.find('{')?;
             let between = &after[..brace];
-            if between.chars().count() > 8
-                || between
-                    .chars()
-                    .any(|c| c.is_alphanumeric() && !"with".contains(c))
-            {
+            // Only a separator may stand between the name and its object: ` with `, `(`, `:`.
+            let separator = between
+                .trim()
+                .trim_start_matches("with")
+                .trim_start_matches(['(', ':']);
+            if !separator.trim().is_empty() {
                 return None;
             }
             let value = serde_json::Deserializer::from_str(&after[brace..])

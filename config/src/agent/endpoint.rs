@@ -182,19 +182,57 @@ fn bounded(
     Ok(v.value as u32)
 }
 
-fn system_prompt(
+/// The keys both adapter kinds read.
+struct SharedKeys {
+    timeout_s: u32,
+    max_retries: u32,
+    repair_attempts: u32,
+    system: Option<String>,
+}
+
+fn shared_keys(
     ctx: Ctx<'_>,
     base: &KeyPath,
-    raw: Option<Spanned<String>>,
-) -> Result<Option<String>, ConfigError> {
-    match raw {
-        Some(s) if s.value.trim().is_empty() => Err(ctx.invalid(
-            Pos::of(&s),
-            &base.key("system"),
-            "the system prompt is empty; leave `system` out to use consort's own",
-        )),
-        other => Ok(other.map(|s| s.value)),
-    }
+    raw: &RawModel,
+    default_retries: u32,
+) -> Result<SharedKeys, ConfigError> {
+    let system = match &raw.system {
+        Some(s) if s.value.trim().is_empty() => {
+            return Err(ctx.invalid(
+                Pos::of(s),
+                &base.key("system"),
+                "the system prompt is empty; leave `system` out to use consort's own",
+            ));
+        }
+        other => other.as_ref().map(|s| s.value.clone()),
+    };
+    Ok(SharedKeys {
+        timeout_s: bounded(
+            ctx,
+            base,
+            "timeout_s",
+            raw.timeout_s.clone(),
+            OpenAiModel::DEFAULT_TIMEOUT_S,
+            (1, OpenAiModel::MAX_TIMEOUT_S),
+        )?,
+        max_retries: bounded(
+            ctx,
+            base,
+            "max_retries",
+            raw.max_retries.clone(),
+            default_retries,
+            (0, OpenAiModel::MAX_RETRIES_BOUND),
+        )?,
+        repair_attempts: bounded(
+            ctx,
+            base,
+            "repair_attempts",
+            raw.repair_attempts.clone(),
+            OpenAiModel::DEFAULT_REPAIR_ATTEMPTS,
+            (0, OpenAiModel::MAX_REPAIR_ATTEMPTS),
+        )?,
+        system,
+    })
 }
 
 /// Reads `kind: openai`.
@@ -205,6 +243,7 @@ pub(super) fn convert_openai(
     raw: RawModel,
 ) -> Result<OpenAiModel, ConfigError> {
     foreign_key(ctx, base, &raw, &COMMAND_ONLY, "openai", "command")?;
+    let shared = shared_keys(ctx, base, &raw, OpenAiModel::DEFAULT_MAX_RETRIES)?;
     let Some(url) = raw.base_url else {
         return Err(ctx.schema(at, &base.key("base_url"), "missing required key `base_url` (kind `openai` needs the API root, e.g. http://127.0.0.1:8080/v1)"));
     };
@@ -309,33 +348,12 @@ pub(super) fn convert_openai(
         api_key_env,
         temperature,
         max_tokens,
-        timeout_s: bounded(
-            ctx,
-            base,
-            "timeout_s",
-            raw.timeout_s,
-            OpenAiModel::DEFAULT_TIMEOUT_S,
-            (1, OpenAiModel::MAX_TIMEOUT_S),
-        )?,
-        max_retries: bounded(
-            ctx,
-            base,
-            "max_retries",
-            raw.max_retries,
-            OpenAiModel::DEFAULT_MAX_RETRIES,
-            (0, OpenAiModel::MAX_RETRIES_BOUND),
-        )?,
-        repair_attempts: bounded(
-            ctx,
-            base,
-            "repair_attempts",
-            raw.repair_attempts,
-            OpenAiModel::DEFAULT_REPAIR_ATTEMPTS,
-            (0, OpenAiModel::MAX_REPAIR_ATTEMPTS),
-        )?,
+        timeout_s: shared.timeout_s,
+        max_retries: shared.max_retries,
+        repair_attempts: shared.repair_attempts,
         stream: raw.stream.is_some_and(|s| s.value),
         headers,
-        system: system_prompt(ctx, base, raw.system)?,
+        system: shared.system,
     })
 }
 
@@ -348,6 +366,7 @@ pub(super) fn convert_command(
     raw: RawModel,
 ) -> Result<CommandModel, ConfigError> {
     foreign_key(ctx, base, &raw, &OPENAI_ONLY, "command", "openai")?;
+    let shared = shared_keys(ctx, base, &raw, 1)?;
     let Some(argv) = raw.argv else {
         return Err(ctx.schema(
             at,
@@ -372,31 +391,10 @@ pub(super) fn convert_command(
     Ok(CommandModel {
         argv: argv.value,
         dir: dir.to_path_buf(),
-        timeout_s: bounded(
-            ctx,
-            base,
-            "timeout_s",
-            raw.timeout_s,
-            OpenAiModel::DEFAULT_TIMEOUT_S,
-            (1, OpenAiModel::MAX_TIMEOUT_S),
-        )?,
-        max_retries: bounded(
-            ctx,
-            base,
-            "max_retries",
-            raw.max_retries,
-            1,
-            (0, OpenAiModel::MAX_RETRIES_BOUND),
-        )?,
-        repair_attempts: bounded(
-            ctx,
-            base,
-            "repair_attempts",
-            raw.repair_attempts,
-            OpenAiModel::DEFAULT_REPAIR_ATTEMPTS,
-            (0, OpenAiModel::MAX_REPAIR_ATTEMPTS),
-        )?,
-        system: system_prompt(ctx, base, raw.system)?,
+        timeout_s: shared.timeout_s,
+        max_retries: shared.max_retries,
+        repair_attempts: shared.repair_attempts,
+        system: shared.system,
     })
 }
 
