@@ -13,10 +13,9 @@ use clap::Subcommand;
 
 use consort_actors::directory::WaitRequest;
 use consort_core::directory::{DeliveryOutcome, WaitOutcome, WaitUntil};
-use consort_fleet::Client;
 use consort_net::RunId;
 
-use crate::{At, output, print_json, print_scoped, resolve_url};
+use crate::{At, output, print_json, print_scoped};
 
 #[derive(Subcommand)]
 pub(crate) enum DirectoryCommand {
@@ -31,8 +30,6 @@ pub(crate) enum DirectoryCommand {
         source: String,
         #[arg(long, default_value_t = 20)]
         lines: usize,
-        #[arg(long)]
-        token: Option<String>,
         #[command(flatten)]
         at: At,
         #[arg(long)]
@@ -53,8 +50,6 @@ pub(crate) enum DirectoryCommand {
         incarnation: Option<String>,
         #[arg(long, default_value_t = 30)]
         timeout_secs: u64,
-        #[arg(long)]
-        token: Option<String>,
         #[command(flatten)]
         at: At,
         #[arg(long)]
@@ -77,8 +72,6 @@ pub(crate) enum DirectoryCommand {
         /// `activity_window_s`).
         #[arg(long)]
         window_ms: Option<u64>,
-        #[arg(long)]
-        token: Option<String>,
         #[command(flatten)]
         at: At,
         #[arg(long)]
@@ -91,8 +84,6 @@ pub(crate) enum DirectoryCommand {
         id: String,
         #[arg(long)]
         run: Option<String>,
-        #[arg(long)]
-        token: Option<String>,
         #[command(flatten)]
         at: At,
     },
@@ -100,8 +91,6 @@ pub(crate) enum DirectoryCommand {
     Attention {
         #[arg(long)]
         goal: Option<String>,
-        #[arg(long)]
-        token: Option<String>,
         #[command(flatten)]
         at: At,
         #[arg(long)]
@@ -121,12 +110,11 @@ pub(crate) async fn directory_command(command: DirectoryCommand) -> Result<ExitC
             run,
             source,
             lines,
-            token,
             at,
             json,
         } => {
-            let observation = Client::new(&resolve_url(&at.at))
-                .with_token(token_or_env(token))
+            let observation = at
+                .client()
                 .observe(&agent, run.as_deref(), &source, lines)
                 .await?;
             print_scoped(
@@ -143,7 +131,6 @@ pub(crate) async fn directory_command(command: DirectoryCommand) -> Result<ExitC
             after_seq,
             incarnation,
             timeout_secs,
-            token,
             at,
             json,
         } => {
@@ -157,8 +144,8 @@ pub(crate) async fn directory_command(command: DirectoryCommand) -> Result<ExitC
                 after_seq,
                 incarnation,
             };
-            let answered = Client::new(&resolve_url(&at.at))
-                .with_token(token_or_env(token))
+            let answered = at
+                .client()
                 .wait_peer(&request, Duration::from_secs(timeout_secs))
                 .await;
             let answer = match answered {
@@ -190,12 +177,11 @@ pub(crate) async fn directory_command(command: DirectoryCommand) -> Result<ExitC
             run,
             timeout_secs,
             window_ms,
-            token,
             at,
             json,
         } => {
-            let outcome = Client::new(&resolve_url(&at.at))
-                .with_token(token_or_env(token))
+            let outcome = at
+                .client()
                 .deliver(
                     &agent,
                     run.as_deref(),
@@ -218,15 +204,9 @@ pub(crate) async fn directory_command(command: DirectoryCommand) -> Result<ExitC
                 _ => ExitCode::from(3),
             })
         }
-        DirectoryCommand::Delivery {
-            agent,
-            id,
-            run,
-            token,
-            at,
-        } => {
-            let receipt = Client::new(&resolve_url(&at.at))
-                .with_token(token_or_env(token))
+        DirectoryCommand::Delivery { agent, id, run, at } => {
+            let receipt = at
+                .client()
                 .delivery_status(&agent, run.as_deref(), &id)
                 .await?;
             print_json(&receipt)?;
@@ -237,16 +217,8 @@ pub(crate) async fn directory_command(command: DirectoryCommand) -> Result<ExitC
                 _ => ExitCode::from(3),
             })
         }
-        DirectoryCommand::Attention {
-            goal,
-            token,
-            at,
-            json,
-        } => {
-            let rollup = Client::new(&resolve_url(&at.at))
-                .with_token(token_or_env(token))
-                .attention(goal.as_deref())
-                .await?;
+        DirectoryCommand::Attention { goal, at, json } => {
+            let rollup = at.client().attention(goal.as_deref()).await?;
             print_scoped(&rollup, json, rollup.scope_gap.is_some(), output::attention)
         }
     }

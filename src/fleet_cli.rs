@@ -14,7 +14,8 @@ use serde_json::json;
 
 use consort_actors::AgentOptions;
 use consort_actors::store::Durability;
-use consort_config::FleetConfig;
+use consort_config::{FleetConfig, HostAuthConfig};
+use consort_fleet::listener::HttpBounds;
 use consort_fleet::{ServeOptions, ServedHost, default_key_path};
 use consort_net::{HostKey, LinkConfig};
 
@@ -46,9 +47,16 @@ pub(crate) struct ServeArgs {
     /// The host key; default `keys/<host>.key` next to fleet.yaml.
     #[arg(long)]
     pub key: Option<PathBuf>,
-    /// Address of the HTTP API (loopback); port 0 picks a free one.
+    /// Address of the HTTP API; port 0 picks a free one. Beyond loopback it needs --auth.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen_http: SocketAddr,
+    /// Host auth file: bearer tokens of HTTP callers and their roles (see docs/SECURITY.md).
+    #[arg(long)]
+    pub auth: Option<PathBuf>,
+    /// A name the API answers to in the Host header, besides loopback and its address
+    /// (repeatable).
+    #[arg(long = "allow-host", value_name = "NAME")]
+    pub allow_hosts: Vec<String>,
     /// Commit durability: normal (survives a process crash) or full (survives power loss).
     #[arg(long, default_value = "normal")]
     pub durability: String,
@@ -109,6 +117,9 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<ExitCode> {
         listen_http: args.listen_http,
         agent_options,
         link,
+        auth: args.auth.as_deref().map(HostAuthConfig::load).transpose()?,
+        allow_hosts: args.allow_hosts.clone(),
+        http: HttpBounds::default(),
     })
     .await
     .with_context(|| format!("cannot serve host `{}`", args.host))?;

@@ -18,11 +18,13 @@ use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Parser, Subcommand};
 use serde_json::json;
 
+use consort_actors::page::{RunCursor, page_size};
 use consort_actors::store::Durability;
 use consort_actors::{AgentOptions, Channel, DataFolder, RunRecord, RunStatus};
 use consort_config::AgentSet;
 use consort_fleet::Client;
 use consort_fleet::dev::{DevHost, DevOptions};
+use consort_fleet::listener::HttpBounds;
 use consort_net::RunId;
 
 const DEFAULT_URL: &str = "http://127.0.0.1:7400";
@@ -61,9 +63,6 @@ enum Command {
         wait: bool,
         #[arg(long, default_value_t = 300)]
         timeout_secs: u64,
-        /// Bearer token: the run acts for its principal (default: $CONSORT_TOKEN).
-        #[arg(long)]
-        token: Option<String>,
         #[command(flatten)]
         at: At,
         #[arg(long)]
@@ -98,9 +97,6 @@ enum Command {
         /// The goal (needed when the fleet declares several).
         #[arg(long)]
         goal: Option<String>,
-        /// Bearer token of an operator (default: $CONSORT_TOKEN).
-        #[arg(long)]
-        token: Option<String>,
         #[command(flatten)]
         at: At,
         /// Read a host's data folder instead (a serving host there is asked over HTTP; a
@@ -139,10 +135,17 @@ enum Command {
 
 #[derive(Subcommand)]
 enum JobsCommand {
-    /// List runs, newest first.
+    /// List runs, newest first, one page at a time (an operator sees every run; any other
+    /// token, its own).
     List {
         #[arg(long)]
         agent: Option<String>,
+        /// Rows in the page (default 100, at most 1,000).
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Continue after the page that printed this cursor.
+        #[arg(long)]
+        cursor: Option<String>,
         #[command(flatten)]
         source: Source,
         #[arg(long)]
@@ -181,19 +184,35 @@ struct DevArgs {
     /// Commit durability: normal (survives a process crash) or full (survives power loss).
     #[arg(long, default_value = "normal")]
     durability: String,
-    /// Host auth file: bearer tokens of HTTP callers and their roles (see docs/VISIBILITY.md).
+    /// Host auth file: bearer tokens of HTTP callers and their roles (see docs/SECURITY.md).
+    /// Without one the API listens on loopback only.
     #[arg(long)]
     auth: Option<PathBuf>,
+    /// A name the API answers to in the Host header, besides loopback and its address
+    /// (repeatable).
+    #[arg(long = "allow-host", value_name = "NAME")]
+    allow_hosts: Vec<String>,
     #[arg(long)]
     json: bool,
 }
 
-/// Where a serving host is.
+/// Where a serving host is, and who is asking.
 #[derive(Args, Clone)]
 struct At {
     /// URL of a serving host (default: $CONSORT_AT, then ./.consort/serve.json, then 127.0.0.1:7400).
     #[arg(long)]
     at: Option<String>,
+    /// Bearer token sent to the host: runs act for its principal, and the host decides by it
+    /// what may be read and done (default: $CONSORT_TOKEN).
+    #[arg(long)]
+    token: Option<String>,
+}
+
+impl At {
+    pub(crate) fn client(&self) -> Client {
+        Client::new(&resolve_url(&self.at))
+            .with_token(directory_cli::token_or_env(self.token.clone()))
+    }
 }
 
 /// A serving host or a data folder.
@@ -201,9 +220,19 @@ struct At {
 struct Source {
     #[arg(long, conflicts_with = "data")]
     at: Option<String>,
+    /// Bearer token sent to the host (default: $CONSORT_TOKEN).
+    #[arg(long, conflicts_with = "data")]
+    token: Option<String>,
     /// Read a (stopped or serving) host's data folder directly.
     #[arg(long)]
     data: Option<PathBuf>,
+}
+
+impl Source {
+    fn client(&self) -> Client {
+        Client::new(&resolve_url(&self.at))
+            .with_token(directory_cli::token_or_env(self.token.clone()))
+    }
 }
 
 fn main() -> ExitCode {
@@ -311,12 +340,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             input,
             wait,
             timeout_secs,
-            token,
             at,
             json,
         } => {
-            let client = Client::new(&resolve_url(&at.at))
-                .with_token(token.or_else(|| std::env::var("CONSORT_TOKEN").ok()));
+            let client = at.client();
             let mut run = client.start_run(&agent, &input, "cli").await?;
             if wait {
                 run = client
@@ -336,22 +363,43 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             command:
                 JobsCommand::List {
                     agent,
+                    limit,
+                    cursor,
                     source,
                     json,
                 },
         } => {
-            let runs = match &source.data {
-                Some(dir) => DataFolder::new(dir).runs(agent.as_deref())?,
+            let page = match &source.data {
+                Some(dir) => {
+                    let cursor = cursor
+                        .as_deref()
+                        .map(|c| {
+                            RunCursor::parse(c).ok_or_else(|| {
+                                anyhow!("--cursor `{c}` is not a cursor `jobs list` printed")
+                            })
+                        })
+                        .transpose()?;
+                    DataFolder::new(dir).runs_page(
+                        agent.as_deref(),
+                        cursor.as_ref(),
+                        None,
+                        page_size(limit),
+                    )?
+                }
                 None => {
-                    Client::new(&resolve_url(&source.at))
-                        .jobs(agent.as_deref())
+                    source
+                        .client()
+                        .jobs_page(agent.as_deref(), cursor.as_deref(), limit)
                         .await?
                 }
             };
             if json {
-                print_json(&runs)?;
+                print_json(&page)?;
             } else {
-                println!("{}", output::runs_table(&runs));
+                println!("{}", output::runs_table(&page.runs));
+                if let Some(next) = &page.next {
+                    eprintln!("more runs: consort jobs list --cursor {next}");
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -373,7 +421,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                     (run, data.events(&id)?)
                 }
                 None => {
-                    let client = Client::new(&resolve_url(&source.at));
+                    let client = source.client();
                     (
                         client.run(id.as_str()).await?,
                         client.events(id.as_str()).await?,
@@ -393,8 +441,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             at,
             json,
         } => {
-            let client = Client::new(&resolve_url(&at.at));
-            let run = client.decide(&run_id, !deny).await?;
+            let run = at.client().decide(&run_id, !deny).await?;
             if json {
                 print_json(&run)?;
             } else {
@@ -415,11 +462,11 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Directory {
             command: None,
             goal,
-            token,
             at,
             data,
             json,
         } => {
+            let token = at.token.clone();
             let packet = match data.as_deref().map(|d| (d, directory_cli::serving_url(d))) {
                 Some((dir, None)) => {
                     let folder = DataFolder::new(dir);
@@ -434,17 +481,12 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                         .directory(goal.as_deref())
                         .await?
                 }
-                None => {
-                    Client::new(&resolve_url(&at.at))
-                        .with_token(directory_cli::token_or_env(token))
-                        .directory(goal.as_deref())
-                        .await?
-                }
+                None => at.client().directory(goal.as_deref()).await?,
             };
             print_scoped(&packet, json, packet.scope_gap.is_some(), output::directory)
         }
         Command::Reload { at } => {
-            let changed = Client::new(&resolve_url(&at.at)).reload().await?;
+            let changed = at.client().reload().await?;
             if changed.is_empty() {
                 println!("no agent.yaml changed");
             } else {
@@ -528,6 +570,8 @@ async fn dev(args: DevArgs) -> Result<ExitCode> {
             .as_deref()
             .map(consort_config::HostAuthConfig::load)
             .transpose()?,
+        allow_hosts: args.allow_hosts.clone(),
+        http: HttpBounds::default(),
     })
     .await?;
     let url = format!("http://{}", dev.addr);
@@ -641,4 +685,14 @@ fn produced(host: &consort_actors::Host, root: &RunId) -> Result<Vec<RunRecord>>
             .then(a.hop_depth.cmp(&b.hop_depth))
     });
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        super::Cli::command().debug_assert();
+    }
 }

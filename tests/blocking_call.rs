@@ -108,7 +108,8 @@ fn a_blocking_call_past_its_wait_says_the_run_goes_on_and_the_reply_lands_later(
     let cfo_id = result["run_id"].as_str().expect("run id").to_owned();
     let jobs: Vec<Value> = {
         let out = host.cli(&["jobs", "list", "--json"]);
-        serde_json::from_slice(&out.stdout).expect("jobs")
+        let page: Value = serde_json::from_slice(&out.stdout).expect("jobs");
+        page["runs"].as_array().cloned().expect("runs")
     };
     assert_eq!(runs_of(&jobs, "cfo")[0]["status"], "blocked");
     // Approving lets the cfo finish; its reply lands as an ordinary [reply from cfo] message.

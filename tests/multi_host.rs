@@ -186,23 +186,23 @@ impl Fleet {
     fn jobs(&self, host: &str) -> Vec<Value> {
         let v: Value = self
             .http
-            .get(format!("{}/jobs", self.url(host)))
+            .get(format!("{}/jobs?limit=1000", self.url(host)))
             .send()
             .unwrap()
             .json()
             .unwrap();
-        v.as_array().unwrap().clone()
+        v["runs"].as_array().unwrap().clone()
     }
 
     fn events(&self, host: &str, id: &str) -> Vec<Value> {
         let v: Value = self
             .http
-            .get(format!("{}/runs/{id}/events", self.url(host)))
+            .get(format!("{}/runs/{id}/events?limit=1000", self.url(host)))
             .send()
             .unwrap()
             .json()
             .unwrap();
-        v.as_array().unwrap().clone()
+        v["events"].as_array().unwrap().clone()
     }
 
     fn refusal_codes(&self, host: &str, id: &str) -> Vec<String> {
@@ -274,7 +274,7 @@ fn the_example_across_two_hosts() {
         .output()
         .unwrap();
     let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(listed[0]["channel"], "agent:cmo");
+    assert_eq!(listed["runs"][0]["channel"], "agent:cmo");
 
     // `edges --fleet` resolves across hosts.
     let out = Command::new(BIN)

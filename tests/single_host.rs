@@ -99,7 +99,8 @@ fn example_answers_through_the_cfo_and_lists_both_runs() {
     );
 
     let jobs = consort(&["jobs", "list", "--data", path_str(data.path()), "--json"]);
-    let jobs: Vec<Value> = serde_json::from_slice(&jobs.stdout).unwrap();
+    let jobs: Value = serde_json::from_slice(&jobs.stdout).unwrap();
+    let jobs = jobs["runs"].as_array().unwrap().clone();
     assert_eq!(jobs.len(), 2);
     let cmo = runs_of(&jobs, "cmo")[0];
     let cfo = runs_of(&jobs, "cfo")[0];
@@ -152,7 +153,8 @@ fn serving_host_answers_over_http_and_cli() {
         stdout(&shown)
     );
     let listed = host.cli(&["jobs", "list", "--agent", "cfo", "--json"]);
-    let listed: Vec<Value> = serde_json::from_slice(&listed.stdout).unwrap();
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let listed = listed["runs"].as_array().unwrap().clone();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0]["channel"], "agent:cmo");
     let events = host
@@ -161,7 +163,8 @@ fn serving_host_answers_over_http_and_cli() {
         .send()
         .unwrap();
     assert_eq!(events.status(), 200);
-    let events: Vec<Value> = events.json().unwrap();
+    let events: Value = events.json().unwrap();
+    let events = events["events"].as_array().unwrap().clone();
     let k = kinds(&events);
     for expected in [
         "created",
@@ -356,7 +359,8 @@ fn narrowing_accept_from_while_serving_refuses_the_next_call() {
 
 fn host_jobs(host: &support::Served) -> Vec<Value> {
     let out = host.cli(&["jobs", "list", "--json"]);
-    serde_json::from_slice(&out.stdout).unwrap()
+    let page: Value = serde_json::from_slice(&out.stdout).unwrap();
+    page["runs"].as_array().unwrap().clone()
 }
 
 #[test]

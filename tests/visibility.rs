@@ -66,7 +66,8 @@ fn the_cmos_runs_of_the_example_cannot_see_payroll() {
         stdout(&out)
     );
     let jobs = consort(&["jobs", "list", "--data", path_str(data.path()), "--json"]);
-    let jobs: Vec<Value> = serde_json::from_slice(&jobs.stdout).unwrap();
+    let jobs: Value = serde_json::from_slice(&jobs.stdout).unwrap();
+    let jobs = jobs["runs"].as_array().unwrap().clone();
     let cfo = runs_of(&jobs, "cfo")[0];
     let cmo = runs_of(&jobs, "cmo")[0];
     assert_eq!(cfo["principal"], "agent:cmo", "from the verified chain");
@@ -211,12 +212,14 @@ fn post_run(host: &Served, token: Option<&str>) -> Value {
     }
     let started: Value = req.send().unwrap().json().unwrap();
     let id = started["id"].as_str().unwrap().to_owned();
-    host.http()
-        .get(format!("{}/runs/{id}?wait_ms=30000", host.url))
-        .send()
-        .unwrap()
-        .json()
-        .unwrap()
+    // A run is read back with the token it was started with: it is that principal's.
+    let mut get = host
+        .http()
+        .get(format!("{}/runs/{id}?wait_ms=30000", host.url));
+    if let Some(token) = token {
+        get = get.bearer_auth(token);
+    }
+    get.send().unwrap().json().unwrap()
 }
 
 #[test]
@@ -227,7 +230,7 @@ fn bearer_tokens_decide_what_runs_see_and_the_real_check_holds() {
     let auth = fleet.dir.path().join("host-auth.yaml");
     std::fs::write(
         &auth,
-        "tokens:\n  - {name: alice, token: tok-alice, roles: [finance]}\n  - {name: mallory, token: tok-mallory, roles: [marketing]}\n",
+        "tokens:\n  - {name: alice, token: tok-alice, roles: [finance]}\n  - {name: mallory, token: tok-mallory, roles: [marketing]}\nanonymous: runs\n",
     )
     .unwrap();
     let host = Served::start_with(

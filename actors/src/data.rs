@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use consort_net::RunId;
 
 use crate::ActorsError;
+use crate::page::{EventPage, RunCursor, RunPage, events_page, merge_runs};
 use crate::run::{EventRecord, RunRecord};
 use crate::store::RunStore;
 
@@ -138,6 +139,50 @@ impl DataFolder {
         }
         runs.sort_by(|a, b| b.created_at_ms.cmp(&a.created_at_ms).then(a.id.cmp(&b.id)));
         Ok(runs)
+    }
+
+    /// One page of runs of every agent (or one), newest first, after `cursor`, only those
+    /// acting for `owner` when it is given; at most `limit` rows.
+    pub fn runs_page(
+        &self,
+        agent: Option<&str>,
+        cursor: Option<&RunCursor>,
+        owner: Option<&str>,
+        limit: usize,
+    ) -> Result<RunPage, ActorsError> {
+        let agents = match agent {
+            Some(name) if !self.store_path(name).is_file() => {
+                return Ok(merge_runs(Vec::new(), limit));
+            }
+            Some(name) => vec![name.to_owned()],
+            None => self.agents()?,
+        };
+        let mut runs = Vec::new();
+        for name in agents {
+            runs.extend(
+                self.open(&name)?
+                    .runs_page(cursor, owner, limit.saturating_add(1))?,
+            );
+        }
+        Ok(merge_runs(runs, limit))
+    }
+
+    /// One page of a run's events after sequence number `after`; `None` when no store here
+    /// holds the run.
+    pub fn events_page(
+        &self,
+        id: &RunId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Option<EventPage>, ActorsError> {
+        for name in self.agents()? {
+            let store = self.open(&name)?;
+            if store.run(id)?.is_some() {
+                let events = store.events_after(id, after, limit.saturating_add(1))?;
+                return Ok(Some(events_page(events, limit)));
+            }
+        }
+        Ok(None)
     }
 
     /// One run, wherever it is stored here.

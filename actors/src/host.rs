@@ -199,6 +199,35 @@ impl Host {
         self.data.runs(agent)
     }
 
+    /// One page of runs of every agent (or one), newest first: after `cursor`, only those
+    /// acting for `owner` when it is given, at most `limit` (see [`crate::page`]).
+    pub fn jobs_page(
+        &self,
+        agent: Option<&str>,
+        cursor: Option<&crate::page::RunCursor>,
+        owner: Option<&str>,
+        limit: usize,
+    ) -> Result<crate::page::RunPage, ActorsError> {
+        if let Some(name) = agent
+            && !self.agents.iter().any(|a| a == name)
+        {
+            return Err(ActorsError::UnknownAgent(name.to_owned()));
+        }
+        self.data.runs_page(agent, cursor, owner, limit)
+    }
+
+    /// One page of a run's event log, oldest first, after sequence number `after`.
+    pub fn events_page(
+        &self,
+        id: &RunId,
+        after: u64,
+        limit: usize,
+    ) -> Result<crate::page::EventPage, ActorsError> {
+        self.data
+            .events_page(id, after, limit)?
+            .ok_or_else(|| ActorsError::UnknownRun(id.to_string()))
+    }
+
     /// An operator's approve (or deny) of the gated tool a blocked run waits on.
     pub async fn decide(&self, id: &RunId, approve: bool) -> Result<RunRecord, ActorsError> {
         let run = self

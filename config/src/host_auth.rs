@@ -12,6 +12,9 @@
 //! identity_hook:
 //!   command: [/usr/local/bin/who-is, --json]
 //!   timeout_ms: 2000
+//!   max_concurrent: 4        # hook processes at once; more callers wait, then are unknown
+//!   cache_s: 60              # how long an answer is reused for the same token
+//! anonymous: refuse          # or `runs`: callers without a known token may start runs
 //! ```
 //!
 //! Owns the raw shape (unknown keys refused) and its checks, with file:line:col:key errors. It
@@ -66,6 +69,23 @@ pub struct IdentityHookConfig {
     pub command: Vec<String>,
     /// How long it may take, in milliseconds, before identity is `unknown`.
     pub timeout_ms: u64,
+    /// How many hook processes may run at once; a caller beyond that waits (within
+    /// `timeout_ms`) and is `unknown` if no slot frees.
+    pub max_concurrent: usize,
+    /// How long, in seconds, an answer about one token is reused (0: never).
+    pub cache_s: u64,
+}
+
+/// What a caller without a known token may do on a host that has an auth file.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AnonymousAccess {
+    /// Nothing: every route answers 401 (the default).
+    #[default]
+    Refuse,
+    /// Start runs, which act as `anonymous` (tools decide what that identity may use), and
+    /// read runs that act as `anonymous`: such callers are indistinguishable, so they share
+    /// what they start.
+    Runs,
 }
 
 /// The host auth file, checked.
@@ -75,6 +95,8 @@ pub struct HostAuthConfig {
     pub tokens: Vec<TokenConfig>,
     /// Asked about tokens that match none of `tokens`, if set.
     pub identity_hook: Option<IdentityHookConfig>,
+    /// What callers without a known token may do.
+    pub anonymous: AnonymousAccess,
     /// The auth file, absolute.
     pub file: PathBuf,
 }
@@ -84,6 +106,14 @@ pub struct HostAuthConfig {
 struct RawHostAuth {
     tokens: Option<Vec<Spanned<RawToken>>>,
     identity_hook: Option<Spanned<RawHook>>,
+    anonymous: Option<RawAnonymous>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum RawAnonymous {
+    Refuse,
+    Runs,
 }
 
 #[derive(Deserialize)]
@@ -100,10 +130,16 @@ struct RawToken {
 struct RawHook {
     command: Vec<String>,
     timeout_ms: Option<Spanned<u64>>,
+    max_concurrent: Option<Spanned<usize>>,
+    cache_s: Option<Spanned<u64>>,
 }
 
 /// Longest hook timeout accepted.
 pub(crate) const MAX_HOOK_TIMEOUT_MS: u64 = 60_000;
+/// Most hook processes at once that a file may ask for.
+pub(crate) const MAX_HOOK_CONCURRENCY: usize = 64;
+/// Longest an answer may be cached, in seconds.
+pub(crate) const MAX_HOOK_CACHE_S: u64 = 3_600;
 
 impl HostAuthConfig {
     /// Reads and checks a host auth file.
@@ -222,15 +258,48 @@ impl HostAuthConfig {
                         ));
                     }
                 };
+                let hook_key = root.key("identity_hook");
+                let max_concurrent = match h.max_concurrent {
+                    None => 4,
+                    Some(n) if (1..=MAX_HOOK_CONCURRENCY).contains(&n.value) => n.value,
+                    Some(n) => {
+                        return Err(ctx.invalid(
+                            Pos::of(&n),
+                            &hook_key.key("max_concurrent"),
+                            format!("max_concurrent {} is out of range; expected 1 to {MAX_HOOK_CONCURRENCY}", n.value),
+                        ));
+                    }
+                };
+                let cache_s = match h.cache_s {
+                    None => 60,
+                    Some(n) if n.value <= MAX_HOOK_CACHE_S => n.value,
+                    Some(n) => {
+                        return Err(ctx.invalid(
+                            Pos::of(&n),
+                            &hook_key.key("cache_s"),
+                            format!(
+                                "cache_s {} is out of range; expected 0 to {MAX_HOOK_CACHE_S}",
+                                n.value
+                            ),
+                        ));
+                    }
+                };
                 Some(IdentityHookConfig {
                     command: h.command,
                     timeout_ms,
+                    max_concurrent,
+                    cache_s,
                 })
             }
+        };
+        let anonymous = match raw.anonymous {
+            None | Some(RawAnonymous::Refuse) => AnonymousAccess::Refuse,
+            Some(RawAnonymous::Runs) => AnonymousAccess::Runs,
         };
         Ok(Self {
             tokens,
             identity_hook,
+            anonymous,
             file: file.to_path_buf(),
         })
     }
@@ -257,7 +326,14 @@ mod tests {
         assert_eq!(auth.tokens.len(), 2);
         assert_eq!(auth.tokens[0].roles, vec!["finance"]);
         assert_eq!(auth.tokens[1].secret, TokenSecret::Sha256([0xaa; 32]));
-        assert_eq!(auth.identity_hook.unwrap().timeout_ms, 2000);
+        assert_eq!(auth.anonymous, AnonymousAccess::Refuse);
+        let hook = auth.identity_hook.unwrap();
+        assert_eq!(
+            (hook.timeout_ms, hook.max_concurrent, hook.cache_s),
+            (2000, 4, 60)
+        );
+        let open = load("tokens: []\nanonymous: runs\n").unwrap();
+        assert_eq!(open.anonymous, AnonymousAccess::Runs);
     }
 
     #[test]
@@ -272,5 +348,11 @@ mod tests {
         let e = load("tokens:\n  - {name: a}\n").unwrap_err();
         assert!(e.to_string().contains("sha256"), "{e}");
         assert!(e.to_string().contains("host-auth.yaml"), "{e}");
+        let e = load("anonymous: everything\n").unwrap_err();
+        assert_eq!(e.key(), Some("anonymous"), "{e}");
+        let e = load("identity_hook: {command: [who], max_concurrent: 0}\n").unwrap_err();
+        assert_eq!(e.key(), Some("identity_hook.max_concurrent"), "{e}");
+        let e = load("identity_hook: {command: [who], cache_s: 99999}\n").unwrap_err();
+        assert_eq!(e.key(), Some("identity_hook.cache_s"), "{e}");
     }
 }

@@ -26,5 +26,7 @@ pub use agent::{
 pub use error::ConfigError;
 pub use fleet::{FleetConfig, HostConfig};
 pub use goals::{DirectorySettings, GoalConfig, GoalsConfig, load_dev_goals};
-pub use host_auth::{HostAuthConfig, IdentityHookConfig, TokenConfig, TokenSecret};
+pub use host_auth::{
+    AnonymousAccess, HostAuthConfig, IdentityHookConfig, TokenConfig, TokenSecret,
+};
 pub use visibility::{GuardConfig, PolicyConfig, ToolAuthConfig, VisibilityConfig};

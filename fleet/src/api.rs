@@ -1,14 +1,19 @@
-//! The HTTP API of one host, on loopback.
+//! The HTTP API of one host.
 //!
 //! | route                       | what                                                  |
 //! |-----------------------------|-------------------------------------------------------|
 //! | `POST /runs`                | `{agent, input}` → the stored run (201); the run acts for the `Authorization: Bearer` token's principal |
 //! | `GET /runs/{id}`            | one run; `?wait_ms=N` waits up to N ms for it to settle |
-//! | `GET /runs/{id}/events`     | its event log                                         |
+//! | `GET /runs/{id}/events`     | a page of its event log: `?after=SEQ&limit=N` → `{events, next_after}` |
 //! | `POST /runs/{id}/approve`   | `{approve: bool}`: an operator's decision             |
-//! | `GET /jobs?agent=`          | runs, newest first                                    |
+//! | `GET /jobs`                 | a page of runs, newest first: `?agent=&cursor=&limit=N` → `{runs, next}` |
 //! | `GET /agents`               | the agents served and whether each is up              |
-//! | `POST /reload`              | re-read every agent.yaml now                          |
+//! | `POST /reload`              | `{}`: re-read every agent.yaml now                    |
+//!
+//! Who may call which route is [`crate::access`]'s decision, from the requester that
+//! [`HostAuth`] establishes; which requests reach a handler at all (the `Host` and `Origin`
+//! checks, JSON-only writes, size and time bounds) is [`crate::listener`]'s. Pages hold 100
+//! rows unless `limit` says otherwise, and at most 1,000.
 //!
 //! Every error is JSON, `{"error": {"code", "message"}}`, with a 4xx status for bad requests.
 //! Handlers only translate HTTP to calls on [`Host`]; they decide nothing about runs.
@@ -17,21 +22,27 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::rejection::{JsonRejection, QueryRejection};
-use axum::extract::{FromRef, Path, Query, State};
-use axum::http::header::AUTHORIZATION;
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{DefaultBodyLimit, FromRef, Path, Query, Request, State};
+use axum::http::header::{AUTHORIZATION, CONTENT_TYPE, HOST, ORIGIN};
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use tower_http::timeout::RequestBodyTimeoutLayer;
 
 use consort_actors::directory::{DeliveryRequest, WaitRequest};
-use consort_actors::{ActorsError, Channel, Host};
+use consort_actors::page::{RunCursor, page_size};
+use consort_actors::visibility::Identity;
+use consort_actors::{ActorsError, Channel, Host, RunRecord};
 use consort_core::directory::{Audience, ExcerptSource, WaitUntil};
 use consort_net::RunId;
 
+use crate::access::{self, Action, Denial, Requester};
 use crate::auth::HostAuth;
+use crate::listener::{HostCheck, HttpBounds};
 
 /// Longest wait a `GET /runs/{id}?wait_ms=` may ask for.
 const MAX_WAIT_MS: u64 = 600_000;
@@ -62,8 +73,18 @@ struct WaitQuery {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct JobsQuery {
     agent: Option<String>,
+    cursor: Option<String>,
+    limit: Option<usize>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventsQuery {
+    after: Option<u64>,
+    limit: Option<usize>,
 }
 
 /// An API error: a status, a stable code and a message for people.
@@ -111,8 +132,45 @@ impl From<ActorsError> for ApiError {
     }
 }
 
+impl From<Denial> for ApiError {
+    fn from(denial: Denial) -> Self {
+        match denial {
+            Denial::Unauthenticated => Self::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthenticated",
+                "this host needs a bearer token: pass --token or set CONSORT_TOKEN (Authorization: Bearer <token>)",
+            ),
+            Denial::IdentityUnavailable => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "identity_unavailable",
+                "the identity hook could not answer about this token; try again",
+            ),
+            Denial::Forbidden(reason) => Self::new(StatusCode::FORBIDDEN, "forbidden", reason),
+            Denial::NotVisible => Self::new(
+                StatusCode::NOT_FOUND,
+                "unknown_run",
+                "no such run that this caller may see",
+            ),
+        }
+    }
+}
+
 impl From<JsonRejection> for ApiError {
     fn from(e: JsonRejection) -> Self {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            return Self::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                "the request body is larger than this host accepts",
+            );
+        }
+        if e.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
+            return Self::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "json_only",
+                "send the body as JSON, with Content-Type: application/json",
+            );
+        }
         Self::new(
             StatusCode::BAD_REQUEST,
             "bad_json",
@@ -146,6 +204,100 @@ pub struct ApiState {
     pub auth: Arc<HostAuth>,
 }
 
+/// Who a request is: its identity (what a run it starts acts for) and the requester the
+/// route rules read.
+async fn requester(auth: &HostAuth, headers: &HeaderMap) -> (Identity, Requester) {
+    let authorization = headers
+        .get(AUTHORIZATION)
+        .map(|v| v.to_str().unwrap_or("<not text>"));
+    let identity = auth.identify(authorization).await;
+    let requester = auth.requester(&identity);
+    (identity, requester)
+}
+
+/// Checks `action` for the request's requester.
+async fn allowed(
+    auth: &HostAuth,
+    headers: &HeaderMap,
+    action: Action<'_>,
+) -> Result<Requester, ApiError> {
+    let (_, who) = requester(auth, headers).await;
+    access::authorize(&who, auth.anonymous(), action)?;
+    Ok(who)
+}
+
+/// Reads a run and checks that the request may see it; a run it may not see answers like one
+/// that does not exist.
+async fn visible_run(
+    host: &Host,
+    auth: &HostAuth,
+    headers: &HeaderMap,
+    id: &RunId,
+) -> Result<(RunRecord, Requester), ApiError> {
+    let (_, who) = requester(auth, headers).await;
+    // Refuse an unauthenticated caller before touching the stores.
+    if let Err(denial @ (Denial::Unauthenticated | Denial::IdentityUnavailable)) =
+        access::authorize(&who, auth.anonymous(), Action::ReadRun { owner: "" })
+    {
+        return Err(denial.into());
+    }
+    let target = id.clone();
+    let run = blocking(host, move |h| {
+        h.run(&target)?
+            .ok_or_else(|| ActorsError::UnknownRun(target.to_string()))
+    })
+    .await?;
+    access::authorize(
+        &who,
+        auth.anonymous(),
+        Action::ReadRun {
+            owner: &run.principal,
+        },
+    )?;
+    Ok((run, who))
+}
+
+/// Refuses what must not reach a handler: a `Host` that does not name this API (DNS
+/// rebinding), an `Origin` of another site, and a `POST` that is not JSON.
+async fn front_door(State(check): State<Arc<HostCheck>>, request: Request, next: Next) -> Response {
+    let headers = request.headers();
+    let host = headers.get(HOST).and_then(|h| h.to_str().ok());
+    if !host.is_some_and(|h| check.allows(h)) {
+        return ApiError::new(
+            StatusCode::MISDIRECTED_REQUEST,
+            "wrong_host",
+            "the Host header does not name this API; start the host with --allow-host NAME to serve it under that name",
+        )
+        .into_response();
+    }
+    if let Some(origin) = headers.get(ORIGIN)
+        && !origin.to_str().is_ok_and(|o| check.allows_origin(o))
+    {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "cross_origin",
+            "requests from another site's pages are refused",
+        )
+        .into_response();
+    }
+    if request.method() == Method::POST {
+        let json = headers
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+        if !json {
+            return ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "json_only",
+                "send the body as JSON, with Content-Type: application/json",
+            )
+            .into_response();
+        }
+    }
+    next.run(request).await
+}
+
 impl FromRef<ApiState> for Host {
     fn from_ref(state: &ApiState) -> Self {
         state.host.clone()
@@ -158,14 +310,14 @@ impl FromRef<ApiState> for Arc<HostAuth> {
     }
 }
 
-/// The router for one host without an auth file: every run it starts has no identity.
-pub(crate) fn router(host: Host) -> Router {
-    router_with_auth(host, Arc::new(HostAuth::none()))
-}
-
-/// The router for one host; `POST /runs` starts runs that act for the bearer token's
-/// principal (see [`crate::auth`]).
-pub(crate) fn router_with_auth(host: Host, auth: Arc<HostAuth>) -> Router {
+/// The router for one host: routes checked by [`crate::access`] for the requester `auth`
+/// establishes, behind the front door of [`crate::listener`] for requests to `hosts`.
+pub(crate) fn router(
+    host: Host,
+    auth: Arc<HostAuth>,
+    hosts: HostCheck,
+    bounds: &HttpBounds,
+) -> Router {
     Router::new()
         .route("/runs", post(start_run))
         .route("/runs/{id}", get(get_run))
@@ -182,6 +334,9 @@ pub(crate) fn router_with_auth(host: Host, auth: Arc<HostAuth>) -> Router {
         .route("/reload", post(reload))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .with_state(ApiState { host, auth })
+        .layer(DefaultBodyLimit::max(bounds.max_body_bytes))
+        .layer(RequestBodyTimeoutLayer::new(bounds.body_timeout))
+        .layer(middleware::from_fn_with_state(Arc::new(hosts), front_door))
 }
 
 #[derive(Deserialize)]
@@ -378,6 +533,9 @@ async fn start_run(
     headers: HeaderMap,
     body: Result<Json<StartRun>, JsonRejection>,
 ) -> Result<Response, ApiError> {
+    // Who is asking comes first: an unauthenticated caller learns nothing about agents.
+    let (_, who) = requester(&auth, &headers).await;
+    access::authorize(&who, auth.anonymous(), Action::StartRun)?;
     let Json(body) = body?;
     if body.input.trim().is_empty() {
         return Err(ApiError::new(
@@ -418,10 +576,8 @@ async fn start_run(
             ));
         }
     };
-    let authorization = headers
-        .get(AUTHORIZATION)
-        .map(|v| v.to_str().unwrap_or("<not text>"));
-    let identity = auth.identify(authorization).await;
+    let (identity, who) = requester(&auth, &headers).await;
+    access::authorize(&who, auth.anonymous(), Action::StartRun)?;
     let run = host
         .start_run_as(&body.agent, &body.input, channel, identity)
         .await?;
@@ -430,63 +586,166 @@ async fn start_run(
 
 async fn get_run(
     State(host): State<Host>,
+    State(auth): State<Arc<HostAuth>>,
+    headers: HeaderMap,
     Path(id): Path<String>,
-    Query(q): Query<WaitQuery>,
+    query: Result<Query<WaitQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    let Query(q) = query?;
     let id = parse_run_id(&id)?;
+    let (run, _) = visible_run(&host, &auth, &headers, &id).await?;
     let run = match q.wait_ms {
         Some(ms) if ms > 0 => {
             host.wait(&id, Duration::from_millis(ms.min(MAX_WAIT_MS)))
                 .await?
         }
-        _ => {
-            blocking(&host, move |h| {
-                h.run(&id)?
-                    .ok_or_else(|| ActorsError::UnknownRun(id.to_string()))
-            })
-            .await?
-        }
+        _ => run,
     };
     Ok(Json(run).into_response())
 }
 
 async fn get_events(
     State(host): State<Host>,
+    State(auth): State<Arc<HostAuth>>,
+    headers: HeaderMap,
     Path(id): Path<String>,
+    query: Result<Query<EventsQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    let Query(q) = query?;
     let id = parse_run_id(&id)?;
-    let events = blocking(&host, move |h| h.events(&id)).await?;
-    Ok(Json(events).into_response())
+    visible_run(&host, &auth, &headers, &id).await?;
+    let limit = page_size(q.limit);
+    let after = q.after.unwrap_or(0);
+    let page = blocking(&host, move |h| h.events_page(&id, after, limit)).await?;
+    Ok(Json(page).into_response())
 }
 
 async fn approve(
     State(host): State<Host>,
+    State(auth): State<Arc<HostAuth>>,
+    headers: HeaderMap,
     Path(id): Path<String>,
     body: Result<Json<Decision>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let id = parse_run_id(&id)?;
+    let (_, who) = requester(&auth, &headers).await;
+    if let Err(denial @ (Denial::Unauthenticated | Denial::IdentityUnavailable)) =
+        access::authorize(&who, auth.anonymous(), Action::ListAgents)
+    {
+        return Err(denial.into());
+    }
     let Json(decision) = body?;
+    let target = id.clone();
+    let run = blocking(&host, move |h| {
+        h.run(&target)?
+            .ok_or_else(|| ActorsError::UnknownRun(target.to_string()))
+    })
+    .await?;
+    access::authorize(
+        &who,
+        auth.anonymous(),
+        Action::Decide {
+            owner: &run.principal,
+            self_approval: false,
+        },
+    )?;
     let run = host.decide(&id, decision.approve).await?;
     Ok(Json(run).into_response())
 }
 
-async fn jobs(State(host): State<Host>, Query(q): Query<JobsQuery>) -> Result<Response, ApiError> {
-    let runs = blocking(&host, move |h| h.jobs(q.agent.as_deref())).await?;
-    Ok(Json(runs).into_response())
+async fn jobs(
+    State(host): State<Host>,
+    State(auth): State<Arc<HostAuth>>,
+    headers: HeaderMap,
+    query: Result<Query<JobsQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let who = allowed(&auth, &headers, Action::ListRuns).await?;
+    let Query(q) = query?;
+    let cursor = match q.cursor.as_deref() {
+        None | Some("") => None,
+        Some(text) => Some(RunCursor::parse(text).ok_or_else(|| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_cursor",
+                "cursor is not one this API gave out; pass the `next` of the previous page",
+            )
+        })?),
+    };
+    let scope = access::listing_scope(&who);
+    let limit = page_size(q.limit);
+    let page = blocking(&host, move |h| {
+        h.jobs_page(q.agent.as_deref(), cursor.as_ref(), scope.owner(), limit)
+    })
+    .await?;
+    Ok(Json(page).into_response())
 }
 
-async fn agents(State(host): State<Host>) -> Result<Response, ApiError> {
+async fn agents(
+    State(host): State<Host>,
+    State(auth): State<Arc<HostAuth>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    allowed(&auth, &headers, Action::ListAgents).await?;
     Ok(Json(host.agent_status().await?).into_response())
 }
 
-async fn reload(State(host): State<Host>) -> Result<Response, ApiError> {
+async fn reload(
+    State(host): State<Host>,
+    State(auth): State<Arc<HostAuth>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    allowed(&auth, &headers, Action::Reload).await?;
     let changed = host.reload().await.map_err(|e| match e {
         ActorsError::InvalidConfig(message) => {
-            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_config", message)
+            tracing::warn!("reload refused: {message}");
+            ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_config",
+                without_absolute_paths(&message),
+            )
         }
         other => other.into(),
     })?;
     Ok(Json(json!({"changed": changed})).into_response())
+}
+
+/// A message for an HTTP caller: each absolute path is cut to its last two parts (the agent
+/// folder and the file, as in `cfo/agent.yaml:3:5`), so an answer never tells a caller
+/// where the host keeps its files. The log keeps the whole message.
+fn without_absolute_paths(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(start) = rest.find('/') {
+        let at_word_start = start == 0
+            || rest[..start]
+                .chars()
+                .last()
+                .is_some_and(|c| c.is_whitespace() || matches!(c, '`' | '\'' | '"' | '(' | '['));
+        if !at_word_start {
+            out.push_str(&rest[..=start]);
+            rest = &rest[start + 1..];
+            continue;
+        }
+        out.push_str(&rest[..start]);
+        let path = &rest[start..];
+        let end = path
+            .find(|c: char| c.is_whitespace() || matches!(c, '`' | '\'' | '"' | ')' | ']' | ','))
+            .unwrap_or(path.len());
+        let (file, tail) = path[..end].split_once(':').unwrap_or((&path[..end], ""));
+        let parts: Vec<&str> = file.split('/').filter(|p| !p.is_empty()).collect();
+        if parts.is_empty() {
+            out.push_str(file);
+        } else {
+            out.push_str(&parts[parts.len().saturating_sub(2)..].join("/"));
+        }
+        if !tail.is_empty() {
+            out.push(':');
+            out.push_str(tail);
+        }
+        rest = &path[end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Runs a store read off the async workers (SQLite calls block).
@@ -499,4 +758,25 @@ async fn blocking<T: Send + 'static>(
         .await
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?
         .map_err(ApiError::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_absolute_paths;
+
+    #[test]
+    fn absolute_paths_are_cut_to_folder_and_file() {
+        assert_eq!(
+            without_absolute_paths(
+                "/home/ops/fleet/agents/cfo/agent.yaml:3:5: model.script[0]: unknown key"
+            ),
+            "cfo/agent.yaml:3:5: model.script[0]: unknown key"
+        );
+        assert_eq!(
+            without_absolute_paths("database file `/srv/x/cfo/ledger.db` does not exist"),
+            "database file `cfo/ledger.db` does not exist"
+        );
+        assert_eq!(without_absolute_paths("a/b and c / d"), "a/b and c / d");
+        assert_eq!(without_absolute_paths("no paths"), "no paths");
+    }
 }

@@ -8,17 +8,27 @@
 //! by their SHA-256 digests, so plain and hashed entries are checked the same way and the
 //! comparison never short-circuits on the token's own bytes.
 //!
-//! This module decides nothing about tools: it only reports the identity a run acts for.
+//! The hook is bounded: at most `max_concurrent` hook processes run at once (a caller beyond
+//! that waits within the hook's timeout, then is `unknown`), and an answer about a token is
+//! reused for `cache_s` seconds, so a flood of unknown tokens starts a bounded number of
+//! processes. Only answers are cached, never a failure to answer.
+//!
+//! This module decides nothing about tools or routes: it only reports the identity a run acts
+//! for and the [`Requester`] the route rules in [`crate::access`] read.
 
+use std::collections::HashMap;
 use std::process::Stdio;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
 use consort_actors::visibility::{BearerCheck, Caller, Identity, Principal, RoleGrants};
-use consort_config::{HostAuthConfig, IdentityHookConfig, TokenSecret};
+use consort_config::{AnonymousAccess, HostAuthConfig, IdentityHookConfig, TokenSecret};
 use consort_core::directory::Audience;
+
+use crate::access::Requester;
 
 /// The role that makes a token's holder an operator of the host.
 pub(crate) const OPERATOR_ROLE: &str = "operator";
@@ -29,7 +39,82 @@ pub struct HostAuth {
     /// (name, digest of the token).
     tokens: Vec<(String, [u8; 32])>,
     grants: RoleGrants,
-    hook: Option<IdentityHookConfig>,
+    hook: Option<Arc<IdentityHook>>,
+    anonymous: AnonymousAccess,
+}
+
+/// Most token answers the hook cache holds; past it, expired ones go, then everything.
+const HOOK_CACHE_ENTRIES: usize = 4_096;
+
+/// The identity hook with its bounds: a cap on processes at once and a cache of answers.
+#[derive(Debug)]
+struct IdentityHook {
+    config: IdentityHookConfig,
+    slots: tokio::sync::Semaphore,
+    /// Digest of the token → (when answered, the answer).
+    answers: Mutex<HashMap<[u8; 32], (Instant, Identity)>>,
+}
+
+impl IdentityHook {
+    fn new(config: IdentityHookConfig) -> Self {
+        Self {
+            slots: tokio::sync::Semaphore::new(config.max_concurrent.max(1)),
+            config,
+            answers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn ttl(&self) -> Duration {
+        Duration::from_secs(self.config.cache_s)
+    }
+
+    fn cached(&self, key: &[u8; 32]) -> Option<Identity> {
+        let answers = self.answers.lock().ok()?;
+        let (at, identity) = answers.get(key)?;
+        (at.elapsed() < self.ttl()).then(|| identity.clone())
+    }
+
+    fn remember(&self, key: [u8; 32], identity: &Identity) {
+        if self.config.cache_s == 0 || *identity == Identity::Unknown {
+            return;
+        }
+        let Ok(mut answers) = self.answers.lock() else {
+            return;
+        };
+        if answers.len() >= HOOK_CACHE_ENTRIES {
+            let ttl = self.ttl();
+            answers.retain(|_, (at, _)| at.elapsed() < ttl);
+            if answers.len() >= HOOK_CACHE_ENTRIES {
+                answers.clear();
+            }
+        }
+        answers.insert(key, (Instant::now(), identity.clone()));
+    }
+
+    /// Asks the hook about `token`, within its bounds.
+    async fn identify(&self, token: &str) -> Identity {
+        let key = digest(token);
+        if let Some(identity) = self.cached(&key) {
+            return identity;
+        }
+        let timeout = Duration::from_millis(self.config.timeout_ms);
+        let started = Instant::now();
+        let Ok(Ok(_slot)) = tokio::time::timeout(timeout, self.slots.acquire()).await else {
+            tracing::warn!(
+                max_concurrent = self.config.max_concurrent,
+                "identity hook is busy; identity is unknown"
+            );
+            return Identity::Unknown;
+        };
+        // Another caller may have asked about the same token while this one waited.
+        if let Some(identity) = self.cached(&key) {
+            return identity;
+        }
+        let left = timeout.saturating_sub(started.elapsed());
+        let identity = ask_hook(&self.config, token, left).await;
+        self.remember(key, &identity);
+        identity
+    }
 }
 
 fn digest(token: &str) -> [u8; 32] {
@@ -65,7 +150,36 @@ impl HostAuth {
         Self {
             tokens,
             grants,
-            hook: config.identity_hook.clone(),
+            hook: config
+                .identity_hook
+                .clone()
+                .map(|hook| Arc::new(IdentityHook::new(hook))),
+            anonymous: config.anonymous,
+        }
+    }
+
+    /// What callers without a known token may do here.
+    pub fn anonymous(&self) -> AnonymousAccess {
+        self.anonymous
+    }
+
+    /// Who a caller with `identity` is to the route rules of [`crate::access`]. A host without
+    /// an auth file has one local operator.
+    pub fn requester(&self, identity: &Identity) -> Requester {
+        if !self.is_configured() {
+            return Requester::LocalOperator;
+        }
+        match identity {
+            Identity::Present(caller) if caller.roles.contains(OPERATOR_ROLE) => {
+                Requester::Operator {
+                    principal: caller.principal.to_string(),
+                }
+            }
+            Identity::Present(caller) => Requester::Principal {
+                principal: caller.principal.to_string(),
+            },
+            Identity::Absent => Requester::Anonymous,
+            Identity::Unknown => Requester::Unverified,
         }
     }
 
@@ -123,7 +237,7 @@ impl HostAuth {
         };
         match self.check_token(token) {
             BearerCheck::Invalid => match &self.hook {
-                Some(hook) => ask_hook(hook, token).await,
+                Some(hook) => hook.identify(token).await,
                 None => Identity::Absent,
             },
             check => Identity::from_bearer(&check, &self.grants),
@@ -131,8 +245,8 @@ impl HostAuth {
     }
 }
 
-/// Asks the external hook about a token no configured one matches.
-async fn ask_hook(hook: &IdentityHookConfig, token: &str) -> Identity {
+/// Asks the external hook about a token no configured one matches, within `timeout`.
+async fn ask_hook(hook: &IdentityHookConfig, token: &str, timeout: Duration) -> Identity {
     let Some((program, args)) = hook.command.split_first() else {
         return Identity::Unknown;
     };
@@ -155,10 +269,7 @@ async fn ask_hook(hook: &IdentityHookConfig, token: &str) -> Identity {
         }
         serde_json::from_slice::<serde_json::Value>(&out.stdout).ok()
     };
-    let answer = tokio::time::timeout(Duration::from_millis(hook.timeout_ms), run)
-        .await
-        .ok()
-        .flatten();
+    let answer = tokio::time::timeout(timeout, run).await.ok().flatten();
     let Some(answer) = answer else {
         tracing::warn!("identity hook could not answer; identity is unknown");
         return Identity::Unknown;
@@ -207,7 +318,10 @@ mod tests {
             identity_hook: hook.map(|c| IdentityHookConfig {
                 command: c.into_iter().map(str::to_owned).collect(),
                 timeout_ms: 2000,
+                max_concurrent: 2,
+                cache_s: 60,
             }),
+            anonymous: AnonymousAccess::Refuse,
             file: "host-auth.yaml".into(),
         })
     }
@@ -251,5 +365,40 @@ mod tests {
             failing.identify(Some("Bearer tok-alice")).await,
             Identity::Present(_)
         ));
+    }
+
+    #[tokio::test]
+    async fn the_hook_runs_a_bounded_number_of_processes_and_caches_answers() {
+        let dir = tempfile::tempdir().unwrap();
+        let count = dir.path().join("count");
+        let script = format!(
+            "echo x >> {}; sleep 0.2; echo '{{\"name\": \"carol\"}}'",
+            count.display()
+        );
+        let a = auth(Some(vec!["sh", "-c", &script]));
+        // Eight callers with one token at once: two processes at a time, one answer reused.
+        let mut asks = tokio::task::JoinSet::new();
+        for _ in 0..8 {
+            let a = a.clone();
+            asks.spawn(async move { a.identify(Some("Bearer same")).await });
+        }
+        while let Some(answer) = asks.join_next().await {
+            assert!(matches!(answer.unwrap(), Identity::Present(_)));
+        }
+        let runs = std::fs::read_to_string(&count).unwrap().lines().count();
+        assert!(runs <= 2, "{runs} hook processes for one token");
+        // Later asks about it start none.
+        a.identify(Some("Bearer same")).await;
+        assert_eq!(
+            std::fs::read_to_string(&count).unwrap().lines().count(),
+            runs
+        );
+        // A failure to answer is not cached.
+        let failing = auth(Some(vec!["sh", "-c", "exit 3"]));
+        assert_eq!(failing.identify(Some("Bearer y")).await, Identity::Unknown);
+        let Some(hook) = &failing.hook else {
+            panic!("hook")
+        };
+        assert!(hook.cached(&digest("y")).is_none());
     }
 }

@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use consort_actors::directory::{WaitAnswer, WaitRequest};
+use consort_actors::page::{EventPage, PAGE_MAX, RunPage};
 use consort_actors::supervisor::AgentStatus;
 use consort_actors::{EventRecord, RunRecord};
 use consort_core::directory::{
@@ -23,7 +24,8 @@ use crate::FleetError;
 pub struct Client {
     base: String,
     http: reqwest::Client,
-    /// Bearer token sent with `start_run`: the run acts for its principal.
+    /// Bearer token sent with every request: runs started act for its principal, and the
+    /// host decides by it what the client may read and do.
     token: Option<String>,
 }
 
@@ -37,7 +39,7 @@ impl Client {
         }
     }
 
-    /// Sends `token` as `Authorization: Bearer` when starting runs.
+    /// Sends `token` as `Authorization: Bearer` with every request.
     pub fn with_token(mut self, token: Option<String>) -> Self {
         self.token = token.filter(|t| !t.is_empty());
         self
@@ -57,7 +59,7 @@ impl Client {
     ) -> Result<RunRecord, FleetError> {
         let body = json!({"agent": agent, "input": input, "channel": channel});
         let request = self.http.post(self.url("/runs")).json(&body);
-        self.send(self.authorized(request)).await
+        self.send(request).await
     }
 
     /// The peer directory of `goal` (or of the one goal this client's token may see).
@@ -66,7 +68,7 @@ impl Client {
         if let Some(goal) = goal {
             request = request.query(&[("goal", goal)]);
         }
-        self.send(self.authorized(request)).await
+        self.send(request).await
     }
 
     /// What this client may see of `agent` (and one of its runs): typed state, and an excerpt
@@ -86,7 +88,7 @@ impl Client {
         if let Some(run) = run {
             query.push(("run", run.to_owned()));
         }
-        self.send(self.authorized(self.http.get(self.url("/directory/observe")).query(&query)))
+        self.send(self.http.get(self.url("/directory/observe")).query(&query))
             .await
     }
 
@@ -111,7 +113,7 @@ impl Client {
             .get(self.url("/directory/wait"))
             .query(&query)
             .timeout(timeout + Duration::from_secs(30));
-        self.send(self.authorized(get)).await
+        self.send(get).await
     }
 
     /// Delivers `message` to `agent` (into `run`, or a new run) with the idempotency key
@@ -140,7 +142,7 @@ impl Client {
             .timeout(
                 timeout + window.unwrap_or(Duration::from_secs(600)) + Duration::from_secs(30),
             );
-        self.send(self.authorized(post)).await
+        self.send(post).await
     }
 
     /// The receipt of this client's earlier delivery `delivery_id` to `agent`.
@@ -155,7 +157,7 @@ impl Client {
             query.push(("run", run));
         }
         let get = self.http.get(self.url("/directory/delivery")).query(&query);
-        self.send(self.authorized(get)).await
+        self.send(get).await
     }
 
     /// The attention rollup of `goal` (or of the one goal this client may see).
@@ -164,7 +166,7 @@ impl Client {
         if let Some(goal) = goal {
             request = request.query(&[("goal", goal)]);
         }
-        self.send(self.authorized(request)).await
+        self.send(request).await
     }
 
     fn authorized(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
@@ -200,19 +202,60 @@ impl Client {
         }
     }
 
-    /// The run's event log, oldest first.
-    pub async fn events(&self, id: &str) -> Result<Vec<EventRecord>, FleetError> {
-        self.send(self.http.get(self.url(&format!("/runs/{id}/events"))))
-            .await
+    /// One page of the run's event log, oldest first: events after sequence number `after`,
+    /// at most `limit` (the host's default when `None`).
+    pub async fn events_page(
+        &self,
+        id: &str,
+        after: u64,
+        limit: Option<usize>,
+    ) -> Result<EventPage, FleetError> {
+        let mut query = vec![("after", after.to_string())];
+        if let Some(limit) = limit {
+            query.push(("limit", limit.to_string()));
+        }
+        let req = self
+            .http
+            .get(self.url(&format!("/runs/{id}/events")))
+            .query(&query);
+        self.send(req).await
     }
 
-    /// Runs not yet settled, of one agent or of all.
-    pub async fn jobs(&self, agent: Option<&str>) -> Result<Vec<RunRecord>, FleetError> {
-        let mut req = self.http.get(self.url("/jobs"));
-        if let Some(agent) = agent {
-            req = req.query(&[("agent", agent)]);
+    /// The run's whole event log, oldest first, page by page.
+    pub async fn events(&self, id: &str) -> Result<Vec<EventRecord>, FleetError> {
+        let mut events = Vec::new();
+        let mut after = 0;
+        loop {
+            let page = self.events_page(id, after, Some(PAGE_MAX)).await?;
+            events.extend(page.events);
+            match page.next_after {
+                Some(next) if next > after => after = next,
+                _ => return Ok(events),
+            }
         }
-        self.send(req).await
+    }
+
+    /// One page of runs, newest first, of one agent or of all: those after `cursor` (the
+    /// `next` of the previous page), at most `limit` (the host's default when `None`). The
+    /// host lists every run for an operator and a principal's own runs for anyone else.
+    pub async fn jobs_page(
+        &self,
+        agent: Option<&str>,
+        cursor: Option<&str>,
+        limit: Option<usize>,
+    ) -> Result<RunPage, FleetError> {
+        let mut query = Vec::new();
+        if let Some(agent) = agent {
+            query.push(("agent", agent.to_owned()));
+        }
+        if let Some(cursor) = cursor {
+            query.push(("cursor", cursor.to_owned()));
+        }
+        if let Some(limit) = limit {
+            query.push(("limit", limit.to_string()));
+        }
+        self.send(self.http.get(self.url("/jobs")).query(&query))
+            .await
     }
 
     /// Approves (`true`) or denies the tool use a blocked run waits on.
@@ -226,7 +269,9 @@ impl Client {
 
     /// Re-reads every agent.yaml; returns the agents whose config changed.
     pub async fn reload(&self) -> Result<Vec<String>, FleetError> {
-        let answer: Value = self.send(self.http.post(self.url("/reload"))).await?;
+        let answer: Value = self
+            .send(self.http.post(self.url("/reload")).json(&json!({})))
+            .await?;
         Ok(answer["changed"]
             .as_array()
             .map(|a| {
@@ -250,10 +295,14 @@ impl Client {
         &self,
         req: reqwest::RequestBuilder,
     ) -> Result<T, FleetError> {
-        let resp = req.send().await.map_err(|e| FleetError::Unreachable {
-            url: self.base.clone(),
-            detail: e.to_string(),
-        })?;
+        let resp = self
+            .authorized(req)
+            .send()
+            .await
+            .map_err(|e| FleetError::Unreachable {
+                url: self.base.clone(),
+                detail: e.to_string(),
+            })?;
         let status = resp.status();
         let text = resp.text().await.map_err(|e| FleetError::Unreachable {
             url: self.base.clone(),

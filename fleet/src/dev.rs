@@ -17,6 +17,7 @@ use consort_config::AgentSet;
 use crate::FleetError;
 use crate::api;
 use crate::auth::HostAuth;
+use crate::listener::{self, HostCheck, HttpBounds};
 
 /// How to serve.
 #[derive(Clone, Debug)]
@@ -29,8 +30,13 @@ pub struct DevOptions {
     pub listen: SocketAddr,
     /// Settings every agent actor is started with.
     pub agent_options: AgentOptions,
-    /// The host auth file (bearer tokens of HTTP callers), if any.
+    /// The host auth file (bearer tokens of HTTP callers), if any. Without one the API may
+    /// listen on loopback only.
     pub auth: Option<consort_config::HostAuthConfig>,
+    /// Names (besides loopback and the bound address) the API answers to in `Host`.
+    pub allow_hosts: Vec<String>,
+    /// Bounds on the API's connections and requests.
+    pub http: HttpBounds,
 }
 
 /// A host serving its API.
@@ -46,6 +52,7 @@ pub struct DevHost {
 impl DevHost {
     /// Loads the agents, starts the host and serves its API.
     pub async fn start(options: DevOptions) -> Result<Self, FleetError> {
+        listener::check_listen(options.listen, options.auth.is_some())?;
         let agents = AgentSet::load(&options.dirs)?;
         let goals = consort_config::load_dev_goals(&options.dirs, &agents)?;
         let mut spec = HostSpec::new(agents, options.data_dir.clone());
@@ -67,12 +74,13 @@ impl DevHost {
             .auth
             .as_ref()
             .map_or_else(HostAuth::none, HostAuth::new);
-        let app = api::router_with_auth(host.clone(), std::sync::Arc::new(auth));
-        let server = tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                tracing::error!("HTTP API stopped: {e}");
-            }
-        });
+        let app = api::router(
+            host.clone(),
+            std::sync::Arc::new(auth),
+            HostCheck::new(addr, &options.allow_hosts),
+            &options.http,
+        );
+        let server = tokio::spawn(listener::serve(listener, app, options.http.clone()));
         let url = format!("http://{addr}");
         let note = serde_json::json!({"url": url, "pid": std::process::id()});
         let _ = std::fs::write(options.data_dir.join("serve.json"), note.to_string());

@@ -19,6 +19,14 @@ pub enum FleetError {
         /// What the OS said.
         source: std::io::Error,
     },
+    /// The API would listen beyond loopback without an auth file.
+    #[error(
+        "refusing to serve the HTTP API on {addr} without --auth: anyone who can reach it would be an operator of this host; listen on 127.0.0.1, or pass --auth FILE with tokens (see docs/SECURITY.md)"
+    )]
+    UnsafeListen {
+        /// The address asked for.
+        addr: String,
+    },
     /// The host at this URL could not be reached.
     #[error("cannot reach a consort host at {url}: {detail}")]
     Unreachable {

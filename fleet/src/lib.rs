@@ -7,11 +7,13 @@
 //! no call rules itself (they live in consort-core's guards) and never touches a run store
 //! except through the host handle or the read-only data folder.
 
+pub mod access;
 mod api;
 mod auth;
 mod client;
 pub mod dev;
 mod error;
+pub mod listener;
 mod remote;
 mod serve;
 

@@ -5,7 +5,7 @@
 //! reads and checks its key against the key `fleet.yaml` pins for it, binds the QUIC link on
 //! the host's fleet address (mutual TLS pinned to every host's key, no plaintext fallback),
 //! starts the supervisor with [`LinkRemote`] as its way to other hosts, and serves the HTTP
-//! API on loopback. It writes `<data>/serve.json` with the API's URL and the link address.
+//! API (on loopback unless an auth file is given). It writes `<data>/serve.json` with the API's URL and the link address.
 //!
 //! The host key lives, unless `--key` says otherwise, at `keys/<host>.key` next to
 //! `fleet.yaml` ([`default_key_path`]), as written by `consort keygen --out keys --name <host>`.
@@ -26,6 +26,8 @@ use consort_net::{HostKey, KeyRing, LinkConfig, LinkEndpoint, PublicKey};
 
 use crate::FleetError;
 use crate::api;
+use crate::auth::HostAuth;
+use crate::listener::{self, HostCheck, HttpBounds};
 use crate::remote::{FleetMap, Inbound, InboundLimits, LinkRemote};
 
 /// Where a host's key is kept when `--key` is not given: `keys/<host>.key` beside fleet.yaml.
@@ -54,6 +56,13 @@ pub struct ServeOptions {
     pub agent_options: AgentOptions,
     /// Timeouts of the link to other hosts.
     pub link: LinkConfig,
+    /// The host auth file (bearer tokens of HTTP callers), if any. Without one the API may
+    /// listen on loopback only.
+    pub auth: Option<consort_config::HostAuthConfig>,
+    /// Names (besides loopback and the bound address) the API answers to in `Host`.
+    pub allow_hosts: Vec<String>,
+    /// Bounds on the API's connections and requests.
+    pub http: HttpBounds,
 }
 
 /// A fleet host serving its link and its API.
@@ -169,6 +178,7 @@ impl ServedHost {
         options: ServeOptions,
         limits: InboundLimits,
     ) -> Result<Self, FleetError> {
+        listener::check_listen(options.listen_http, options.auth.is_some())?;
         let prepared = prepare(
             &options.fleet_file,
             &options.host,
@@ -230,12 +240,17 @@ impl ServedHost {
         })?;
         let (host, _supervisor) = Host::spawn(spec).await?;
         inbound.set_supervisor(host.supervisor().clone());
-        let app = api::router(host.clone());
-        let server = tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                tracing::error!("HTTP API stopped: {e}");
-            }
-        });
+        let auth = options
+            .auth
+            .as_ref()
+            .map_or_else(HostAuth::none, HostAuth::new);
+        let app = api::router(
+            host.clone(),
+            Arc::new(auth),
+            HostCheck::new(http_addr, &options.allow_hosts),
+            &options.http,
+        );
+        let server = tokio::spawn(listener::serve(listener, app, options.http.clone()));
         let url = format!("http://{http_addr}");
         let note = serde_json::json!({
             "url": url, "pid": std::process::id(), "host": options.host,

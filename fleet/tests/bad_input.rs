@@ -82,6 +82,9 @@ async fn setup() -> Setup {
         listen_http: "127.0.0.1:0".parse().unwrap(),
         agent_options: AgentOptions::default(),
         link: LinkConfig::default(),
+        auth: None,
+        allow_hosts: Vec::new(),
+        http: Default::default(),
     })
     .await
     .unwrap();

@@ -67,9 +67,18 @@ impl Fleet {
 
     /// `jobs list --data <data> --json`.
     pub(crate) fn jobs(&self) -> Vec<Value> {
-        let out = consort(&["jobs", "list", "--data", path_str(&self.data()), "--json"]);
+        let out = consort(&[
+            "jobs",
+            "list",
+            "--data",
+            path_str(&self.data()),
+            "--limit",
+            "1000",
+            "--json",
+        ]);
         assert!(out.status.success(), "jobs list failed: {}", stderr(&out));
-        serde_json::from_slice::<Vec<Value>>(&out.stdout).expect("jobs json")
+        let page: Value = serde_json::from_slice(&out.stdout).expect("jobs json");
+        page["runs"].as_array().cloned().expect("a page of runs")
     }
 
     pub(crate) fn events(&self, run: &str) -> Vec<Value> {
@@ -228,6 +237,19 @@ impl Served {
             &format!("run {id} to be {status}"),
             Duration::from_secs(30),
             || self.show(id).filter(|v| v["run"]["status"] == status),
+        )
+    }
+
+    /// Polls, with `token`, until run `id` has `status`; returns the run.
+    pub(crate) fn wait_status_with(&self, id: &str, status: &str, token: &str) -> Value {
+        eventually(
+            &format!("run {id} to be {status}"),
+            Duration::from_secs(30),
+            || {
+                let out = self.cli(&["runs", "show", id, "--json", "--token", token]);
+                let shown: Value = serde_json::from_slice(&out.stdout).ok()?;
+                (shown["run"]["status"] == status).then(|| shown["run"].clone())
+            },
         )
     }
 
@@ -392,6 +414,11 @@ impl ServeFleet {
 
     /// As [`ServeFleet::start`], with extra environment (e.g. `CONSORT_FAULT`).
     pub(crate) fn start_with_env(&mut self, host: &str, env: &[(&str, &str)]) {
+        self.start_with_args(host, env, &[]);
+    }
+
+    /// As [`ServeFleet::start_with_env`], with extra `consort serve` arguments.
+    pub(crate) fn start_with_args(&mut self, host: &str, env: &[(&str, &str)], args: &[&str]) {
         let fleet_file = self.dir.path().join("fleet.yaml");
         let i = self.index(host);
         let h = &mut self.hosts[i];
@@ -408,6 +435,7 @@ impl ServeFleet {
             .arg(&fleet_file)
             .args(["--host", host, "--data"])
             .arg(&h.data)
+            .args(args)
             .env("RUST_LOG", "info")
             .env_remove("CONSORT_FAULT")
             .envs(env.iter().copied())
@@ -502,22 +530,22 @@ impl ServeFleet {
     /// `GET /jobs` on `host`.
     pub(crate) fn jobs_of(&self, host: &str) -> Vec<Value> {
         self.http
-            .get(format!("{}/jobs", self.url(host)))
+            .get(format!("{}/jobs?limit=1000", self.url(host)))
             .send()
             .ok()
             .and_then(|r| r.json::<Value>().ok())
-            .and_then(|v| v.as_array().cloned())
+            .and_then(|v| v["runs"].as_array().cloned())
             .unwrap_or_default()
     }
 
     /// `GET /runs/{id}/events` on `host`.
     pub(crate) fn events_of(&self, host: &str, id: &str) -> Vec<Value> {
         self.http
-            .get(format!("{}/runs/{id}/events", self.url(host)))
+            .get(format!("{}/runs/{id}/events?limit=1000", self.url(host)))
             .send()
             .ok()
             .and_then(|r| r.json::<Value>().ok())
-            .and_then(|v| v.as_array().cloned())
+            .and_then(|v| v["events"].as_array().cloned())
             .unwrap_or_default()
     }
 }

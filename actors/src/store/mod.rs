@@ -389,6 +389,38 @@ impl RunStore {
         self.select_runs("1 = 1", params![])
     }
 
+    /// Up to `limit` runs after `cursor` in listing order (newest first), only those acting for
+    /// `owner` when it is given: one page of a listing (see [`crate::page`]).
+    pub fn runs_page(
+        &self,
+        cursor: Option<&crate::page::RunCursor>,
+        owner: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>, ActorsError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let (ms, id) = match cursor {
+            Some(c) => (
+                i64::try_from(c.created_at_ms).unwrap_or(i64::MAX),
+                c.id.as_str(),
+            ),
+            None => (i64::MAX, ""),
+        };
+        let sql = format!(
+            "SELECT {} FROM runs WHERE (created_at_ms < ?1 OR (created_at_ms = ?1 AND id > ?2)) \
+             AND (?3 IS NULL OR principal = ?3) ORDER BY created_at_ms DESC, id LIMIT ?4",
+            self.columns()
+        );
+        let mut stmt = self.conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
+        let raws = stmt
+            .query_map(params![ms, id, owner, limit], rows::raw_run)
+            .map_err(|e| self.err(e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.err(e))?;
+        raws.into_iter()
+            .map(|raw| rows::decode(&self.path, raw))
+            .collect()
+    }
+
     /// Runs that have not settled yet (what a restarted host resumes).
     pub fn unsettled(&self) -> Result<Vec<RunRecord>, ActorsError> {
         self.select_runs(
@@ -455,14 +487,27 @@ impl RunStore {
 
     /// A run's event log, in order.
     pub fn events(&self, id: &RunId) -> Result<Vec<EventRecord>, ActorsError> {
+        self.events_after(id, 0, usize::MAX)
+    }
+
+    /// Up to `limit` events of a run whose sequence number is above `after`, oldest first.
+    pub fn events_after(
+        &self,
+        id: &RunId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<EventRecord>, ActorsError> {
         let mut stmt = self
             .conn
             .prepare_cached(
-                "SELECT seq, at_ms, kind, data FROM events WHERE run_id = ?1 ORDER BY seq",
+                "SELECT seq, at_ms, kind, data FROM events WHERE run_id = ?1 AND seq > ?2 \
+                 ORDER BY seq LIMIT ?3",
             )
             .map_err(|e| self.err(e))?;
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = stmt
-            .query_map(params![id.as_str()], |row| {
+            .query_map(params![id.as_str(), after, limit], |row| {
                 Ok((
                     row.get::<_, i64>(0)?,
                     row.get::<_, i64>(1)?,

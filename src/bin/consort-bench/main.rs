@@ -225,6 +225,9 @@ async fn run(root: &std::path::Path) -> Result<()> {
                 listen_http: "127.0.0.1:0".parse()?,
                 agent_options: options.clone(),
                 link: LinkConfig::default(),
+                auth: None,
+                allow_hosts: Vec::new(),
+                http: Default::default(),
             })
             .await
             .with_context(|| format!("starting {host}"))?,
@@ -793,6 +796,9 @@ async fn start_pair(
                 listen_http: "127.0.0.1:0".parse()?,
                 agent_options: AgentOptions::default(),
                 link: LinkConfig::default(),
+                auth: None,
+                allow_hosts: Vec::new(),
+                http: Default::default(),
             }),
         )
         .await

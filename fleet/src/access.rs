@@ -1,0 +1,326 @@
+//! Who may do what through a host's HTTP API: one pure decision over the requester, what the
+//! host allows callers without a token, and the action.
+//!
+//! The rules, in one place:
+//!
+//! | requester                       | start runs | read a run            | list runs | approve / deny              | reload, agents |
+//! |---------------------------------|------------|-----------------------|-----------|-----------------------------|----------------|
+//! | local operator (no auth file)   | yes        | any                   | all       | any gate                    | yes / yes      |
+//! | operator (`operator` role)      | yes        | any                   | all       | any gate but its own runs'  | yes / yes      |
+//! | principal (any other token)     | yes        | its own               | its own   | its own, if the gate allows | no / yes       |
+//! | anonymous, `anonymous: runs`    | yes        | anonymous ones        | anonymous | no                          | no / yes       |
+//! | anonymous, `anonymous: refuse`  | 401        | 401                   | 401       | 401                         | 401            |
+//! | hook could not answer           | as anonymous for starting; 503 for anything that reads or decides                    |
+//!
+//! A run belongs to the principal it acts for (`api:<name>`, `anonymous`, ...). A requester
+//! cannot approve a gate of a run it started unless the gate allows self-approval (four eyes);
+//! the one exception is a host without an auth file, which has a single local operator.
+//! A run the requester may not read answers exactly like a run that does not exist, so run
+//! ids of other principals cannot be probed.
+//!
+//! This module decides only: it reads no token (see [`crate::HostAuth`]) and touches no store.
+
+use consort_config::AnonymousAccess;
+
+/// Who is asking, as the host established it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Requester {
+    /// A host without an auth file, which listens on loopback only: whoever reaches it is its
+    /// one operator.
+    LocalOperator,
+    /// A token holding the `operator` role.
+    Operator {
+        /// The token's principal, `api:<name>`.
+        principal: String,
+    },
+    /// A token without the `operator` role (or a principal an identity hook named).
+    Principal {
+        /// `api:<name>`.
+        principal: String,
+    },
+    /// No token, or one that neither the auth file nor the identity hook knows.
+    Anonymous,
+    /// The identity hook could not answer about the token.
+    Unverified,
+}
+
+/// What a request wants to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action<'a> {
+    /// `POST /runs`.
+    StartRun,
+    /// Read one run or its events; `owner` is the principal the run acts for.
+    ReadRun {
+        /// The principal the run acts for.
+        owner: &'a str,
+    },
+    /// List runs (the answer is then narrowed by [`listing_scope`]).
+    ListRuns,
+    /// Approve or deny the gate a run waits on.
+    Decide {
+        /// The principal the run acts for.
+        owner: &'a str,
+        /// Whether the gate lets the run's own requester decide.
+        self_approval: bool,
+    },
+    /// Re-read every agent.yaml.
+    Reload,
+    /// See which agents are served and whether they are up.
+    ListAgents,
+}
+
+/// Why a request is refused; each maps to one HTTP status and code.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Denial {
+    /// No usable token on a host that needs one (401).
+    Unauthenticated,
+    /// The identity hook could not answer; trying again may work (503).
+    IdentityUnavailable,
+    /// The requester is known and may not do this (403), with the reason in words.
+    Forbidden(&'static str),
+    /// The run is not the requester's: answered as an unknown run (404).
+    NotVisible,
+}
+
+/// Which runs a listing shows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// Every run.
+    All,
+    /// Only runs that act for this principal.
+    OwnedBy(String),
+}
+
+impl Scope {
+    /// The principal a listing is narrowed to, if any.
+    pub fn owner(&self) -> Option<&str> {
+        match self {
+            Self::All => None,
+            Self::OwnedBy(owner) => Some(owner),
+        }
+    }
+}
+
+/// The principal anonymous runs act for.
+pub const ANONYMOUS: &str = "anonymous";
+
+/// Decides whether `requester` may do `action` on a host whose auth file sets `anonymous`.
+pub fn authorize(
+    requester: &Requester,
+    anonymous: AnonymousAccess,
+    action: Action<'_>,
+) -> Result<(), Denial> {
+    let open = anonymous == AnonymousAccess::Runs;
+    match requester {
+        Requester::LocalOperator => Ok(()),
+        Requester::Operator { principal } => match action {
+            Action::Decide {
+                owner,
+                self_approval,
+            } if owner == principal && !self_approval => Err(Denial::Forbidden(
+                "a run's own requester cannot approve its gate; another operator must decide",
+            )),
+            _ => Ok(()),
+        },
+        Requester::Principal { principal } => match action {
+            Action::StartRun | Action::ListRuns | Action::ListAgents => Ok(()),
+            Action::ReadRun { owner } if owner == principal => Ok(()),
+            Action::ReadRun { .. } => Err(Denial::NotVisible),
+            Action::Decide {
+                owner,
+                self_approval,
+            } if owner == principal => {
+                if self_approval {
+                    Ok(())
+                } else {
+                    Err(Denial::Forbidden(
+                        "this gate needs an operator's decision; the run's own requester cannot approve it",
+                    ))
+                }
+            }
+            Action::Decide { .. } => Err(Denial::NotVisible),
+            Action::Reload => Err(Denial::Forbidden("reloading needs the operator role")),
+        },
+        Requester::Anonymous if !open => Err(Denial::Unauthenticated),
+        Requester::Anonymous => match action {
+            Action::StartRun | Action::ListRuns | Action::ListAgents => Ok(()),
+            Action::ReadRun { owner } if owner == ANONYMOUS => Ok(()),
+            Action::ReadRun { .. } | Action::Decide { .. } => Err(Denial::NotVisible),
+            Action::Reload => Err(Denial::Unauthenticated),
+        },
+        Requester::Unverified => match action {
+            Action::StartRun if open => Ok(()),
+            _ => Err(Denial::IdentityUnavailable),
+        },
+    }
+}
+
+/// The runs a listing by `requester` shows, once [`authorize`] allowed [`Action::ListRuns`].
+pub fn listing_scope(requester: &Requester) -> Scope {
+    match requester {
+        Requester::LocalOperator | Requester::Operator { .. } => Scope::All,
+        Requester::Principal { principal } => Scope::OwnedBy(principal.clone()),
+        Requester::Anonymous | Requester::Unverified => Scope::OwnedBy(ANONYMOUS.to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OPEN: AnonymousAccess = AnonymousAccess::Runs;
+    const SHUT: AnonymousAccess = AnonymousAccess::Refuse;
+
+    fn operator() -> Requester {
+        Requester::Operator {
+            principal: "api:ops".into(),
+        }
+    }
+
+    fn alice() -> Requester {
+        Requester::Principal {
+            principal: "api:alice".into(),
+        }
+    }
+
+    fn decide(owner: &str, self_approval: bool) -> Action<'_> {
+        Action::Decide {
+            owner,
+            self_approval,
+        }
+    }
+
+    #[test]
+    fn the_local_operator_may_do_everything() {
+        for action in [
+            Action::StartRun,
+            Action::ReadRun { owner: "api:bob" },
+            Action::ListRuns,
+            decide(ANONYMOUS, false),
+            Action::Reload,
+            Action::ListAgents,
+        ] {
+            for anonymous in [OPEN, SHUT] {
+                assert_eq!(
+                    authorize(&Requester::LocalOperator, anonymous, action),
+                    Ok(())
+                );
+            }
+        }
+        assert_eq!(listing_scope(&Requester::LocalOperator), Scope::All);
+    }
+
+    #[test]
+    fn an_operator_reads_all_and_decides_every_gate_but_its_own() {
+        let ops = operator();
+        for anonymous in [OPEN, SHUT] {
+            assert_eq!(authorize(&ops, anonymous, Action::Reload), Ok(()));
+            assert_eq!(
+                authorize(&ops, anonymous, Action::ReadRun { owner: "api:bob" }),
+                Ok(())
+            );
+            assert_eq!(authorize(&ops, anonymous, decide("api:bob", false)), Ok(()));
+            assert_eq!(authorize(&ops, anonymous, decide("api:ops", true)), Ok(()));
+            assert!(matches!(
+                authorize(&ops, anonymous, decide("api:ops", false)),
+                Err(Denial::Forbidden(_))
+            ));
+        }
+        assert_eq!(listing_scope(&ops), Scope::All);
+    }
+
+    #[test]
+    fn a_principal_sees_and_controls_only_its_own_runs() {
+        let a = alice();
+        assert_eq!(authorize(&a, SHUT, Action::StartRun), Ok(()));
+        assert_eq!(authorize(&a, SHUT, Action::ListAgents), Ok(()));
+        assert_eq!(
+            authorize(&a, SHUT, Action::ReadRun { owner: "api:alice" }),
+            Ok(())
+        );
+        assert_eq!(
+            authorize(&a, SHUT, Action::ReadRun { owner: "api:bob" }),
+            Err(Denial::NotVisible)
+        );
+        assert_eq!(
+            authorize(&a, SHUT, Action::ReadRun { owner: ANONYMOUS }),
+            Err(Denial::NotVisible)
+        );
+        assert_eq!(authorize(&a, SHUT, decide("api:alice", true)), Ok(()));
+        assert!(matches!(
+            authorize(&a, SHUT, decide("api:alice", false)),
+            Err(Denial::Forbidden(_))
+        ));
+        assert_eq!(
+            authorize(&a, SHUT, decide("api:bob", true)),
+            Err(Denial::NotVisible)
+        );
+        assert!(matches!(
+            authorize(&a, OPEN, Action::Reload),
+            Err(Denial::Forbidden(_))
+        ));
+        assert_eq!(authorize(&a, SHUT, Action::ListRuns), Ok(()));
+        assert_eq!(listing_scope(&a), Scope::OwnedBy("api:alice".into()));
+    }
+
+    #[test]
+    fn anonymous_callers_are_refused_unless_the_host_opens_runs_to_them() {
+        let nobody = Requester::Anonymous;
+        for action in [
+            Action::StartRun,
+            Action::ReadRun { owner: ANONYMOUS },
+            Action::ListRuns,
+            decide(ANONYMOUS, true),
+            Action::Reload,
+            Action::ListAgents,
+        ] {
+            assert_eq!(
+                authorize(&nobody, SHUT, action),
+                Err(Denial::Unauthenticated)
+            );
+        }
+        assert_eq!(authorize(&nobody, OPEN, Action::StartRun), Ok(()));
+        assert_eq!(authorize(&nobody, OPEN, Action::ListRuns), Ok(()));
+        assert_eq!(
+            authorize(&nobody, OPEN, Action::ReadRun { owner: ANONYMOUS }),
+            Ok(())
+        );
+        assert_eq!(
+            authorize(&nobody, OPEN, Action::ReadRun { owner: "api:alice" }),
+            Err(Denial::NotVisible)
+        );
+        assert_eq!(
+            authorize(&nobody, OPEN, decide(ANONYMOUS, true)),
+            Err(Denial::NotVisible)
+        );
+        assert_eq!(
+            authorize(&nobody, OPEN, Action::Reload),
+            Err(Denial::Unauthenticated)
+        );
+        assert_eq!(listing_scope(&nobody), Scope::OwnedBy(ANONYMOUS.into()));
+    }
+
+    #[test]
+    fn an_unverified_caller_may_only_start_runs_where_anonymous_ones_may() {
+        let unsure = Requester::Unverified;
+        assert_eq!(authorize(&unsure, OPEN, Action::StartRun), Ok(()));
+        assert_eq!(
+            authorize(&unsure, SHUT, Action::StartRun),
+            Err(Denial::IdentityUnavailable)
+        );
+        for anonymous in [OPEN, SHUT] {
+            for action in [
+                Action::ReadRun { owner: ANONYMOUS },
+                Action::ListRuns,
+                decide(ANONYMOUS, true),
+                Action::Reload,
+                Action::ListAgents,
+            ] {
+                assert_eq!(
+                    authorize(&unsure, anonymous, action),
+                    Err(Denial::IdentityUnavailable)
+                );
+            }
+        }
+    }
+}
