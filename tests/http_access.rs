@@ -468,3 +468,48 @@ fn a_refused_reload_names_the_file_but_not_where_the_host_keeps_it() {
     assert!(!message.contains(root), "{message}");
     assert!(!body.to_string().contains("/tmp/"), "{body}");
 }
+
+#[test]
+fn one_principal_cannot_park_enough_gated_runs_to_lock_others_out_even_across_restarts() {
+    let (fleet, served) = host(AUTH);
+    let mut parked = Vec::new();
+    for _ in 0..32 {
+        let (status, run) = start(&served, Some("tok-alice"), "cfo");
+        assert_eq!(status, 201, "{run}");
+        parked.push(run["id"].as_str().unwrap().to_owned());
+    }
+    let (status, body) = start(&served, Some("tok-alice"), "cfo");
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["error"]["code"], "principal_saturated");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("api:alice already has 32 runs in progress on cfo")
+    );
+    assert_eq!(start(&served, Some("tok-bob"), "cfo").0, 201);
+    served.wait_status_with(&parked[31], "blocked", "tok-ops");
+    served.kill();
+
+    // After a crash the share is counted again from the store.
+    let file = fleet.dir.path().join("host-auth.yaml");
+    let served = Served::start_with(
+        &[fleet.agents()],
+        &fleet.data(),
+        &[],
+        &["--auth", path_str(&file)],
+    );
+    assert_eq!(start(&served, Some("tok-alice"), "cfo").0, 429);
+    assert_eq!(start(&served, Some("tok-bob"), "echo").0, 201);
+    // A decision frees a slot.
+    let (status, body) = post(
+        &served,
+        Some("tok-ops"),
+        &format!("/runs/{}/approve", parked[0]),
+        json!({"approve": false}),
+    );
+    assert_eq!(status, 200, "{body}");
+    eventually("a slot to free", Duration::from_secs(30), || {
+        (start(&served, Some("tok-alice"), "cfo").0 == 201).then_some(())
+    });
+}

@@ -137,6 +137,25 @@ pub fn admit(
     Ok(())
 }
 
+/// Admission of a root run for one principal: room under the share of the agent any one
+/// principal may hold, so that no caller (anonymous callers count as one) can fill an agent
+/// with its own runs, waiting or parked on approval gates, and lock everyone else out.
+pub fn admit_for(
+    agent: &str,
+    principal: &str,
+    active_for_principal: usize,
+    per_principal_limit: usize,
+) -> Result<(), Refusal> {
+    if active_for_principal >= per_principal_limit {
+        return Err(Refusal::PrincipalSaturated {
+            callee: agent.to_owned(),
+            principal: principal.to_owned(),
+            active: active_for_principal,
+        });
+    }
+    Ok(())
+}
+
 /// Whether an arriving call is for this agent: `last_callee` is the callee of the chain's
 /// last hop (`None` for an empty chain).
 pub fn addressed_to(last_callee: Option<&str>, me: &str) -> Result<(), Refusal> {

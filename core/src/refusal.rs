@@ -72,6 +72,18 @@ pub enum Refusal {
         /// Its runs in progress.
         active: usize,
     },
+    /// The caller already holds its share of the agent's runs.
+    #[error(
+        "{principal} already has {active} runs in progress on {callee}, its share: wait for some to settle, then try again"
+    )]
+    PrincipalSaturated {
+        /// The agent.
+        callee: String,
+        /// Who the runs act for.
+        principal: String,
+        /// That principal's runs in progress on the agent.
+        active: usize,
+    },
     /// The callee is down (its restart budget is spent).
     #[error("{callee} is down and cannot take calls right now; answer with what you have")]
     AgentDown {
@@ -172,6 +184,7 @@ impl Refusal {
             Self::DepthLimit { .. } => "depth_limit",
             Self::CallCap { .. } => "call_cap",
             Self::Saturated { .. } => "saturated",
+            Self::PrincipalSaturated { .. } => "principal_saturated",
             Self::AgentDown { .. } => "agent_down",
             Self::Unreachable { .. } => "unreachable",
             Self::BadEnvelope { .. } => "bad_envelope",
@@ -226,6 +239,11 @@ mod tests {
             Refusal::Saturated {
                 callee: s("b"),
                 active: 3,
+            },
+            Refusal::PrincipalSaturated {
+                callee: s("b"),
+                principal: s("api:alice"),
+                active: 32,
             },
             Refusal::AgentDown { callee: s("b") },
             Refusal::Unreachable {

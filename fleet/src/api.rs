@@ -121,6 +121,13 @@ impl From<ActorsError> for ApiError {
             ActorsError::UnknownAgent(_) => {
                 Self::new(StatusCode::NOT_FOUND, "unknown_agent", e.to_string())
             }
+            ActorsError::Refused(refusal @ consort_core::Refusal::PrincipalSaturated { .. }) => {
+                Self::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    refusal.code(),
+                    refusal.to_string(),
+                )
+            }
             ActorsError::Refused(refusal) => {
                 Self::new(StatusCode::CONFLICT, refusal.code(), e.to_string())
             }

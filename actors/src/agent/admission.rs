@@ -73,6 +73,19 @@ impl AgentActor {
             }
             return Ok(());
         }
+        let principal = crate::run::identity_text(&identity).0;
+        if let Err(refusal) = guards::admit_for(
+            &state.config.name,
+            &principal,
+            state.shares.active(&principal),
+            state.options.per_principal_limit,
+        ) {
+            warn!(agent = %state.config.name, %principal, "a principal's share of the agent is full");
+            if reply.send(Err(refused(refusal))).is_err() {
+                warn!(agent = %state.config.name, "a refused run's starter stopped waiting");
+            }
+            return Ok(());
+        }
         let new = NewRun {
             id: id.clone(),
             agent: state.config.name.clone(),
@@ -85,6 +98,7 @@ impl AgentActor {
             identity,
         };
         state.unsettled += 1;
+        state.shares.add(id.clone(), principal);
         state.chains.insert(id.clone(), Vec::new());
         state.keep_new(new.record(now_ms()), &[new.created_event()]);
         let ticket = state.commits.issue();

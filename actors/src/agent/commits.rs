@@ -217,6 +217,7 @@ impl AgentState {
         }
         if transition.settles() {
             self.unsettled = self.unsettled.saturating_sub(1);
+            self.shares.settled(id);
         }
         let expected_seq = view.last_seq;
         let ticket = self.commits.issue();

@@ -62,6 +62,9 @@ pub struct AgentOptions {
     pub reply_cap: usize,
     /// Most unsettled runs the agent holds before refusing new work.
     pub admission_limit: usize,
+    /// Most unsettled root runs one principal may hold on the agent (anonymous callers count
+    /// as one principal), so that no caller can fill the agent on its own.
+    pub per_principal_limit: usize,
     /// Most model turns one run may take.
     pub max_model_turns: u64,
     /// How hard each commit is pushed to disk.
@@ -75,6 +78,7 @@ impl Default for AgentOptions {
         Self {
             reply_cap: 16 * 1024,
             admission_limit: 256,
+            per_principal_limit: 32,
             max_model_turns: 64,
             durability: Durability::Normal,
             call_ttl: Duration::from_secs(300),
@@ -302,6 +306,7 @@ impl Actor for AgentActor {
             early_replies: HashMap::new(),
             reask: HashMap::new(),
             unsettled: 0,
+            shares: state::PrincipalShares::default(),
             children: HashMap::new(),
             children_counting: HashMap::new(),
             views: HashMap::new(),
@@ -322,6 +327,9 @@ impl Actor for AgentActor {
     ) -> Result<(), ActorProcessingErr> {
         let unsettled = state.store.unsettled().await?;
         state.unsettled = unsettled.len();
+        for run in unsettled.iter().filter(|r| r.parent_run.is_none()) {
+            state.shares.add(run.id.clone(), run.principal.clone());
+        }
         state.board.reset(
             &state.config.name,
             unsettled

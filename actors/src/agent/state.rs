@@ -27,6 +27,42 @@ use crate::store::AgentStore;
 use crate::tools::Tool;
 use crate::visibility::ProbeCache;
 
+/// Unsettled root runs per principal, and which principal each belongs to.
+#[derive(Debug, Default)]
+pub(crate) struct PrincipalShares {
+    by_principal: HashMap<String, usize>,
+    owner: HashMap<RunId, String>,
+}
+
+impl PrincipalShares {
+    /// Root runs of `principal` that have not settled.
+    pub(super) fn active(&self, principal: &str) -> usize {
+        self.by_principal.get(principal).copied().unwrap_or(0)
+    }
+
+    /// Counts an unsettled root run of `principal`.
+    pub(super) fn add(&mut self, run: RunId, principal: String) {
+        if self.owner.contains_key(&run) {
+            return;
+        }
+        *self.by_principal.entry(principal.clone()).or_default() += 1;
+        self.owner.insert(run, principal);
+    }
+
+    /// A run settled: it no longer counts (runs that are not root runs were never counted).
+    pub(super) fn settled(&mut self, run: &RunId) {
+        let Some(principal) = self.owner.remove(run) else {
+            return;
+        };
+        if let Some(n) = self.by_principal.get_mut(&principal) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.by_principal.remove(&principal);
+            }
+        }
+    }
+}
+
 /// The most parents whose children count is kept in memory.
 const CHILDREN_KEPT: usize = 10_000;
 
@@ -59,6 +95,9 @@ pub(crate) struct AgentState {
     /// Runs of this agent that have not settled (what admission counts): counted once from
     /// the store at start, then kept as runs are stored and settle.
     pub(super) unsettled: usize,
+    /// Unsettled root runs by the principal they act for (what the per-principal share of
+    /// admission counts): rebuilt from the store at start like `unsettled`.
+    pub(super) shares: PrincipalShares,
     /// Child runs accepted per parent run (what the callee's cap counts): read from the store
     /// the first time a parent calls after start, then kept.
     pub(super) children: HashMap<RunId, u64>,

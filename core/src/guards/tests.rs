@@ -186,6 +186,20 @@ fn limits() -> impl Strategy<Value = Limits> {
     })
 }
 
+#[test]
+fn one_principal_holds_at_most_its_share_of_an_agent() {
+    assert_eq!(admit_for("cfo", "api:alice", 0, 2), Ok(()));
+    assert_eq!(admit_for("cfo", "api:alice", 1, 2), Ok(()));
+    let refused = admit_for("cfo", "anonymous", 2, 2).unwrap_err();
+    assert_eq!(refused.code(), "principal_saturated");
+    assert!(
+        refused
+            .to_string()
+            .contains("anonymous already has 2 runs in progress on cfo")
+    );
+    assert!(admit_for("cfo", "api:alice", 0, 0).is_err());
+}
+
 proptest! {
     /// A call passes both checks only where both sides declared the edge: consent is never
     /// wider than the caller's `can_call` and the callee's `accept_from` together.

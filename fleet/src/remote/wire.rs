@@ -22,7 +22,7 @@ pub(crate) fn wire_reason(refusal: &Refusal) -> RefusalReason {
         }
         Refusal::DepthLimit { .. } => RefusalReason::DepthLimit,
         Refusal::CallCap { .. } => RefusalReason::CallLimit,
-        Refusal::Saturated { .. } => RefusalReason::Saturated,
+        Refusal::Saturated { .. } | Refusal::PrincipalSaturated { .. } => RefusalReason::Saturated,
         Refusal::UnknownAgent { .. } => RefusalReason::UnknownAgent,
         Refusal::BadEnvelope { .. } => RefusalReason::BadChain,
         Refusal::MalformedCall | Refusal::EmptyInput | Refusal::NotAwaitingApproval { .. } => {
