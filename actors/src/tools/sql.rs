@@ -334,14 +334,19 @@ fn read_only_authorization(action: &AuthAction<'_>) -> Result<(), String> {
     }
 }
 
-/// A short name of a refused action for the model: its variant, without the arguments.
+/// A refused action as SQL words for the model (`CreateTable` → `CREATE TABLE`), without its
+/// arguments.
 fn action_name(action: &AuthAction<'_>) -> String {
     let debug = format!("{action:?}");
-    debug
-        .split([' ', '{', '('])
-        .next()
-        .unwrap_or("this statement")
-        .to_owned()
+    let variant = debug.split([' ', '{', '(']).next().unwrap_or_default();
+    let mut words = String::new();
+    for (i, c) in variant.chars().enumerate() {
+        if i > 0 && c.is_ascii_uppercase() {
+            words.push(' ');
+        }
+        words.push(c.to_ascii_uppercase());
+    }
+    words
 }
 
 /// The error a failed statement becomes: the hooks' reports first, since SQLite's own text

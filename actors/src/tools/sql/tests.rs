@@ -365,7 +365,14 @@ fn the_authorizer_allows_reads_only() {
         read_only_authorization(&AuthAction::Insert {
             table_name: "spend"
         }),
-        Err("Insert is not allowed; the tool only reads".into())
+        Err("INSERT is not allowed; the tool only reads".into())
+    );
+    assert_eq!(
+        read_only_authorization(&AuthAction::CreateTempTrigger {
+            trigger_name: "t",
+            table_name: "spend",
+        }),
+        Err("CREATE TEMP TRIGGER is not allowed; the tool only reads".into())
     );
 }
 
