@@ -157,11 +157,12 @@ fn a_delivery_to_a_gated_run_is_refused_and_writes_nothing_on_either_host() {
 fn a_stalled_delivery_is_never_success_and_a_timeout_resends_nothing() {
     let mut fleet = fleet(|dir| {
         // A cfo whose one tool use runs for seconds: a message into that run waits for the
-        // next turn, so nothing follows it inside a short window.
+        // next turn, so nothing follows it inside a short window. The tool's time limit is
+        // raised to the most allowed so the query outlasts the test's windows.
         let file = dir.join("agents/cfo/agent.yaml");
         std::fs::write(
             &file,
-            "name: cfo\nagents:\n  accept_from: [cmo]\nmodel:\n  script:\n    - tool:\n        name: ledger\n        input: \"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 20000000) SELECT count(*) FROM c\"\n    - answer: \"{tool.ledger}\"\ntools:\n  - name: ledger\n    kind: sql\n    database: ledger.db\n    description: the ledger\n",
+            "name: cfo\nagents:\n  accept_from: [cmo]\nmodel:\n  script:\n    - tool:\n        name: ledger\n        input: \"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 20000000) SELECT count(*) FROM c\"\n    - answer: \"{tool.ledger}\"\ntools:\n  - name: ledger\n    kind: sql\n    database: ledger.db\n    timeout_ms: 30000\n    description: the ledger\n",
         )
         .expect("cfo agent.yaml");
     });

@@ -554,7 +554,12 @@ fn the_sql_tool_refuses_writes_in_the_engine() {
         "cfo",
         "x",
     ]);
-    assert!(stdout(&out).contains("readonly"), "{}", stdout(&out));
+    // The authorizer refuses it before the read-only connection would.
+    assert!(
+        stdout(&out).contains("forbidden: sql: DELETE is not allowed"),
+        "{}",
+        stdout(&out)
+    );
     let conn = rusqlite::Connection::open(fleet.agents().join("cfo/ledger.db")).unwrap();
     let n: i64 = conn
         .query_row("SELECT count(*) FROM spend", [], |r| r.get(0))
@@ -607,6 +612,16 @@ fn bad_config_is_a_clear_startup_error() {
             "missing sql file",
             format!("name: a\n{ok}\ntools:\n  - {{name: t, kind: sql, database: nope.db}}\n"),
             "nope.db",
+        ),
+        (
+            "a template in a sql tool's query",
+            "name: a\nmodel:\n  script:\n    - tool: {name: t, input: \"SELECT '{input}'\"}\ntools:\n  - {name: t, kind: sql, database: nope.db}\n".into(),
+            "write `:input`",
+        ),
+        (
+            "a sql database outside the agent folder",
+            format!("name: a\n{ok}\ntools:\n  - {{name: t, kind: sql, database: /etc/passwd}}\n"),
+            "is an absolute path",
         ),
     ];
     for (what, yaml, needle) in cases {

@@ -15,7 +15,8 @@
 //! | `{n}`          | in a `call` entry with `count`, the 1-based index of the call        |
 //!
 //! A `tool` step puts its `input` template in the tool's first required field, or, with
-//! `arguments: {...}`, uses that object (its string values rendered) as the whole input.
+//! `arguments: {...}`, uses that object (its string values rendered) as the whole input. The
+//! SQL of a sql tool holds no placeholder (consort-config refuses one): it binds `:input`.
 //!
 //! Steps `search: {query, limit}`, `load: NAME` and `invoke: {name, arguments}` use the
 //! meta-tools `search_tools`, `load_tool` and `invoke_tool`; their results read back as
@@ -380,15 +381,15 @@ mod tests {
     #[test]
     fn tool_step_uses_the_first_required_field() {
         let model = ScriptModel::new(vec![ScriptStep::Tool(ToolStep {
-            name: "ledger".into(),
-            input: "SELECT 1 -- {input}".into(),
+            name: "lookup".into(),
+            input: "find {input}".into(),
             arguments: None,
         })]);
         let conv = vec![Message::User("q".into())];
         let tools = [crate::model::ToolSpec {
-            name: "ledger".into(),
+            name: "lookup".into(),
             description: String::new(),
-            input_schema: json!({"type": "object", "required": ["query"]}),
+            input_schema: json!({"type": "object", "required": ["term"]}),
         }];
         let req = ModelRequest {
             agent: "cfo",
@@ -399,6 +400,6 @@ mod tests {
         let ModelStep::ToolUses(uses) = model.decide(&req) else {
             panic!()
         };
-        assert_eq!(uses[0].input, json!({"query": "SELECT 1 -- q"}));
+        assert_eq!(uses[0].input, json!({"term": "find q"}));
     }
 }

@@ -20,8 +20,9 @@ mod visibility;
 mod yaml;
 
 pub use agent::{
-    AgentConfig, AgentSet, Approval, CallStep, CommandModel, Limits, MAX_WAIT_S, ModelConfig,
-    OpenAiModel, ScriptStep, ToolChoice, ToolConfig, ToolKind, ToolStep, check_name,
+    AgentConfig, AgentSet, Approval, CallStep, CommandModel, DEFAULT_SQL_TIMEOUT_MS, Limits,
+    MAX_SQL_TIMEOUT_MS, MAX_WAIT_S, ModelConfig, OpenAiModel, ScriptStep, ToolChoice, ToolConfig,
+    ToolKind, ToolStep, check_name,
 };
 pub use error::ConfigError;
 pub use fleet::{FleetConfig, HostConfig};

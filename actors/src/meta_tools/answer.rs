@@ -28,12 +28,15 @@ impl MetaAnswer {
         }
     }
 
-    /// A tool refusal as a typed error (`forbidden`, `invalid_arguments`, `failed`).
+    /// A tool refusal as a typed error (`forbidden`, `invalid_arguments`, `failed`,
+    /// `timed_out`, `too_large`).
     pub fn from_tool_error(error: &ToolError) -> Self {
         match error {
             ToolError::Forbidden(m) => Self::error("forbidden", m.clone()),
             ToolError::InvalidInput(m) => Self::error("invalid_arguments", m.clone()),
             ToolError::Failed(m) => Self::error("failed", m.clone()),
+            ToolError::TimedOut { .. } => Self::error("timed_out", error.to_string()),
+            ToolError::TooLarge { .. } => Self::error("too_large", error.to_string()),
         }
     }
 }

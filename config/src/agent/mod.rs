@@ -43,8 +43,8 @@ pub use names::check_name;
 pub(crate) use names::{is_valid_name, name_problem};
 pub use set::AgentSet;
 pub(crate) use set::{AddError, SetBuilder};
-pub use tools::{Approval, ToolConfig, ToolKind};
-use tools::{RawTool, convert_tools};
+pub use tools::{Approval, DEFAULT_SQL_TIMEOUT_MS, MAX_SQL_TIMEOUT_MS, ToolConfig, ToolKind};
+use tools::{RawTool, convert_tools, sql_tool_names};
 
 /// One agent, as declared in its folder's `agent.yaml`, validated.
 #[derive(Clone, Debug, PartialEq)]
@@ -168,7 +168,8 @@ fn convert(
         &mut spans.accept_from,
     )?;
 
-    let model = convert_model(ctx, &dir, raw.model)?;
+    let raw_tools = raw.tools.unwrap_or_default();
+    let model = convert_model(ctx, &dir, raw.model, &sql_tool_names(&raw_tools))?;
     let visibility = convert_agent_visibility(
         ctx,
         RawAgentVisibility {
@@ -179,13 +180,9 @@ fn convert(
         },
     )?;
 
-    let tools = convert_tools(
-        ctx,
-        &dir,
-        raw.tools.unwrap_or_default(),
-        &visibility.policies,
-    )?;
+    // The env before the tools: a sql tool's `bind_env` names keys of it.
     let env = convert_env(ctx, &root, raw.env)?;
+    let tools = convert_tools(ctx, &dir, raw_tools, &visibility.policies, &env)?;
     let limits = convert_limits(ctx, &root, raw.limits)?;
     let agent = AgentConfig {
         name,

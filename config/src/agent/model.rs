@@ -3,10 +3,14 @@
 //!
 //! This module owns [`ModelConfig`], which kind a `model:` mapping is, and the script steps
 //! ([`ScriptStep`], [`CallStep`], [`ToolStep`]) with their raw serde shapes and range checks
-//! (`count`, `wait_s`). The keys of the adapter kinds are read in `endpoint`. Step texts stay unrendered templates: rendering them is the script model's work
-//! in consort-actors, and whether a named peer or tool exists is checked elsewhere (the set,
-//! the tools section), never here.
+//! (`count`, `wait_s`). The keys of the adapter kinds are read in `endpoint`. Step texts stay
+//! unrendered templates: rendering them is the script model's work in consort-actors, and
+//! whether a named peer or tool exists is checked elsewhere (the set, the tools section), never
+//! here. One thing about templates is decided here: a step that hands SQL to a sql tool may not
+//! hold a placeholder ([`first_placeholder`]), because rendering would paste text into the
+//! query; values reach SQL only as bound parameters.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 
 use serde::Deserialize;
@@ -147,7 +151,7 @@ pub(super) struct RawSearchStep {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawInvokeStep {
     name: String,
-    arguments: Option<serde_json::Value>,
+    arguments: Option<Spanned<serde_json::Value>>,
 }
 
 #[derive(Deserialize)]
@@ -163,15 +167,17 @@ pub(super) struct RawCall {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawToolStep {
     name: String,
-    input: Option<String>,
-    arguments: Option<serde_json::Value>,
+    input: Option<Spanned<String>>,
+    arguments: Option<Spanned<serde_json::Value>>,
 }
 
-/// Converts `model:`: the kind, then its keys; the first problem is the error.
+/// Converts `model:`: the kind, then its keys; the first problem is the error. `sql_tools` are
+/// the names of the agent's declared sql tools, whose script steps may not hold templates.
 pub(super) fn convert_model(
     ctx: Ctx<'_>,
     dir: &Path,
     model: Spanned<RawModel>,
+    sql_tools: &BTreeSet<String>,
 ) -> Result<ModelConfig, ConfigError> {
     let at = Pos::of(&model);
     let raw = model.value;
@@ -197,7 +203,7 @@ pub(super) fn convert_model(
                 ));
             }
             let steps = raw.script.and_then(|s| s.value).unwrap_or_default();
-            convert_script(ctx, steps)
+            convert_script(ctx, steps, sql_tools)
         }
         RawModelKind::Openai | RawModelKind::Command => {
             let name = if kind == RawModelKind::Openai {
@@ -221,8 +227,13 @@ pub(super) fn convert_model(
     }
 }
 
-/// Converts a script's steps; the first out-of-range `count` or `wait_s` is the error.
-fn convert_script(ctx: Ctx<'_>, steps: Vec<Spanned<RawStep>>) -> Result<ModelConfig, ConfigError> {
+/// Converts a script's steps; the first out-of-range `count` or `wait_s`, or the first template
+/// in the SQL of a sql tool, is the error.
+fn convert_script(
+    ctx: Ctx<'_>,
+    steps: Vec<Spanned<RawStep>>,
+    sql_tools: &BTreeSet<String>,
+) -> Result<ModelConfig, ConfigError> {
     let base = KeyPath::root().key("model").key("script");
     let mut out = Vec::new();
     for (i, step) in steps.into_iter().enumerate() {
@@ -235,17 +246,56 @@ fn convert_script(ctx: Ctx<'_>, steps: Vec<Spanned<RawStep>>) -> Result<ModelCon
                 limit: s.limit,
             },
             RawStep::Load(name) => ScriptStep::Load(name),
-            RawStep::Invoke(i) => ScriptStep::Invoke {
-                name: i.name,
-                arguments: i
-                    .arguments
-                    .unwrap_or_else(|| serde_json::Value::Object(Default::default())),
-            },
-            RawStep::Tool(t) => ScriptStep::Tool(ToolStep {
-                name: t.name,
-                input: t.input.unwrap_or_default(),
-                arguments: t.arguments,
-            }),
+            RawStep::Invoke(i) => {
+                // A templated name may resolve to a sql tool at run time: such a step is held
+                // to the sql rule whenever the agent has one.
+                let may_be_sql = sql_tools.contains(&i.name)
+                    || (first_placeholder(&i.name).is_some() && !sql_tools.is_empty());
+                if may_be_sql && let Some(arguments) = &i.arguments {
+                    refuse_sql_templates_in(
+                        ctx,
+                        &i.name,
+                        Pos::of(arguments),
+                        key.key("invoke").key("arguments"),
+                        &arguments.value,
+                    )?;
+                }
+                ScriptStep::Invoke {
+                    name: i.name,
+                    arguments: i.arguments.map_or_else(
+                        || serde_json::Value::Object(Default::default()),
+                        |a| a.value,
+                    ),
+                }
+            }
+            RawStep::Tool(t) => {
+                if sql_tools.contains(&t.name) {
+                    let step = key.key("tool");
+                    if let Some(input) = &t.input
+                        && let Some(placeholder) = first_placeholder(&input.value)
+                    {
+                        return Err(ctx.invalid(
+                            Pos::of(input),
+                            &step.key("input"),
+                            sql_template_message(&t.name, placeholder),
+                        ));
+                    }
+                    if let Some(arguments) = &t.arguments {
+                        refuse_sql_templates_in(
+                            ctx,
+                            &t.name,
+                            Pos::of(arguments),
+                            step.key("arguments"),
+                            &arguments.value,
+                        )?;
+                    }
+                }
+                ScriptStep::Tool(ToolStep {
+                    name: t.name,
+                    input: t.input.map(|i| i.value).unwrap_or_default(),
+                    arguments: t.arguments.map(|a| a.value),
+                })
+            }
             RawStep::Call(calls) => {
                 if calls.value.is_empty() {
                     return Err(ctx.invalid(
@@ -299,4 +349,102 @@ fn convert_script(ctx: Ctx<'_>, steps: Vec<Spanned<RawStep>>) -> Result<ModelCon
         });
     }
     Ok(ModelConfig::Script { steps: out })
+}
+
+/// The error for the first placeholder among the string values of a sql tool's `arguments`.
+/// Positions inside a JSON value are not tracked, so the error points at the mapping and its
+/// key path names the field.
+fn refuse_sql_templates_in(
+    ctx: Ctx<'_>,
+    tool: &str,
+    at: Pos,
+    key: KeyPath,
+    value: &serde_json::Value,
+) -> Result<(), ConfigError> {
+    match value {
+        serde_json::Value::String(text) => match first_placeholder(text) {
+            Some(placeholder) => {
+                Err(ctx.invalid(at, &key, sql_template_message(tool, placeholder)))
+            }
+            None => Ok(()),
+        },
+        serde_json::Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .try_for_each(|(i, v)| refuse_sql_templates_in(ctx, tool, at, key.index(i), v)),
+        serde_json::Value::Object(map) => map
+            .iter()
+            .try_for_each(|(k, v)| refuse_sql_templates_in(ctx, tool, at, key.key(k), v)),
+        _ => Ok(()),
+    }
+}
+
+/// What to write instead of a placeholder in a sql tool's query.
+fn sql_template_message(tool: &str, placeholder: &str) -> String {
+    if placeholder == "input" {
+        format!(
+            "`{{input}}` would paste the run's input into the SQL of tool `{tool}` (SQL \
+             injection); bind it instead: write `:input` (without quotes) where `'{{input}}'` \
+             stands"
+        )
+    } else {
+        format!(
+            "`{{{placeholder}}}` would paste text into the SQL of tool `{tool}` (SQL injection); \
+             a sql tool's query takes no templates: `:input` binds the run's input, and `:KEY` \
+             an env key the tool lists in `bind_env`"
+        )
+    }
+}
+
+/// The first placeholder in `text` that the script model fills in (`{input}`, `{n}`,
+/// `{replies}`, `{last}`, `{reply.NAME}`, `{tool.NAME}`, `{call.NAME}`), without its braces.
+///
+/// It scans as the renderer does: a `{` up to the next `}`. Anything else in braces (a JSON
+/// literal in SQL, say) is left as written by the renderer, so it is not a placeholder here.
+pub(crate) fn first_placeholder(text: &str) -> Option<&str> {
+    let mut rest = text;
+    while let Some(start) = rest.find('{') {
+        let after = &rest[start + 1..];
+        let end = after.find('}')?;
+        let key = &after[..end];
+        if is_placeholder(key) {
+            return Some(key);
+        }
+        rest = &after[end + 1..];
+    }
+    None
+}
+
+fn is_placeholder(key: &str) -> bool {
+    match key {
+        "input" | "n" | "replies" | "last" => true,
+        _ => key
+            .split_once('.')
+            .is_some_and(|(kind, _)| matches!(kind, "reply" | "tool" | "call")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_placeholder;
+
+    #[test]
+    fn finds_what_the_renderer_fills() {
+        assert_eq!(first_placeholder("WHERE month = '{input}'"), Some("input"));
+        assert_eq!(first_placeholder("x {n} y"), Some("n"));
+        assert_eq!(first_placeholder("{replies}{last}"), Some("replies"));
+        assert_eq!(first_placeholder("a {tool.ledger}"), Some("tool.ledger"));
+        assert_eq!(first_placeholder("{reply.cfo}"), Some("reply.cfo"));
+        assert_eq!(first_placeholder("{call.cfo}"), Some("call.cfo"));
+        assert_eq!(first_placeholder("{x} then {input}"), Some("input"));
+    }
+
+    #[test]
+    fn leaves_other_braces_alone() {
+        assert_eq!(first_placeholder("SELECT 1"), None);
+        assert_eq!(first_placeholder("WHERE month = :input"), None);
+        assert_eq!(first_placeholder(r#"SELECT json('{"a": 1}')"#), None);
+        assert_eq!(first_placeholder("{unknown} {input"), None);
+        assert_eq!(first_placeholder("{inputs} {other.x}"), None);
+    }
 }

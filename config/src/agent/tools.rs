@@ -2,13 +2,16 @@
 //!
 //! This module owns [`ToolConfig`] with what a tool runs ([`ToolKind`]) and whether a use
 //! waits for an operator ([`Approval`]), their raw serde shapes and the per-tool checks: names
-//! that are well formed, unique and not one of the runtime's own tools, and a database file
-//! that exists. The `auth:` and `guard:` blocks are converted by [`crate::visibility`]; this
-//! module only hands them over. It must not open a database or run a tool: it checks that the
-//! file is there, nothing more.
+//! that are well formed, unique and not one of the runtime's own tools; for a sql tool, a
+//! database file confined to the agent's folder (relative, no `..`, no symlink out, never one
+//! of consort's own store files), the env keys it may bind (`bind_env`) and its time limit
+//! (`timeout_ms`). The `auth:` and `guard:` blocks are converted by [`crate::visibility`]; this
+//! module only hands them over. It must not open a database or run a tool: it resolves the
+//! file's path and checks that it is there, nothing more.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::ffi::OsStr;
+use std::path::{Component, Path, PathBuf};
 
 use serde::Deserialize;
 use serde_saphyr::Spanned;
@@ -42,10 +45,31 @@ pub struct ToolConfig {
 pub enum ToolKind {
     /// A read-only SQL query against a SQLite file that belongs to the agent.
     Sql {
-        /// The SQLite file, absolute; opened read-only.
+        /// The SQLite file, canonical and inside the agent's folder; opened read-only.
         database: PathBuf,
+        /// The env keys a query may bind as `:KEY` (`bind_env:`); `:input` is always bindable
+        /// and no other env key is.
+        bind_env: Vec<String>,
+        /// How long one query may run, in milliseconds (`timeout_ms:`, default
+        /// [`DEFAULT_SQL_TIMEOUT_MS`], at most [`MAX_SQL_TIMEOUT_MS`]).
+        timeout_ms: u32,
     },
 }
+
+/// A sql tool's time limit per query when `timeout_ms` is not given.
+pub const DEFAULT_SQL_TIMEOUT_MS: u32 = 2_000;
+
+/// The longest `timeout_ms` a sql tool may declare: a query runs on a blocking thread of the
+/// host, and a run waits for it.
+pub const MAX_SQL_TIMEOUT_MS: u32 = 30_000;
+
+/// File names of consort's own SQLite stores (an agent's run store, a host's directory outbox).
+/// A data folder may sit anywhere, even inside an agent folder, so a sql tool's database is
+/// refused by these names wherever it is.
+const STORE_FILE_NAMES: &[&str] = &["runs.db", "outbox.db"];
+
+/// The files SQLite keeps beside a database in WAL and rollback-journal modes.
+const STORE_FILE_SUFFIXES: &[&str] = &["", "-wal", "-shm", "-journal"];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 /// Whether a tool use waits for an operator's decision.
@@ -79,6 +103,8 @@ pub(super) struct RawTool {
     approval: Option<RawApproval>,
     auth: Option<RawToolAuth>,
     guard: Option<Spanned<RawGuard>>,
+    bind_env: Option<Vec<Spanned<String>>>,
+    timeout_ms: Option<Spanned<u64>>,
 }
 
 #[derive(Deserialize)]
@@ -94,13 +120,24 @@ enum RawApproval {
     Required,
 }
 
-/// Converts `tools:`. `policies` are the agent's named policies, which a tool's `auth:` block
-/// may refer to, so the visibility section is converted first.
+/// The names of the sql tools among `raw`, as written (before any check), so the script steps
+/// can be held to the sql rule while the model section is converted.
+pub(super) fn sql_tool_names(raw: &[Spanned<RawTool>]) -> BTreeSet<String> {
+    raw.iter()
+        .filter(|t| matches!(t.value.kind.value, RawToolKind::Sql))
+        .map(|t| t.value.name.value.clone())
+        .collect()
+}
+
+/// Converts `tools:`. `dir` is the agent's canonical folder. `policies` are the agent's named
+/// policies, which a tool's `auth:` block may refer to, so the visibility section is converted
+/// first; `env` is the agent's env, which `bind_env` names keys of.
 pub(super) fn convert_tools(
     ctx: Ctx<'_>,
     dir: &Path,
     raw: Vec<Spanned<RawTool>>,
     policies: &BTreeMap<String, PolicyConfig>,
+    env: &BTreeMap<String, String>,
 ) -> Result<Vec<ToolConfig>, ConfigError> {
     let mut tools = Vec::new();
     let mut tool_names: BTreeSet<String> = BTreeSet::new();
@@ -143,15 +180,40 @@ pub(super) fn convert_tools(
                         "missing required key `database` (tools of kind `sql` need one)",
                     ));
                 };
-                let path = dir.join(&db.value);
-                if db.value.is_empty() || !path.is_file() {
-                    return Err(ctx.invalid(
-                        Pos::of(&db),
-                        &key.key("database"),
-                        format!("database file `{}` does not exist", path.display()),
-                    ));
+                let database = confined_database(dir, &db.value)
+                    .map_err(|problem| ctx.invalid(Pos::of(&db), &key.key("database"), problem))?;
+                let mut bind_env = Vec::new();
+                for (j, k) in t.bind_env.unwrap_or_default().into_iter().enumerate() {
+                    if let Some(problem) = bind_env_problem(&k.value, &bind_env, env) {
+                        return Err(ctx.invalid(
+                            Pos::of(&k),
+                            &key.key("bind_env").index(j),
+                            problem,
+                        ));
+                    }
+                    bind_env.push(k.value);
                 }
-                ToolKind::Sql { database: path }
+                let timeout_ms = match t.timeout_ms {
+                    None => DEFAULT_SQL_TIMEOUT_MS,
+                    Some(ms) if (1..=u64::from(MAX_SQL_TIMEOUT_MS)).contains(&ms.value) => {
+                        ms.value as u32
+                    }
+                    Some(ms) => {
+                        return Err(ctx.invalid(
+                            Pos::of(&ms),
+                            &key.key("timeout_ms"),
+                            format!(
+                                "timeout_ms {} is out of range; expected 1 to {MAX_SQL_TIMEOUT_MS}",
+                                ms.value
+                            ),
+                        ));
+                    }
+                };
+                ToolKind::Sql {
+                    database,
+                    bind_env,
+                    timeout_ms,
+                }
             }
         };
         let approval = match t.approval {
@@ -184,4 +246,183 @@ fn is_valid_tool_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// The canonical path of a sql tool's `database:` as written, or why it is refused. `dir` is
+/// the agent's canonical folder.
+///
+/// Refused: an absolute path, a `..` component, a path that does not name an existing file, a
+/// path whose canonical form leaves `dir` (a symlink out), and consort's own store files under
+/// either name (as written or as resolved).
+fn confined_database(dir: &Path, written: &str) -> Result<PathBuf, String> {
+    if let Some(problem) = written_database_problem(written) {
+        return Err(problem);
+    }
+    let joined = dir.join(written);
+    let canonical = match std::fs::canonicalize(&joined) {
+        Ok(c) if c.is_file() => c,
+        _ => {
+            return Err(format!(
+                "database file `{}` does not exist",
+                joined.display()
+            ));
+        }
+    };
+    match resolved_database_problem(dir, &canonical) {
+        Some(problem) => Err(problem),
+        None => Ok(canonical),
+    }
+}
+
+/// What is wrong with a `database:` value on its face, before the file system is asked.
+fn written_database_problem(written: &str) -> Option<String> {
+    let path = Path::new(written);
+    if written.is_empty() {
+        return Some("the database path is empty; expected a file in the agent folder".into());
+    }
+    if path
+        .components()
+        .any(|c| matches!(c, Component::RootDir | Component::Prefix(_)))
+    {
+        return Some(format!(
+            "`{written}` is an absolute path; a sql tool reads a file of its own agent: give a \
+             path relative to the agent folder"
+        ));
+    }
+    if path.components().any(|c| c == Component::ParentDir) {
+        return Some(format!(
+            "`{written}` leaves the agent folder through `..`; give a path inside the agent folder"
+        ));
+    }
+    path.file_name()
+        .filter(|name| is_store_file(name))
+        .map(|_| store_file_message(written))
+}
+
+/// What is wrong with the canonical form of a `database:` path: outside the agent's
+/// (canonical) folder, or one of consort's store files once symlinks are resolved.
+fn resolved_database_problem(dir: &Path, canonical: &Path) -> Option<String> {
+    if !canonical.starts_with(dir) {
+        return Some(format!(
+            "the database resolves to `{}`, outside the agent folder `{}` (through a symlink); \
+             a sql tool reads only files inside its agent's folder",
+            canonical.display(),
+            dir.display()
+        ));
+    }
+    canonical
+        .file_name()
+        .filter(|name| is_store_file(name))
+        .map(|_| store_file_message(&canonical.display().to_string()))
+}
+
+fn is_store_file(name: &OsStr) -> bool {
+    // Case-insensitive: some file systems are, and `RUNS.DB` is then the same file.
+    let name = name.to_string_lossy().to_ascii_lowercase();
+    STORE_FILE_NAMES.iter().any(|store| {
+        STORE_FILE_SUFFIXES
+            .iter()
+            .any(|suffix| name == format!("{store}{suffix}"))
+    })
+}
+
+fn store_file_message(path: &str) -> String {
+    format!(
+        "`{path}` is one of consort's own store files ({}, with their -wal, -shm and -journal \
+         files); a sql tool may not read them",
+        STORE_FILE_NAMES.join(", ")
+    )
+}
+
+/// Why `key` may not be listed in a sql tool's `bind_env`, if it may not. `listed` are the
+/// entries before it.
+fn bind_env_problem(
+    key: &str,
+    listed: &[String],
+    env: &BTreeMap<String, String>,
+) -> Option<String> {
+    if key == "input" {
+        return Some(
+            "`input` is always bound (`:input` is the run's input); list only env keys here".into(),
+        );
+    }
+    if !is_sql_parameter_name(key) {
+        return Some(format!(
+            "`{key}` cannot be bound as `:{key}`; an env key to bind starts with a letter or `_` \
+             and holds only letters, digits and `_`"
+        ));
+    }
+    if listed.iter().any(|k| k == key) {
+        return Some(format!("`{key}` is listed twice"));
+    }
+    if !env.contains_key(key) {
+        let known: Vec<String> = env.keys().cloned().collect();
+        return Some(format!(
+            "`{key}` is not a key of this agent's `env` (keys: {})",
+            crate::error::known_list(&known)
+        ));
+    }
+    None
+}
+
+/// Whether `name` can follow `:` in SQLite's named-parameter syntax unchanged. Narrower than
+/// what SQLite accepts, so a name means the same to a reader and to the engine.
+fn is_sql_parameter_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    bytes
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn written_database_paths() {
+        assert_eq!(written_database_problem("ledger.db"), None);
+        assert_eq!(written_database_problem("data/ledger.db"), None);
+        assert_eq!(written_database_problem("./ledger.db"), None);
+        for refused in [
+            "",
+            "/etc/passwd",
+            "../other/ledger.db",
+            "data/../../x.db",
+            "runs.db",
+            "data/RUNS.DB-wal",
+            "outbox.db-shm",
+            "runs.db-journal",
+        ] {
+            assert!(written_database_problem(refused).is_some(), "{refused}");
+        }
+        assert_eq!(written_database_problem("runs.db.bak"), None);
+    }
+
+    #[test]
+    fn resolved_database_paths() {
+        let dir = Path::new("/agents/cfo");
+        assert_eq!(
+            resolved_database_problem(dir, Path::new("/agents/cfo/ledger.db")),
+            None
+        );
+        assert!(resolved_database_problem(dir, Path::new("/agents/cfox/ledger.db")).is_some());
+        assert!(resolved_database_problem(dir, Path::new("/data/agents/cfo/runs.db")).is_some());
+        assert!(resolved_database_problem(dir, Path::new("/agents/cfo/d/runs.db-wal")).is_some());
+    }
+
+    #[test]
+    fn bind_env_entries() {
+        let env = BTreeMap::from([
+            ("REGION".to_owned(), "eu".to_owned()),
+            ("bad-key".to_owned(), "x".to_owned()),
+        ]);
+        assert_eq!(bind_env_problem("REGION", &[], &env), None);
+        assert!(bind_env_problem("REGION", &["REGION".into()], &env).is_some());
+        assert!(bind_env_problem("input", &[], &env).is_some());
+        assert!(bind_env_problem("bad-key", &[], &env).is_some());
+        assert!(bind_env_problem("9LIVES", &[], &env).is_some());
+        let missing = bind_env_problem("SECRET", &[], &env).unwrap();
+        assert!(missing.contains("REGION, bad-key"), "{missing}");
+    }
 }

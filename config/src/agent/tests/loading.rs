@@ -5,8 +5,8 @@ use std::fs;
 
 use super::{CFO, agent_dir, err, load_text, simple};
 use crate::agent::{
-    AGENT_FILE, AgentConfig, Approval, CallStep, Limits, ModelConfig, ScriptStep, ToolConfig,
-    ToolKind, ToolStep,
+    AGENT_FILE, AgentConfig, Approval, CallStep, DEFAULT_SQL_TIMEOUT_MS, Limits, ModelConfig,
+    ScriptStep, ToolConfig, ToolKind, ToolStep,
 };
 use crate::error::ConfigError;
 
@@ -33,7 +33,9 @@ fn loads_the_full_example() {
             name: "ledger".into(),
             description: "Read-only SQL over the finance ledger".into(),
             kind: ToolKind::Sql {
-                database: dir.join("ledger.db")
+                database: dir.join("ledger.db"),
+                bind_env: vec!["LEDGER_REGION".into()],
+                timeout_ms: DEFAULT_SQL_TIMEOUT_MS,
             },
             approval: Approval::Required,
             auth: None,
@@ -48,7 +50,9 @@ fn loads_the_full_example() {
         &vec![
             ScriptStep::Tool(ToolStep {
                 name: "ledger".into(),
-                input: "SELECT sum(amount) FROM spend WHERE month = '{input}'".into(),
+                input:
+                    "SELECT sum(amount) FROM spend WHERE month = :input AND region = :LEDGER_REGION"
+                        .into(),
                 arguments: None,
             }),
             ScriptStep::Call(vec![

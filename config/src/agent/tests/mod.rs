@@ -9,6 +9,7 @@ mod adapters;
 mod errors;
 mod loading;
 mod set;
+mod sql;
 mod visibility;
 
 use std::fs;
@@ -25,7 +26,7 @@ agents:
   accept_from: [cmo]
 model:
   script:
-    - tool: {name: ledger, input: \"SELECT sum(amount) FROM spend WHERE month = '{input}'\"}
+    - tool: {name: ledger, input: \"SELECT sum(amount) FROM spend WHERE month = :input AND region = :LEDGER_REGION\"}
     - call: [{agent: analyst, input: \"check {input}\"}, {agent: analyst, input: \"x\", count: 3}]
     - check: \"{call.analyst}\"
     - answer: \"August spend: {tool.ledger}\"
@@ -35,6 +36,7 @@ tools:
     kind: sql
     database: ledger.db
     approval: required
+    bind_env: [LEDGER_REGION]
 env:
   LEDGER_REGION: eu
 ";
