@@ -5,6 +5,7 @@
 //! stopped host's data folder (`--data DIR`). Listings take `--json`.
 
 mod directory_cli;
+mod file_size_limit;
 mod fleet_cli;
 mod output;
 mod visibility_cli;
@@ -297,6 +298,7 @@ fn print_scoped<T: serde::Serialize>(
 }
 
 async fn run(cli: Cli) -> Result<ExitCode> {
+    file_size_limit::catch_file_size_signal();
     match cli.command {
         Command::Dev(args) => dev(args).await,
         Command::Keygen(args) => fleet_cli::keygen(args),

@@ -7,8 +7,8 @@
 //! | `GET /runs/{id}/events`     | its event log                                         |
 //! | `POST /runs/{id}/approve`   | `{approve: bool}`: an operator's decision             |
 //! | `GET /jobs?agent=`          | runs, newest first                                    |
-//! | `GET /agents`               | the agents served and whether each is up              |
-//! | `POST /reload`              | re-read every agent.yaml now                          |
+//! | `GET /agents`               | the agents served, whether each is up, and why not    |
+//! | `POST /reload`              | re-read every agent.yaml now, restart agents that are down: `{changed, revived}` |
 //!
 //! Every error is JSON, `{"error": {"code", "message"}}`, with a 4xx status for bad requests.
 //! Handlers only translate HTTP to calls on [`Host`]; they decide nothing about runs.
@@ -480,13 +480,13 @@ async fn agents(State(host): State<Host>) -> Result<Response, ApiError> {
 }
 
 async fn reload(State(host): State<Host>) -> Result<Response, ApiError> {
-    let changed = host.reload().await.map_err(|e| match e {
+    let reloaded = host.reload().await.map_err(|e| match e {
         ActorsError::InvalidConfig(message) => {
             ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_config", message)
         }
         other => other.into(),
     })?;
-    Ok(Json(json!({"changed": changed})).into_response())
+    Ok(Json(reloaded).into_response())
 }
 
 /// Runs a store read off the async workers (SQLite calls block).

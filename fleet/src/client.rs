@@ -237,7 +237,7 @@ impl Client {
             .unwrap_or_default())
     }
 
-    /// The host's agents and whether each is up.
+    /// The host's agents, whether each is up, and why one is down.
     pub async fn agents(&self) -> Result<Vec<AgentStatus>, FleetError> {
         self.send(self.http.get(self.url("/agents"))).await
     }
