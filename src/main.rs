@@ -446,11 +446,14 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             print_scoped(&packet, json, packet.scope_gap.is_some(), output::directory)
         }
         Command::Reload { at } => {
-            let changed = Client::new(&resolve_url(&at.at)).reload().await?;
-            if changed.is_empty() {
+            let reloaded = Client::new(&resolve_url(&at.at)).reload().await?;
+            if reloaded.changed.is_empty() {
                 println!("no agent.yaml changed");
             } else {
-                println!("reloaded: {}", changed.join(", "));
+                println!("reloaded: {}", reloaded.changed.join(", "));
+            }
+            if !reloaded.revived.is_empty() {
+                println!("revived: {}", reloaded.revived.join(", "));
             }
             Ok(ExitCode::SUCCESS)
         }

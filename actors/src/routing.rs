@@ -377,6 +377,7 @@ impl std::fmt::Display for DownReason {
 
 /// What a reload did.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Reloaded {
     /// The agents whose agent.yaml changed: their new config is in force.
     pub changed: Vec<String>,
