@@ -166,11 +166,13 @@ fn an_agent_down_on_a_full_store_comes_back_by_itself_and_finishes_its_accepted_
         );
     }
     let refused = start_run(&host, "scribe", "while down");
-    assert_ne!(
+    assert_eq!(
         refused.status().as_u16(),
-        201,
+        409,
         "a down agent takes no new run"
     );
+    let refusal: Value = refused.json().expect("error json");
+    assert_eq!(refusal["error"]["code"], "agent_down", "{refusal}");
 
     // Space comes back: the agent comes back by itself and its runs finish.
     set_file_size_limit(pid, "unlimited").expect("lift the limit");

@@ -103,6 +103,12 @@ impl From<ActorsError> for ApiError {
             ActorsError::Refused(refusal) => {
                 Self::new(StatusCode::CONFLICT, refusal.code(), e.to_string())
             }
+            // The disk filled under the request: nothing was stored; worth retrying later.
+            ActorsError::StoreNotWritable { .. } => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_not_writable",
+                e.to_string(),
+            ),
             _ => {
                 tracing::error!("API request failed: {e}");
                 Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
