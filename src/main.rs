@@ -5,6 +5,7 @@
 //! stopped host's data folder (`--data DIR`). Listings take `--json`.
 
 mod directory_cli;
+mod file_size_limit;
 mod fleet_cli;
 mod output;
 mod visibility_cli;
@@ -326,6 +327,7 @@ fn print_scoped<T: serde::Serialize>(
 }
 
 async fn run(cli: Cli) -> Result<ExitCode> {
+    file_size_limit::catch_file_size_signal();
     match cli.command {
         Command::Dev(args) => dev(args).await,
         Command::Keygen(args) => fleet_cli::keygen(args),
@@ -486,11 +488,14 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             print_scoped(&packet, json, packet.scope_gap.is_some(), output::directory)
         }
         Command::Reload { at } => {
-            let changed = at.client().reload().await?;
-            if changed.is_empty() {
+            let reloaded = at.client().reload().await?;
+            if reloaded.changed.is_empty() {
                 println!("no agent.yaml changed");
             } else {
-                println!("reloaded: {}", changed.join(", "));
+                println!("reloaded: {}", reloaded.changed.join(", "));
+            }
+            if !reloaded.revived.is_empty() {
+                println!("revived: {}", reloaded.revived.join(", "));
             }
             Ok(ExitCode::SUCCESS)
         }

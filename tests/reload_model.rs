@@ -102,8 +102,9 @@ async fn a_reload_keeps_a_model_set_in_code() {
     assert_eq!(ask("one").await.output.as_deref(), Some("from code"));
 
     std::fs::write(&file, scripted("new script")).expect("edit agent.yaml");
-    let changed = host.reload().await.expect("reload");
-    assert_eq!(changed, vec!["echo".to_owned()]);
+    let reloaded = host.reload().await.expect("reload");
+    assert_eq!(reloaded.changed, vec!["echo".to_owned()]);
+    assert!(reloaded.revived.is_empty(), "{reloaded:?}");
     assert_eq!(ask("two").await.output.as_deref(), Some("from code"));
     host.stop();
 }

@@ -174,21 +174,18 @@ impl DirectorySpec {
     }
 }
 
-/// This host's reports about `agents`: each agent's actor (up, down, or not served here), who
-/// holds its seat, and its work from the board.
+/// This host's reports about `agents`: each agent's actor (up, down and why, or not served
+/// here), who holds its seat, and its work from the board.
 pub(crate) fn local_reports(
     agents: &[String],
-    seat: impl Fn(&str) -> Option<(bool, String)>,
+    seat: impl Fn(&str) -> Option<(ActorState, String)>,
     board: &PresenceBoard,
 ) -> Vec<AgentReport> {
     agents
         .iter()
         .map(|agent| {
-            let (actor, incarnation) = match seat(agent) {
-                Some((true, incarnation)) => (ActorState::Up, incarnation),
-                Some((false, incarnation)) => (ActorState::Down, incarnation),
-                None => (ActorState::NotServed, String::new()),
-            };
+            let (actor, incarnation) =
+                seat(agent).unwrap_or_else(|| (ActorState::NotServed, String::new()));
             let work = if actor == ActorState::NotServed {
                 Default::default()
             } else {

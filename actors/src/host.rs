@@ -17,7 +17,7 @@ use crate::ActorsError;
 use crate::data::DataFolder;
 use crate::run::{Channel, EventRecord, RunRecord};
 use crate::store::{StoreWriter, WriterCounts};
-use crate::supervisor::{AgentStatus, HostSpec, SupervisorMsg, spawn_supervisor};
+use crate::supervisor::{AgentStatus, HostSpec, Reloaded, SupervisorMsg, spawn_supervisor};
 use crate::visibility::Identity;
 
 /// How long a mailbox request may take before the handle reports the host unresponsive.
@@ -247,8 +247,11 @@ impl Host {
         .map_err(|e| ActorsError::Actor(e.to_string()))?
     }
 
-    /// Re-reads every agent.yaml now; returns the agents whose config changed.
-    pub async fn reload(&self) -> Result<Vec<String>, ActorsError> {
+    /// Re-reads every agent.yaml now and starts again every agent that is down (whatever
+    /// took it down, each with a fresh restart budget); returns the agents whose config changed
+    /// and the agents revived. An agent.yaml that does not re-read is an error (its previous
+    /// config stays in force); the agents that were down are started all the same.
+    pub async fn reload(&self) -> Result<Reloaded, ActorsError> {
         ractor::call_t!(
             self.supervisor,
             |reply| SupervisorMsg::Reload {
@@ -260,7 +263,8 @@ impl Host {
         .map_err(|e| ActorsError::Actor(e.to_string()))?
     }
 
-    /// Every served agent, whether its actor is up, and how often it restarted.
+    /// Every served agent, whether its actor is up (and if not, why not and since when), and
+    /// how often it restarted.
     pub async fn agent_status(&self) -> Result<Vec<AgentStatus>, ActorsError> {
         ractor::call_t!(self.supervisor, SupervisorMsg::Agents, ASK_TIMEOUT_MS)
             .map_err(|e| ActorsError::Actor(e.to_string()))

@@ -3,7 +3,8 @@
 //! The crate owns the host supervisor ([`supervisor`]), one actor per agent (`agent`), the
 //! run engine inside it, the model and tool seams ([`model`], [`tools`], [`script`]), the call
 //! guards (from consort-core),
-//! the restart budget (`restart`) and each agent's own SQLite run store ([`store`]). Tool
+//! the restart budget and the store probe's backoff (`restart`) and each agent's own SQLite
+//! run store ([`store`]). Tool
 //! visibility: the pure decisions ([`visibility`], from consort-core; reading the operator
 //! command's files is `visibility_files`), tool guards (`guard`) and the one authorization
 //! pipeline with its T2 probe (`tool_guard`), and the meta-tools over an agent's catalog
@@ -48,7 +49,7 @@ pub use guard::{Guard, GuardContext, GuardVerdict};
 pub use host::Host;
 pub use meta_tools::{AgentCatalog, MetaAnswer};
 pub use presence::PresenceBoard;
-pub use restart::RestartBudget;
+pub use restart::{ProbeBackoff, RestartBudget};
 pub use run::{Channel, Cost, EventRecord, RunRecord, RunStatus};
 pub use supervisor::HostSpec;
 pub use visibility_files::visibility_from_files;

@@ -10,15 +10,16 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use consort_core::directory::{LastSettled, WorkState};
+use consort_core::directory::{ActorState, LastSettled, WorkState};
 use consort_core::{RunId, RunStatus};
 
 /// The board; cheap to clone (one per host, shared by its agent actors and its supervisor).
 #[derive(Clone, Debug, Default)]
 pub struct PresenceBoard {
     agents: Arc<Mutex<HashMap<String, AgentRuns>>>,
-    /// Each served agent: whether its actor is up, and who holds its seat (incarnation).
-    seats: Arc<Mutex<HashMap<String, (bool, String)>>>,
+    /// Each served agent: its actor's state (up, down, down on its store), and who holds its
+    /// seat (incarnation).
+    seats: Arc<Mutex<HashMap<String, (ActorState, String)>>>,
     /// Woken on every change, for waits that watch a run.
     changed: Arc<tokio::sync::Notify>,
 }
@@ -96,18 +97,18 @@ impl PresenceBoard {
         self.changed.notify_waiters();
     }
 
-    /// The supervisor's word on `agent`'s actor: up or down, and its incarnation.
-    pub fn set_seat(&self, agent: &str, up: bool, incarnation: String) {
+    /// The supervisor's word on `agent`'s actor (up, or down and why) and its incarnation.
+    pub fn set_seat(&self, agent: &str, actor: ActorState, incarnation: String) {
         self.seats
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(agent.to_owned(), (up, incarnation));
+            .insert(agent.to_owned(), (actor, incarnation));
         self.changed.notify_waiters();
     }
 
-    /// Whether `agent`'s actor is up and who holds its seat; `None` when this host does not
+    /// The state of `agent`'s actor and who holds its seat; `None` when this host does not
     /// serve it.
-    pub fn seat(&self, agent: &str) -> Option<(bool, String)> {
+    pub fn seat(&self, agent: &str) -> Option<(ActorState, String)> {
         self.seats
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -208,8 +208,9 @@ pub enum SupervisorMsg {
     Reload {
         /// Re-read only agent.yaml files whose modification time changed.
         only_changed: bool,
-        /// Answered with the names of the agents reloaded (`None` for a timer-driven reload).
-        reply: Option<RpcReplyPort<Result<Vec<String>, ActorsError>>>,
+        /// Answered with the agents whose config changed and, for a reload on demand
+        /// (`only_changed` false), the agents it revived (`None` for a timer-driven reload).
+        reply: Option<RpcReplyPort<Result<Reloaded, ActorsError>>>,
     },
     /// The agents and whether each is up.
     Agents(RpcReplyPort<Vec<AgentStatus>>),
@@ -305,6 +306,15 @@ pub enum SupervisorMsg {
     },
     /// Timer: checkpoint stores, watch config files.
     Tick,
+    /// A probe of the store of an agent that is down because its store could not be written.
+    StoreProbed {
+        /// The agent.
+        agent: String,
+        /// Which down period of the agent the probe was made for (a later one makes it stale).
+        down_period: u64,
+        /// `Ok` when the store takes writes again, else why not.
+        probed: Result<(), ActorsError>,
+    },
 }
 
 /// One agent as the supervisor sees it.
@@ -316,4 +326,61 @@ pub struct AgentStatus {
     pub up: bool,
     /// How many times its actor was restarted since the host started.
     pub restarts: usize,
+    /// Why it is down and since when; `None` while it is up.
+    #[serde(default)]
+    pub down: Option<Down>,
+}
+
+/// Why an agent is down, since when, and what its last failure said.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Down {
+    /// Why.
+    pub reason: DownReason,
+    /// Since when, Unix milliseconds.
+    pub since_ms: u64,
+    /// What the failure that took it down said (for `store_not_writable`, what the latest
+    /// probe of the store found).
+    pub detail: String,
+}
+
+/// Why an agent's actor is down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DownReason {
+    /// Its store could not be written (a full disk, a file-size limit, a failed write). The
+    /// host probes the store with a backoff and restarts the agent, with a fresh restart
+    /// budget, as soon as the store takes writes again.
+    StoreNotWritable,
+    /// It failed more often than its restart budget allows, for another reason. A reload
+    /// restarts it.
+    RestartBudgetSpent,
+    /// Its actor did not start again after a failure. A reload tries again.
+    StartFailed,
+}
+
+impl DownReason {
+    /// The text form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::StoreNotWritable => "store_not_writable",
+            Self::RestartBudgetSpent => "restart_budget_spent",
+            Self::StartFailed => "start_failed",
+        }
+    }
+}
+
+impl std::fmt::Display for DownReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a reload did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct Reloaded {
+    /// The agents whose agent.yaml changed: their new config is in force.
+    pub changed: Vec<String>,
+    /// The agents that were down and were started again, with a fresh restart budget.
+    pub revived: Vec<String>,
 }

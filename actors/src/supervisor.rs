@@ -7,6 +7,13 @@
 //! whoever waits. It re-reads agent.yaml files on change (or on demand) and hands each agent
 //! its new config. The supervisor never decides whether a call is allowed: the caller's and
 //! callee's agent actors do, through the run state machine of consort-core.
+//!
+//! An agent that is down says why ([`DownReason`]). One that failed because its store could not
+//! be written (a full disk, a file-size limit) is not restarted into the same failure: the
+//! supervisor probes the store ([`RunStore::probe_writable`], on a blocking thread) on the
+//! [`ProbeBackoff`] schedule and restarts the agent with a fresh budget once a probe passes;
+//! its accepted runs resume from the store as after any restart. A reload on demand restarts
+//! every agent that is down, whatever the reason.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
@@ -28,12 +35,15 @@ use crate::data::DataFolder;
 use crate::directory::{self, DirectoryHost, DirectorySpec, Outbox};
 use crate::model::Model;
 use crate::presence::PresenceBoard;
-use crate::restart::RestartBudget;
+use crate::restart::{ProbeBackoff, RestartBudget};
 use crate::run::RunRecord;
-use crate::store::StoreWriter;
+use crate::store::{RunStore, StoreWriter};
 use crate::tools::Tool;
+use consort_core::directory::ActorState;
 
-pub use crate::routing::{AgentStatus, BoxFuture, RemoteCalls, RemoteFailure, SupervisorMsg};
+pub use crate::routing::{
+    AgentStatus, BoxFuture, Down, DownReason, Reloaded, RemoteCalls, RemoteFailure, SupervisorMsg,
+};
 
 /// Everything a host is built from.
 #[derive(Clone)]
@@ -48,6 +58,9 @@ pub struct HostSpec {
     pub options: AgentOptions,
     /// How often an agent actor may be restarted before it is left down.
     pub restart: RestartBudget,
+    /// How often the store of an agent that is down because its store could not be written
+    /// is probed.
+    pub store_probe: ProbeBackoff,
     /// Models set by an embedding app, by agent (instead of the declared one).
     pub models: BTreeMap<String, Arc<dyn Model>>,
     /// Tools registered by an embedding app, by agent.
@@ -73,6 +86,7 @@ impl HostSpec {
             data_dir: data_dir.into(),
             options: AgentOptions::default(),
             restart: RestartBudget::default(),
+            store_probe: ProbeBackoff::default(),
             models: BTreeMap::new(),
             tools: BTreeMap::new(),
             remote: None,
@@ -93,6 +107,15 @@ struct AgentSlot {
     /// Bumped each time the agent's actor starts and each time its config changes: with the
     /// host's start time it names who holds the agent's seat (its incarnation).
     generation: u32,
+    /// Why the agent is down, while it is.
+    down: Option<Down>,
+    /// Bumped each time the agent goes down or is revived: a probe made for an earlier down
+    /// period is stale.
+    down_period: u64,
+    /// The store probe's attempt in the backoff ([`ProbeBackoff::delay`]).
+    probe_attempt: u32,
+    /// When a passing probe last revived the agent.
+    revived_at: Option<Instant>,
 }
 
 /// The supervisor's state: its spec and one slot per agent.
@@ -126,12 +149,20 @@ fn modified(config: &AgentConfig) -> Option<SystemTime> {
 }
 
 impl SupervisorState {
-    /// Tells the presence board who holds `agent`'s seat now.
+    /// Tells the presence board who holds `agent`'s seat now, and whether (and why not) its
+    /// actor is up.
     fn publish_seat(&self, agent: &str) {
         if let Some(slot) = self.slots.get(agent) {
+            let actor = match (&slot.actor, &slot.down) {
+                (Some(_), _) => ActorState::Up,
+                (None, Some(down)) if down.reason == DownReason::StoreNotWritable => {
+                    ActorState::StoreNotWritable
+                }
+                (None, _) => ActorState::Down,
+            };
             self.board.set_seat(
                 agent,
-                slot.actor.is_some(),
+                actor,
                 format!("{}-{}", self.epoch_ms, slot.generation),
             );
         }
@@ -175,13 +206,184 @@ impl HostSupervisor {
         };
         let (actor, _) = Actor::spawn_linked(None, AgentActor, args, myself.get_cell())
             .await
-            .map_err(|e| ActorsError::Actor(format!("agent {name} did not start: {e}")))?;
+            .map_err(|e| match e {
+                // A store that cannot be written stays typed: the caller probes it.
+                ractor::SpawnErr::StartupFailed(failure) => {
+                    match failure.downcast::<ActorsError>() {
+                        Ok(error) if error.is_store_not_writable() => *error,
+                        Ok(error) => {
+                            ActorsError::Actor(format!("agent {name} did not start: {error}"))
+                        }
+                        Err(other) => {
+                            ActorsError::Actor(format!("agent {name} did not start: {other}"))
+                        }
+                    }
+                }
+                other => ActorsError::Actor(format!("agent {name} did not start: {other}")),
+            })?;
         if let Some(slot) = state.slots.get_mut(name) {
             slot.actor = Some(actor);
             slot.generation = slot.generation.wrapping_add(1);
+            slot.down = None;
         }
         state.publish_seat(name);
         Ok(())
+    }
+
+    /// Leaves `name` down for `reason`. An agent down on its store is probed from now on.
+    fn go_down(
+        myself: &ActorRef<SupervisorMsg>,
+        state: &mut SupervisorState,
+        name: &str,
+        reason: DownReason,
+        detail: String,
+    ) {
+        let (backoff, settle) = (state.spec.store_probe, state.spec.restart.window);
+        let Some(slot) = state.slots.get_mut(name) else {
+            return;
+        };
+        slot.down = Some(Down {
+            reason,
+            since_ms: crate::run::now_ms(),
+            detail,
+        });
+        slot.down_period += 1;
+        if reason == DownReason::StoreNotWritable {
+            slot.probe_attempt =
+                backoff.start_at(slot.probe_attempt, slot.revived_at, Instant::now(), settle);
+            Self::schedule_probe(myself, state, name);
+        }
+        state.publish_seat(name);
+    }
+
+    /// Probes `name`'s store after the backoff's next wait; the answer comes back as
+    /// [`SupervisorMsg::StoreProbed`].
+    fn schedule_probe(myself: &ActorRef<SupervisorMsg>, state: &SupervisorState, name: &str) {
+        let Some(slot) = state.slots.get(name) else {
+            return;
+        };
+        let wait = state.spec.store_probe.delay(slot.probe_attempt);
+        let (me, agent, down_period) = (myself.clone(), name.to_owned(), slot.down_period);
+        let path = state.data.store_path(name);
+        debug!(agent = %name, wait_ms = wait.as_millis() as u64, "store probe scheduled");
+        tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            let probed = probe_store(path).await;
+            let message = SupervisorMsg::StoreProbed {
+                agent,
+                down_period,
+                probed,
+            };
+            if me.cast(message).is_err() {
+                debug!("the supervisor stopped; a store probe's answer is dropped");
+            }
+        });
+    }
+
+    /// A probe's answer: revive the agent if its store takes writes again, else probe later.
+    async fn store_probed(
+        myself: &ActorRef<SupervisorMsg>,
+        state: &mut SupervisorState,
+        name: &str,
+        down_period: u64,
+        probed: Result<(), ActorsError>,
+    ) {
+        let Some(slot) = state.slots.get_mut(name) else {
+            return;
+        };
+        let waiting = slot.actor.is_none()
+            && slot.down_period == down_period
+            && slot
+                .down
+                .as_ref()
+                .is_some_and(|d| d.reason == DownReason::StoreNotWritable);
+        if !waiting {
+            debug!(agent = %name, "a stale store probe's answer is dropped");
+            return;
+        }
+        // A pass counts as an attempt too: if the revived agent is down on its store again
+        // soon, the next down period waits longer (see `ProbeBackoff::start_at`).
+        slot.probe_attempt = slot.probe_attempt.saturating_add(1);
+        match probed {
+            Ok(()) => {
+                let down_s = slot.down.as_ref().map_or(0, |d| {
+                    crate::run::now_ms().saturating_sub(d.since_ms) / 1000
+                });
+                slot.restarts.clear();
+                slot.revived_at = Some(Instant::now());
+                slot.down_period += 1;
+                slot.total_restarts += 1;
+                match Self::spawn_agent(myself, state, name).await {
+                    Ok(()) => {
+                        info!(agent = %name, down_s, "store writable again: the agent is back with a fresh restart budget; its runs resume");
+                    }
+                    Err(e) => {
+                        error!(agent = %name, "store writable again, but the agent did not start: {e}");
+                        Self::down_after_start_failure(myself, state, name, e);
+                    }
+                }
+            }
+            Err(e) => {
+                let detail = e.to_string();
+                if let Some(down) = &mut slot.down {
+                    down.detail.clone_from(&detail);
+                }
+                if e.is_store_not_writable() {
+                    debug!(agent = %name, error = %detail, "store still not writable");
+                } else {
+                    warn!(agent = %name, error = %detail, "store probe failed");
+                }
+                Self::schedule_probe(myself, state, name);
+            }
+        }
+    }
+
+    /// After a start that failed: down on its store when that is why, else down as not started.
+    fn down_after_start_failure(
+        myself: &ActorRef<SupervisorMsg>,
+        state: &mut SupervisorState,
+        name: &str,
+        error: ActorsError,
+    ) {
+        let reason = if error.is_store_not_writable() {
+            DownReason::StoreNotWritable
+        } else {
+            DownReason::StartFailed
+        };
+        Self::go_down(myself, state, name, reason, error.to_string());
+    }
+
+    /// Restarts every agent that is down, each with a fresh restart budget (a reload on
+    /// demand: the operator says the cause is dealt with). Returns the agents started.
+    async fn revive_all(
+        myself: &ActorRef<SupervisorMsg>,
+        state: &mut SupervisorState,
+    ) -> Vec<String> {
+        let down: Vec<String> = state
+            .slots
+            .iter()
+            .filter(|(_, slot)| slot.actor.is_none())
+            .map(|(name, _)| name.clone())
+            .collect();
+        let mut revived = Vec::new();
+        for name in down {
+            if let Some(slot) = state.slots.get_mut(&name) {
+                slot.restarts.clear();
+                slot.down_period += 1;
+                slot.total_restarts += 1;
+            }
+            match Self::spawn_agent(myself, state, &name).await {
+                Ok(()) => {
+                    info!(agent = %name, "reload: the agent was down and is back with a fresh restart budget; its runs resume");
+                    revived.push(name);
+                }
+                Err(e) => {
+                    error!(agent = %name, "reload: the agent is down and did not start: {e}");
+                    Self::down_after_start_failure(myself, state, &name, e);
+                }
+            }
+        }
+        revived
     }
 
     fn actor(state: &SupervisorState, agent: &str) -> Option<ActorRef<AgentMsg>> {
@@ -274,6 +476,10 @@ impl Actor for HostSupervisor {
                         restarts: VecDeque::new(),
                         total_restarts: 0,
                         generation: 0,
+                        down: None,
+                        down_period: 0,
+                        probe_attempt: 0,
+                        revived_at: None,
                     },
                 )
             })
@@ -315,7 +521,22 @@ impl Actor for HostSupervisor {
         };
         let names: Vec<String> = state.slots.keys().cloned().collect();
         for name in names {
-            Self::spawn_agent(&myself, &mut state, &name).await?;
+            match Self::spawn_agent(&myself, &mut state, &name).await {
+                Ok(()) => {}
+                // A store with no room is waited out as it is after a failure: the host serves
+                // its other agents meanwhile. Anything else keeps the host from starting.
+                Err(e) if e.is_store_not_writable() => {
+                    warn!(agent = %name, error = %e, "agent not started: its store is not writable; it is down until a probe finds the store writable again");
+                    Self::go_down(
+                        &myself,
+                        &mut state,
+                        &name,
+                        DownReason::StoreNotWritable,
+                        e.to_string(),
+                    );
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
         Ok(state)
     }
@@ -357,7 +578,7 @@ impl Actor for HostSupervisor {
 
     async fn handle(
         &self,
-        _myself: ActorRef<SupervisorMsg>,
+        myself: ActorRef<SupervisorMsg>,
         message: SupervisorMsg,
         state: &mut SupervisorState,
     ) -> Result<(), ActorProcessingErr> {
@@ -494,8 +715,14 @@ impl Actor for HostSupervisor {
                 reply,
             } => {
                 let result = Self::reload(state, only_changed);
+                // Only a reload on demand revives: the file watcher's must not undo a budget.
+                let revived = if only_changed {
+                    Vec::new()
+                } else {
+                    Self::revive_all(&myself, state).await
+                };
                 if let Some(reply) = reply {
-                    answer(reply, result);
+                    answer(reply, result.map(|changed| Reloaded { changed, revived }));
                 }
             }
             SupervisorMsg::Agents(reply) => {
@@ -506,6 +733,7 @@ impl Actor for HostSupervisor {
                         name: name.clone(),
                         up: slot.actor.is_some(),
                         restarts: slot.total_restarts,
+                        down: slot.down.clone(),
                     })
                     .collect();
                 answer(reply, list);
@@ -518,6 +746,11 @@ impl Actor for HostSupervisor {
             | SupervisorMsg::DeliverHere { .. }
             | SupervisorMsg::Attention { .. }
             | SupervisorMsg::Presence { .. }) => Self::directory_message(state, message),
+            SupervisorMsg::StoreProbed {
+                agent,
+                down_period,
+                probed,
+            } => Self::store_probed(&myself, state, &agent, down_period, probed).await,
             SupervisorMsg::Tick => {
                 // Each agent's re-read error is logged where it happens; the old config stays.
                 if state.spec.watch_config.is_some() && Self::reload(state, true).is_err() {
@@ -542,10 +775,15 @@ impl Actor for HostSupervisor {
         event: SupervisionEvent,
         state: &mut SupervisorState,
     ) -> Result<(), ActorProcessingErr> {
-        let (cell, reason) = match event {
-            SupervisionEvent::ActorFailed(cell, err) => (cell, err.to_string()),
+        let (cell, reason, not_writable) = match event {
+            SupervisionEvent::ActorFailed(cell, err) => {
+                let not_writable = err
+                    .downcast_ref::<ActorsError>()
+                    .is_some_and(ActorsError::is_store_not_writable);
+                (cell, err.to_string(), not_writable)
+            }
             SupervisionEvent::ActorTerminated(cell, _, reason) => {
-                (cell, reason.unwrap_or_else(|| "stopped".into()))
+                (cell, reason.unwrap_or_else(|| "stopped".into()), false)
             }
             _ => return Ok(()),
         };
@@ -567,6 +805,15 @@ impl Actor for HostSupervisor {
         };
         slot.actor = None;
         state.publish_seat(&name);
+        if not_writable {
+            // Restarted now, it would fail on its first write: ask the store first. A store
+            // that takes writes again (a passing hiccup) leaves the decision to the budget.
+            if let Err(probe) = probe_store(state.data.store_path(&name)).await {
+                warn!(agent = %name, %reason, probe = %probe, "agent actor failed: its store is not writable; it is down until a probe finds the store writable again");
+                Self::go_down(&myself, state, &name, DownReason::StoreNotWritable, reason);
+                return Ok(());
+            }
+        }
         let Some(slot) = state.slots.get_mut(&name) else {
             return Ok(());
         };
@@ -575,9 +822,20 @@ impl Actor for HostSupervisor {
             warn!(agent = %name, %reason, "agent actor failed; restarting it (its runs resume from the store)");
             if let Err(e) = Self::spawn_agent(&myself, state, &name).await {
                 error!(agent = %name, "restart failed: {e}");
+                Self::down_after_start_failure(&myself, state, &name, e);
             }
+        } else if not_writable {
+            error!(agent = %name, %reason, "agent actor failed past its restart budget on a store that is not writable; it is down until a probe finds the store writable again");
+            Self::go_down(&myself, state, &name, DownReason::StoreNotWritable, reason);
         } else {
-            error!(agent = %name, %reason, "agent actor failed past its restart budget; it is down until the host restarts");
+            error!(agent = %name, %reason, "agent actor failed past its restart budget; it is down until a reload or a host restart");
+            Self::go_down(
+                &myself,
+                state,
+                &name,
+                DownReason::RestartBudgetSpent,
+                reason,
+            );
         }
         Ok(())
     }
@@ -616,6 +874,13 @@ pub async fn spawn_supervisor(
         None => Actor::spawn(None, HostSupervisor, args).await,
     };
     spawned.map_err(|e| ActorsError::Actor(format!("host supervisor did not start: {e}")))
+}
+
+/// Whether the store at `path` takes writes again, asked on a blocking thread.
+async fn probe_store(path: PathBuf) -> Result<(), ActorsError> {
+    tokio::task::spawn_blocking(move || RunStore::probe_writable(&path))
+        .await
+        .map_err(|e| ActorsError::Actor(format!("a store probe did not finish: {e}")))?
 }
 
 /// Answers a request; an asker that stopped waiting is no failure of this host.

@@ -3,6 +3,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use consort_actors::supervisor::DownReason;
 use consort_actors::{Channel, Host, HostSpec, RunStatus};
 use consort_config::AgentSet;
 
@@ -230,6 +231,8 @@ async fn past_its_restart_budget_an_agent_is_down_and_its_run_is_kept() {
         let status = host.agent_status().await.unwrap();
         if !status[0].up {
             assert_eq!(status[0].restarts, 2);
+            let down = status[0].down.as_ref().expect("a down agent says why");
+            assert_eq!(down.reason, DownReason::RestartBudgetSpent, "{down:?}");
             break;
         }
         assert!(
@@ -248,6 +251,46 @@ async fn past_its_restart_budget_an_agent_is_down_and_its_run_is_kept() {
         .await
         .unwrap_err();
     assert!(refused.to_string().contains("down"), "{refused}");
+    host.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_revives_an_agent_past_its_restart_budget_and_its_run_finishes() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Three panics against a budget of two: down after the third; the fourth turn plays.
+    let (spec, turns, uses) = flaky_host(tmp.path(), 3, 0, 2);
+    let (host, _join) = Host::spawn(spec).await.unwrap();
+    let run = host.start_run("worker", "x", Channel::Api).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let down = loop {
+        let status = host.agent_status().await.unwrap();
+        if let Some(down) = status[0].down.clone() {
+            break down;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent never went down"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(down.reason, DownReason::RestartBudgetSpent, "{down:?}");
+    assert!(down.detail.contains("model panics on turn 2"), "{down:?}");
+
+    // agent.yaml did not change: the reload only revives.
+    let reloaded = host.reload().await.unwrap();
+    assert!(reloaded.changed.is_empty(), "{reloaded:?}");
+    assert_eq!(reloaded.revived, vec!["worker".to_owned()]);
+    let done = host.wait(&run.id, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(done.status, RunStatus::Succeeded, "{done:?}");
+    assert_eq!(done.output.as_deref(), Some("worked on use 0"));
+    assert_eq!(turns.load(std::sync::atomic::Ordering::SeqCst), 5);
+    assert_eq!(uses.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let status = host.agent_status().await.unwrap();
+    assert!(status[0].up && status[0].down.is_none(), "{status:?}");
+    assert_eq!(status[0].restarts, 3, "two restarts and the revival");
+
+    // Nothing is down now: a reload revives nothing.
+    assert!(host.reload().await.unwrap().revived.is_empty());
     host.stop();
 }
 

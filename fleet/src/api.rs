@@ -7,8 +7,8 @@
 //! | `GET /runs/{id}/events`     | a page of its event log: `?after=SEQ&limit=N` → `{events, next_after}` |
 //! | `POST /runs/{id}/approve`   | `{approve: bool}`: an operator's decision             |
 //! | `GET /jobs`                 | a page of runs, newest first: `?agent=&cursor=&limit=N` → `{runs, next}` |
-//! | `GET /agents`               | the agents served and whether each is up              |
-//! | `POST /reload`              | `{}`: re-read every agent.yaml now                    |
+//! | `GET /agents`               | the agents served, whether each is up, and why not    |
+//! | `POST /reload`              | `{}`: re-read every agent.yaml now, restart agents that are down: `{changed, revived}` |
 //!
 //! Who may call which route is [`crate::access`]'s decision, from the requester that
 //! [`HostAuth`] establishes; which requests reach a handler at all (the `Host` and `Origin`
@@ -131,6 +131,12 @@ impl From<ActorsError> for ApiError {
             ActorsError::Refused(refusal) => {
                 Self::new(StatusCode::CONFLICT, refusal.code(), e.to_string())
             }
+            // The disk filled under the request: nothing was stored; worth retrying later.
+            ActorsError::StoreNotWritable { .. } => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_not_writable",
+                e.to_string(),
+            ),
             _ => {
                 tracing::error!("API request failed: {e}");
                 Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
@@ -702,7 +708,7 @@ async fn reload(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     allowed(&auth, &headers, Action::Reload).await?;
-    let changed = host.reload().await.map_err(|e| match e {
+    let reloaded = host.reload().await.map_err(|e| match e {
         ActorsError::InvalidConfig(message) => {
             tracing::warn!("reload refused: {message}");
             ApiError::new(
@@ -713,7 +719,7 @@ async fn reload(
         }
         other => other.into(),
     })?;
-    Ok(Json(json!({"changed": changed})).into_response())
+    Ok(Json(reloaded).into_response())
 }
 
 /// A message for an HTTP caller: each absolute path is cut to its last two parts (the agent

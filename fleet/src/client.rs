@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use consort_actors::directory::{WaitAnswer, WaitRequest};
 use consort_actors::page::{EventPage, PAGE_MAX, RunPage};
-use consort_actors::supervisor::AgentStatus;
+use consort_actors::supervisor::{AgentStatus, Reloaded};
 use consort_actors::{EventRecord, RunRecord};
 use consort_core::directory::{
     AttentionRollup, DeliveryOutcome, DirectoryPacket, Observation, Receipt,
@@ -267,22 +267,14 @@ impl Client {
         self.send(req).await
     }
 
-    /// Re-reads every agent.yaml; returns the agents whose config changed.
-    pub async fn reload(&self) -> Result<Vec<String>, FleetError> {
-        let answer: Value = self
-            .send(self.http.post(self.url("/reload")).json(&json!({})))
-            .await?;
-        Ok(answer["changed"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default())
+    /// Re-reads every agent.yaml and starts again the agents that are down; returns the agents
+    /// whose config changed and the agents revived.
+    pub async fn reload(&self) -> Result<Reloaded, FleetError> {
+        self.send(self.http.post(self.url("/reload")).json(&json!({})))
+            .await
     }
 
-    /// The host's agents and whether each is up.
+    /// The host's agents, whether each is up, and why one is down.
     pub async fn agents(&self) -> Result<Vec<AgentStatus>, FleetError> {
         self.send(self.http.get(self.url("/agents"))).await
     }

@@ -16,7 +16,7 @@ use consort_net::{CallEnvelope, RunId};
 use ractor::{ActorRef, RpcReplyPort};
 use tracing::{info, info_span, warn};
 
-use super::commits::{Admission, Committed, Done};
+use super::commits::{Admission, Committed, Done, NotStored};
 use super::{AgentActor, AgentMsg, AgentState, refused, tell};
 use crate::ActorsError;
 use crate::fault::{self, Point};
@@ -118,11 +118,14 @@ impl AgentActor {
                         Ok(())
                     }
                     Err(e) => {
-                        let error = e.to_string();
+                        let failure = NotStored {
+                            detail: e.to_string(),
+                            not_writable: e.is_store_not_writable(),
+                        };
                         if reply.send(Err(e)).is_err() {
-                            warn!(%error, "a run's starter stopped waiting");
+                            warn!(error = %failure.detail, "a run's starter stopped waiting");
                         }
-                        Err(error)
+                        Err(failure)
                     }
                 };
                 let done = Done::Started { run, stored };

@@ -52,7 +52,7 @@ pub(super) enum Done {
     /// stepping since it was sent).
     Started {
         run: RunId,
-        stored: Result<(), String>,
+        stored: Result<(), NotStored>,
     },
     /// A call's admission (its caller has been answered already).
     Admitted {
@@ -62,6 +62,14 @@ pub(super) enum Done {
         reserved_child: bool,
         outcome: Result<Admission, String>,
     },
+}
+
+/// Why a root run's insert failed (its starter was given the error itself).
+pub(super) struct NotStored {
+    /// What the store said.
+    pub(super) detail: String,
+    /// Whether the store could not be written: the actor's failure says so too.
+    pub(super) not_writable: bool,
 }
 
 /// What the store writer's admission job found for an arriving call.
@@ -397,14 +405,21 @@ impl AgentActor {
         state: &mut AgentState,
         ticket: u64,
         run: &RunId,
-        stored: Result<(), String>,
+        stored: Result<(), NotStored>,
     ) -> Result<(), ActorsError> {
         if state.commits.last_write.get(run) == Some(&ticket) {
             state.commits.last_write.remove(run);
         }
-        stored.map_err(|detail| ActorsError::Commit {
-            path: state.store.path().to_owned(),
-            detail: format!("run {run} was not stored: {detail}"),
+        stored.map_err(|failure| {
+            let (path, detail) = (
+                state.store.path().to_owned(),
+                format!("run {run} was not stored: {}", failure.detail),
+            );
+            if failure.not_writable {
+                ActorsError::StoreNotWritable { path, detail }
+            } else {
+                ActorsError::Commit { path, detail }
+            }
         })
     }
 

@@ -13,6 +13,9 @@
 //! an [`AgentStore`] handle. Inspection (the CLI, the HTTP API's reads) opens a store
 //! read-only on a blocking thread.
 //!
+//! [`RunStore::probe_writable`] tells whether a store that could not be written (a full disk, a
+//! file-size limit) takes writes again.
+//!
 //! The store decides nothing: it never checks consent or guards, it only records.
 
 use std::path::{Path, PathBuf};
@@ -157,10 +160,7 @@ impl RunStore {
     }
 
     fn err(&self, source: rusqlite::Error) -> ActorsError {
-        ActorsError::Store {
-            path: self.path.clone(),
-            source,
-        }
+        ActorsError::sqlite(&self.path, source)
     }
 
     /// Creates the run, or finds the run that already has this id.
@@ -181,10 +181,10 @@ impl RunStore {
         let path = self.path.clone();
         // A savepoint, not a transaction: inside the writer's group commit it nests in the
         // batch's transaction (a failure rolls back this run only); alone it is one.
-        let tx = self.conn.savepoint().map_err(|source| ActorsError::Store {
-            path: path.clone(),
-            source,
-        })?;
+        let tx = self
+            .conn
+            .savepoint()
+            .map_err(|source| ActorsError::sqlite(&path, source))?;
         let inserted = exec(
             &tx,
             "INSERT INTO runs (id, agent, status, channel, parent_run, parent_agent, \
@@ -206,10 +206,7 @@ impl RunStore {
                 roles,
             ],
         )
-        .map_err(|source| ActorsError::Store {
-            path: path.clone(),
-            source,
-        })?;
+        .map_err(|source| ActorsError::sqlite(&path, source))?;
         if inserted == 1 {
             let created = new.created_event();
             exec(
@@ -222,13 +219,10 @@ impl RunStore {
                     created.data().to_string()
                 ],
             )
-            .map_err(|source| ActorsError::Store {
-                path: path.clone(),
-                source,
-            })?;
+            .map_err(|source| ActorsError::sqlite(&path, source))?;
         }
         tx.commit()
-            .map_err(|source| ActorsError::Store { path, source })?;
+            .map_err(|source| ActorsError::sqlite(&path, source))?;
         let record = self
             .run(&new.id)?
             .ok_or_else(|| ActorsError::UnknownRun(new.id.to_string()))?;
@@ -248,10 +242,7 @@ impl RunStore {
     /// status changes the store derived), so a live view can fold exactly what was written.
     pub fn append(&mut self, id: &RunId, update: Transition) -> Result<Applied, ActorsError> {
         let path = self.path.clone();
-        let e = |source| ActorsError::Store {
-            path: path.clone(),
-            source,
-        };
+        let e = |source| ActorsError::sqlite(&path, source);
         let now = now_ms();
         // A savepoint: see insert_run.
         let tx = self.conn.savepoint().map_err(e)?;
@@ -554,10 +545,12 @@ fn query_one<T>(
     conn.prepare_cached(sql)?.query_row(params, f)
 }
 
+mod probe;
 mod rows;
 mod schema;
 #[cfg(test)]
 mod tests;
 mod writer;
 
+pub use probe::PROBE_HEADROOM;
 pub use writer::{AgentStore, MAX_BATCH, Pending, StoreWriter, WriterCounts};

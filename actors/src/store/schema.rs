@@ -75,15 +75,9 @@ impl RunStore {
     /// Opens (creating if needed) the store at `path` for writing.
     pub fn open(path: &Path, durability: Durability) -> Result<Self, ActorsError> {
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|source| ActorsError::Io {
-                path: dir.to_owned(),
-                source,
-            })?;
+            std::fs::create_dir_all(dir).map_err(|source| ActorsError::file(dir, source))?;
         }
-        let err = |source| ActorsError::Store {
-            path: path.to_owned(),
-            source,
-        };
+        let err = |source| ActorsError::sqlite(path, source);
         let conn = Connection::open(path).map_err(err)?;
         let sync = match durability {
             Durability::Normal => "NORMAL",
@@ -129,10 +123,7 @@ impl RunStore {
             path,
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
-        .map_err(|source| ActorsError::Store {
-            path: path.to_owned(),
-            source,
-        })?;
+        .map_err(|source| ActorsError::sqlite(path, source))?;
         let _ = conn.busy_timeout(std::time::Duration::from_secs(5));
         let columns = run_columns(&conn).unwrap_or_default();
         let has_principal = columns.iter().any(|c| c == "principal");
@@ -149,10 +140,7 @@ impl RunStore {
     /// connection of its own, so the agent that writes the store is never held up by it (a
     /// passive checkpoint takes no lock a writer waits on). Run it off the async workers.
     pub fn checkpoint_file(path: &Path) -> Result<(), ActorsError> {
-        let err = |source| ActorsError::Store {
-            path: path.to_owned(),
-            source,
-        };
+        let err = |source| ActorsError::sqlite(path, source);
         let conn = Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,

@@ -39,7 +39,33 @@ pub const MAX_BATCH: usize = 512;
 
 /// What a job's answer needs once its store's transaction has ended: `Ok` when it committed
 /// (or there was nothing to commit), else why the commit failed.
-type Deliver = Box<dyn FnOnce(Result<(), &str>) + Send>;
+type Deliver = Box<dyn FnOnce(Result<(), &CommitFailure>) + Send>;
+
+/// Why a batch's transaction did not commit, told to every job of the batch.
+#[derive(Debug)]
+struct CommitFailure {
+    /// What SQLite said.
+    detail: String,
+    /// Whether the store could not be written (a full disk, a file-size limit): the jobs'
+    /// errors say so, so the supervisor can tell it from other failures.
+    not_writable: bool,
+}
+
+impl CommitFailure {
+    fn error(&self, path: PathBuf) -> ActorsError {
+        if self.not_writable {
+            ActorsError::StoreNotWritable {
+                path,
+                detail: self.detail.clone(),
+            }
+        } else {
+            ActorsError::Commit {
+                path,
+                detail: self.detail.clone(),
+            }
+        }
+    }
+}
 
 /// The work of one job, run on the writer thread against its store.
 type Work = Box<dyn FnOnce(Result<&mut RunStore, ActorsError>) -> Deliver + Send>;
@@ -177,13 +203,10 @@ impl StoreWriter {
         let store_path = path.to_path_buf();
         let work: Work = Box::new(move |store| {
             let result = store.and_then(f);
-            Box::new(move |committed: Result<(), &str>| {
+            Box::new(move |committed: Result<(), &CommitFailure>| {
                 then(match committed {
                     Ok(()) => result,
-                    Err(detail) => Err(ActorsError::Commit {
-                        path: store_path,
-                        detail: detail.to_owned(),
-                    }),
+                    Err(failure) => Err(failure.error(store_path)),
                 });
             })
         });
@@ -365,10 +388,7 @@ impl Batch<'_> {
         let held = std::mem::take(&mut self.held);
         for (p, deliver) in held {
             if &p == path {
-                deliver(match &committed {
-                    Ok(()) => Ok(()),
-                    Err(detail) => Err(detail.as_str()),
-                });
+                deliver(committed.as_ref().map(|_| ()));
             } else {
                 self.held.push((p, deliver));
             }
@@ -377,14 +397,14 @@ impl Batch<'_> {
 
     fn finish_all(mut self, stores: &mut HashMap<Arc<Path>, RunStore>) {
         let paths: Vec<Arc<Path>> = self.in_transaction.iter().cloned().collect();
-        let mut failed: HashMap<Arc<Path>, String> = HashMap::new();
+        let mut failed: HashMap<Arc<Path>, CommitFailure> = HashMap::new();
         for path in paths {
-            if let Err(detail) = self.commit(&path, stores) {
-                failed.insert(path, detail);
+            if let Err(failure) = self.commit(&path, stores) {
+                failed.insert(path, failure);
             }
         }
         for (path, deliver) in self.held {
-            deliver(failed.get(&path).map_or(Ok(()), |d| Err(d.as_str())));
+            deliver(failed.get(&path).map_or(Ok(()), Err));
         }
     }
 
@@ -392,17 +412,23 @@ impl Batch<'_> {
         &mut self,
         path: &Arc<Path>,
         stores: &mut HashMap<Arc<Path>, RunStore>,
-    ) -> Result<(), String> {
+    ) -> Result<(), CommitFailure> {
         if !self.in_transaction.remove(path) {
             return Ok(());
         }
         let Some(store) = stores.get_mut(path) else {
-            return Err("the store closed with writes uncommitted".into());
+            return Err(CommitFailure {
+                detail: "the store closed with writes uncommitted".into(),
+                not_writable: false,
+            });
         };
         self.counts.commits.fetch_add(1, Ordering::Relaxed);
         store.commit_batch().map_err(|e| {
             error!(store = %path.display(), error = %e, "group commit failed; the batch's writes are rolled back");
-            e.to_string()
+            CommitFailure {
+                detail: e.to_string(),
+                not_writable: crate::error::sqlite_not_writable(&e),
+            }
         })
     }
 }

@@ -202,7 +202,9 @@ pub fn assemble(
     for reg in agents.iter().take(cap) {
         let (work, presence) = row_facts(reg, by_host.get(reg.host.as_str()), request.now_ms);
         match presence.basis {
-            PresenceBasis::SupervisorRunTable | PresenceBasis::AgentDown => provided = true,
+            PresenceBasis::SupervisorRunTable
+            | PresenceBasis::AgentDown
+            | PresenceBasis::StoreNotWritable => provided = true,
             PresenceBasis::NotServedByHost | PresenceBasis::NotReported => {
                 gaps.push(reg.agent.clone());
             }

@@ -57,6 +57,9 @@ pub enum PresenceBasis {
     SupervisorRunTable,
     /// The owning host's supervisor: the agent's actor is down (stopped after failures).
     AgentDown,
+    /// The owning host's supervisor: the agent's actor is down because its store could not
+    /// be written (a full disk, a file-size limit); its host restarts it once it can be.
+    StoreNotWritable,
     /// The owning host answered but does not serve the agent (its config differs).
     NotServedByHost,
     /// The owning host answered without a report for the agent.
@@ -80,6 +83,7 @@ impl PresenceBasis {
         match self {
             Self::SupervisorRunTable => "supervisor_run_table",
             Self::AgentDown => "agent_down",
+            Self::StoreNotWritable => "store_not_writable",
             Self::NotServedByHost => "not_served_by_host",
             Self::NotReported => "not_reported",
             Self::HostUnreachable => "host_unreachable",
@@ -177,6 +181,9 @@ pub enum ActorState {
     Up,
     /// Stopped (its restart budget is spent, or it is being restarted).
     Down,
+    /// Stopped because its store could not be written (a full disk, a file-size limit); its
+    /// host restarts it once the store takes writes again.
+    StoreNotWritable,
     /// This host does not serve the agent.
     NotServed,
     /// The host is not running; its work was read from its store.
@@ -207,6 +214,9 @@ pub fn presence_of(report: &AgentReport) -> (PresenceState, PresenceBasis) {
     match report.actor {
         ActorState::NotServed => (PresenceState::Unknown, PresenceBasis::NotServedByHost),
         ActorState::Down => (PresenceState::Unreachable, PresenceBasis::AgentDown),
+        ActorState::StoreNotWritable => {
+            (PresenceState::Unreachable, PresenceBasis::StoreNotWritable)
+        }
         ActorState::Offline => (PresenceState::Unknown, PresenceBasis::HostNotRunning),
         ActorState::Up => {
             let w = &report.work;

@@ -52,6 +52,7 @@ pub fn presence_canonical_bytes(report: &PresenceReport) -> Vec<u8> {
         out.field(match r.actor {
             ActorState::Up => b"up",
             ActorState::Down => b"down",
+            ActorState::StoreNotWritable => b"store_not_writable",
             ActorState::NotServed => b"not_served",
             ActorState::Offline => b"offline",
         });

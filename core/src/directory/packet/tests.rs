@@ -711,6 +711,7 @@ fn actor() -> impl Strategy<Value = ActorState> {
     prop_oneof![
         4 => Just(ActorState::Up),
         1 => Just(ActorState::Down),
+        1 => Just(ActorState::StoreNotWritable),
         1 => Just(ActorState::NotServed),
     ]
 }
@@ -769,7 +770,9 @@ fn answers() -> impl Strategy<Value = Vec<HostAnswer>> {
 fn limitation_for(row: &DirectoryRow) -> Option<Limitation> {
     let host = row.host.clone();
     match row.presence.basis {
-        PresenceBasis::SupervisorRunTable | PresenceBasis::AgentDown => None,
+        PresenceBasis::SupervisorRunTable
+        | PresenceBasis::AgentDown
+        | PresenceBasis::StoreNotWritable => None,
         PresenceBasis::HostUnreachable => Some(Limitation::HostUnreachable { host }),
         PresenceBasis::HostNoAnswer => Some(Limitation::HostNoAnswer { host }),
         PresenceBasis::HostRefused => Some(Limitation::HostRefused { host }),
@@ -830,6 +833,7 @@ proptest! {
                 row.presence.basis,
                 PresenceBasis::SupervisorRunTable
                     | PresenceBasis::AgentDown
+                    | PresenceBasis::StoreNotWritable
                     | PresenceBasis::HostNotRunning
             );
             prop_assert_eq!(row.work.is_some(), supervised, "{:?}", row);

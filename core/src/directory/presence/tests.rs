@@ -74,6 +74,17 @@ fn an_agent_whose_actor_is_down_is_unreachable_whatever_its_work() {
 }
 
 #[test]
+fn an_agent_down_on_its_store_is_unreachable_and_says_why_whatever_its_work() {
+    for w in works() {
+        assert_eq!(
+            presence_of(&report(ActorState::StoreNotWritable, w.clone())),
+            (PresenceState::Unreachable, PresenceBasis::StoreNotWritable),
+            "{w:?}"
+        );
+    }
+}
+
+#[test]
 fn a_run_parked_on_an_approval_makes_the_agent_blocked_even_when_others_run() {
     for w in [
         work(0, 0, 0, 1, false),
@@ -203,6 +214,7 @@ fn the_vocabulary_reads_as_its_serialized_form() {
     for basis in [
         PresenceBasis::SupervisorRunTable,
         PresenceBasis::AgentDown,
+        PresenceBasis::StoreNotWritable,
         PresenceBasis::NotServedByHost,
         PresenceBasis::NotReported,
         PresenceBasis::HostUnreachable,

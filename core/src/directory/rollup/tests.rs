@@ -450,6 +450,7 @@ fn actor() -> impl Strategy<Value = ActorState> {
     prop_oneof![
         4 => Just(ActorState::Up),
         2 => Just(ActorState::Down),
+        1 => Just(ActorState::StoreNotWritable),
         1 => Just(ActorState::NotServed),
     ]
 }
@@ -605,7 +606,7 @@ fn flipped(
             let report = report.map(|mut r| {
                 r.actor = match r.actor {
                     ActorState::Up => ActorState::Down,
-                    ActorState::Down => ActorState::Up,
+                    ActorState::Down | ActorState::StoreNotWritable => ActorState::Up,
                     other @ (ActorState::NotServed | ActorState::Offline) => other,
                 };
                 r
