@@ -194,6 +194,19 @@ fn a_principal_sees_and_controls_only_its_own_runs_and_an_operator_decides() {
     assert_eq!(run["status"], "blocked", "nothing was decided");
     let (status, body) = approve("tok-ops", &alice_id);
     assert_eq!(status, 200, "{body}");
+    let (_, log) = get(
+        &served,
+        Some("tok-ops"),
+        &format!("/runs/{alice_id}/events"),
+    );
+    let decided = log["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "approval_decided")
+        .cloned()
+        .expect("a decision in the log");
+    assert_eq!(decided["data"]["by"], "api:ops", "the log says who decided");
     let (status, body) = approve("tok-ops2", &ops_id);
     assert_eq!(status, 200, "{body}");
     let done = served.wait_status_with(&alice_id, "succeeded", "tok-alice");
@@ -512,4 +525,39 @@ fn one_principal_cannot_park_enough_gated_runs_to_lock_others_out_even_across_re
     eventually("a slot to free", Duration::from_secs(30), || {
         (start(&served, Some("tok-alice"), "cfo").0 == 201).then_some(())
     });
+}
+
+#[test]
+fn a_gate_that_allows_it_is_decided_by_the_runs_requester_and_the_log_says_who() {
+    let (fleet, served) = host(AUTH);
+    std::fs::write(
+        fleet.agents().join("cfo/agent.yaml"),
+        GATED_CFO.replace("approval: required", "approval: requester"),
+    )
+    .unwrap();
+    assert_eq!(post(&served, Some("tok-ops"), "/reload", json!({})).0, 200);
+    let (_, run) = start(&served, Some("tok-alice"), "cfo");
+    let id = run["id"].as_str().unwrap().to_owned();
+    served.wait_status_with(&id, "blocked", "tok-alice");
+    let path = format!("/runs/{id}/approve");
+    assert_eq!(
+        post(&served, Some("tok-bob"), &path, json!({"approve": true})).0,
+        404
+    );
+    let (status, body) = post(&served, Some("tok-alice"), &path, json!({"approve": true}));
+    assert_eq!(status, 200, "{body}");
+    let done = served.wait_status_with(&id, "succeeded", "tok-alice");
+    assert_eq!(done["output"], "48250.00");
+    let (_, log) = get(&served, Some("tok-alice"), &format!("/runs/{id}/events"));
+    let events = log["events"].as_array().unwrap();
+    let asked = events
+        .iter()
+        .find(|e| e["kind"] == "approval_requested")
+        .expect("asked");
+    assert_eq!(asked["data"]["requester_may_decide"], true, "{asked}");
+    let decided = events
+        .iter()
+        .find(|e| e["kind"] == "approval_decided")
+        .expect("decided");
+    assert_eq!(decided["data"]["by"], "api:alice", "{decided}");
 }

@@ -228,8 +228,43 @@ impl Host {
             .ok_or_else(|| ActorsError::UnknownRun(id.to_string()))
     }
 
-    /// An operator's approve (or deny) of the gated tool a blocked run waits on.
+    /// The approval request a run waits on, if it waits on one: the last `approval_requested`
+    /// of its log that no decision followed.
+    pub fn pending_gate(
+        &self,
+        id: &RunId,
+    ) -> Result<Option<consort_core::event::ApprovalRequested>, ActorsError> {
+        let mut pending = None;
+        for record in self.events(id)? {
+            match record.event {
+                consort_core::RunEvent::ApprovalRequested(asked) => pending = Some(asked),
+                consort_core::RunEvent::ApprovalDecided(decided)
+                    if pending
+                        .as_ref()
+                        .is_some_and(|p| p.tool_use_id == decided.tool_use_id) =>
+                {
+                    pending = None;
+                }
+                _ => {}
+            }
+        }
+        Ok(pending)
+    }
+
+    /// An operator's approve (or deny) of the gated tool a blocked run waits on; the event
+    /// log records the decision as the local `operator`'s (see [`Host::decide_as`]).
     pub async fn decide(&self, id: &RunId, approve: bool) -> Result<RunRecord, ActorsError> {
+        self.decide_as(id, approve, "operator").await
+    }
+
+    /// [`Host::decide`], recording `by` (a principal the caller checked) as who decided.
+    pub async fn decide_as(
+        &self,
+        id: &RunId,
+        approve: bool,
+        by: &str,
+    ) -> Result<RunRecord, ActorsError> {
+        let by = by.to_owned();
         let run = self
             .run(id)?
             .ok_or_else(|| ActorsError::UnknownRun(id.to_string()))?;
@@ -240,6 +275,7 @@ impl Host {
                 agent: run.agent.clone(),
                 run: target.clone(),
                 approve,
+                by: by.clone(),
                 reply
             },
             ASK_TIMEOUT_MS

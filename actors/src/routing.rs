@@ -201,6 +201,8 @@ pub enum SupervisorMsg {
         run: RunId,
         /// True approves the pending tool use, false denies it.
         approve: bool,
+        /// Who decided: the principal the host checked, or `operator` for its local operator.
+        by: String,
         /// Answered with the run after the decision.
         reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
     },

@@ -694,6 +694,7 @@ impl Actor for HostSupervisor {
                 agent,
                 run,
                 approve,
+                by,
                 reply,
             } => match Self::actor(state, &agent) {
                 Some(actor) => {
@@ -702,6 +703,7 @@ impl Actor for HostSupervisor {
                         AgentMsg::Decide {
                             run,
                             approve,
+                            by,
                             reply,
                         },
                     );

@@ -188,6 +188,10 @@ pub struct ApprovalRequested {
     /// The input the model gave it.
     #[serde(default)]
     pub input: Value,
+    /// Whether the run's own requester may decide, besides an operator (the tool's
+    /// `approval: requester`); absent in events written before it existed, which means no.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub requester_may_decide: bool,
 }
 
 /// [`RunEvent::ApprovalDecided`].

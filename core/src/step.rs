@@ -65,7 +65,7 @@ pub fn step(view: &RunView, input: Input, policy: &Policy<'_>) -> Step {
         Input::Reply { reply, placing } => {
             reply::take_reply(view, reply, placing, policy.reply_cap)
         }
-        Input::Decide { run, approve } => gate::decide(view, &run, approve),
+        Input::Decide { run, approve, by } => gate::decide(view, &run, approve, &by),
         Input::WaitElapsed { tool_use_id } => call::wait_elapsed(view, &tool_use_id),
         Input::Resume => reply::resume(view),
         Input::Deliver {

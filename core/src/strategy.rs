@@ -135,6 +135,7 @@ pub(crate) fn event() -> impl Strategy<Value = RunEvent> {
             tool_use_id: id,
             tool: "ledger".into(),
             input: json!({"q": 1}),
+            requester_may_decide: false,
         })),
         (tool_use_id(), any::<bool>()).prop_map(|(id, approved)| {
             RunEvent::ApprovalDecided(ApprovalDecided {

@@ -44,6 +44,17 @@ pub enum Requester {
     Unverified,
 }
 
+impl Requester {
+    /// The name a decision it makes is recorded under.
+    pub fn decider(&self) -> &str {
+        match self {
+            Self::LocalOperator => "operator",
+            Self::Operator { principal } | Self::Principal { principal } => principal,
+            Self::Anonymous | Self::Unverified => ANONYMOUS,
+        }
+    }
+}
+
 /// What a request wants to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action<'a> {

@@ -649,9 +649,11 @@ async fn approve(
     }
     let Json(decision) = body?;
     let target = id.clone();
-    let run = blocking(&host, move |h| {
-        h.run(&target)?
-            .ok_or_else(|| ActorsError::UnknownRun(target.to_string()))
+    let (run, gate) = blocking(&host, move |h| {
+        let run = h
+            .run(&target)?
+            .ok_or_else(|| ActorsError::UnknownRun(target.to_string()))?;
+        Ok((run, h.pending_gate(&target)?))
     })
     .await?;
     access::authorize(
@@ -659,10 +661,10 @@ async fn approve(
         auth.anonymous(),
         Action::Decide {
             owner: &run.principal,
-            self_approval: false,
+            self_approval: gate.is_some_and(|g| g.requester_may_decide),
         },
     )?;
-    let run = host.decide(&id, decision.approve).await?;
+    let run = host.decide_as(&id, decision.approve, who.decider()).await?;
     Ok(Json(run).into_response())
 }
 

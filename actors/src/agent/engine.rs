@@ -261,14 +261,15 @@ impl AgentActor {
         Ok(())
     }
 
-    /// An operator's decision on the gated tool use a run waits on; `reply` gets the run as
-    /// committed after the decision.
+    /// A decision `by` someone the host checked on the gated tool use a run waits on;
+    /// `reply` gets the run as committed after the decision.
     pub(super) async fn decide(
         &self,
         myself: &ActorRef<AgentMsg>,
         state: &mut AgentState,
         run: &RunId,
         approve: bool,
+        by: String,
         reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
     ) -> Result<(), ActorsError> {
         let refusal = match state.record(run).await {
@@ -276,6 +277,7 @@ impl AgentActor {
                 let input = Input::Decide {
                     run: run.clone(),
                     approve,
+                    by,
                 };
                 match self.drive(myself, state, run, input).await? {
                     Verdict::Refused(refusal) => Some(refused(refusal)),

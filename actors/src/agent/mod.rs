@@ -98,10 +98,11 @@ pub(crate) enum AgentMsg {
         identity: Identity,
         reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
     },
-    /// An operator's decision on a blocked run.
+    /// A decision on a blocked run, and who made it.
     Decide {
         run: RunId,
         approve: bool,
+        by: String,
         reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
     },
     /// A peer's (or an operator's) message: into one of this agent's runs, or a new run.
@@ -399,8 +400,9 @@ impl AgentActor {
             AgentMsg::Decide {
                 run,
                 approve,
+                by,
                 reply,
-            } => self.decide(myself, state, &run, approve, reply).await?,
+            } => self.decide(myself, state, &run, approve, by, reply).await?,
             AgentMsg::Deliver {
                 from,
                 run,

@@ -151,13 +151,21 @@ impl AgentActor {
             state.submit(myself, id, result)?;
             return Ok(true);
         }
-        let gated = tool.approval() == Approval::Required;
+        let approval = tool.approval();
         let gate = {
             let view = state
                 .views
                 .get(id)
                 .ok_or_else(|| ActorsError::UnknownRun(id.to_string()))?;
-            step::approval_gate(view, &tool_use.id, result_name, name, input, gated)
+            step::approval_gate(
+                view,
+                &tool_use.id,
+                result_name,
+                name,
+                input,
+                approval.is_gated(),
+                approval == Approval::Requester,
+            )
         };
         match gate {
             Gate::Block(transition) => {

@@ -79,6 +79,17 @@ pub enum Approval {
     None,
     /// Each use blocks the run until an operator approves or denies it.
     Required,
+    /// Each use blocks the run until an operator, or the principal the run acts for,
+    /// approves or denies it (`approval: requester`): for gates that ask "are you sure?"
+    /// rather than "may you?".
+    Requester,
+}
+
+impl Approval {
+    /// Whether a use waits for a decision.
+    pub fn is_gated(self) -> bool {
+        self != Self::None
+    }
 }
 
 /// Tool names the runtime gives every agent (peer calls and the visibility meta-tools); a
@@ -118,6 +129,7 @@ enum RawToolKind {
 enum RawApproval {
     None,
     Required,
+    Requester,
 }
 
 /// The names of the sql tools among `raw`, as written (before any check), so the script steps
@@ -219,6 +231,7 @@ pub(super) fn convert_tools(
         let approval = match t.approval {
             None | Some(RawApproval::None) => Approval::None,
             Some(RawApproval::Required) => Approval::Required,
+            Some(RawApproval::Requester) => Approval::Requester,
         };
         let auth = t
             .auth

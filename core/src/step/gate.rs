@@ -25,6 +25,8 @@ pub enum Gate {
 }
 
 /// The approval gate: a gated tool's use runs only once an operator approved it.
+/// `requester_may_decide` is recorded with the request (the tool's `approval: requester`): who
+/// may decide is fixed when the run blocks, not when someone decides.
 pub fn approval_gate(
     view: &RunView,
     tool_use_id: &str,
@@ -32,6 +34,7 @@ pub fn approval_gate(
     tool: &str,
     input: &Value,
     gated: bool,
+    requester_may_decide: bool,
 ) -> Gate {
     if !gated {
         return Gate::Proceed;
@@ -43,6 +46,7 @@ pub fn approval_gate(
                     tool_use_id: tool_use_id.to_owned(),
                     tool: tool.to_owned(),
                     input: input.clone(),
+                    requester_may_decide,
                 }))
                 .status(RunStatus::Blocked),
         ),
@@ -57,9 +61,9 @@ pub fn approval_gate(
     }
 }
 
-/// An operator's decision on the gated use a blocked run waits on; a run that waits on none
-/// refuses it.
-pub(super) fn decide(view: &RunView, run: &RunId, approve: bool) -> Step {
+/// A decision, made `by` someone the host checked, on the gated use a blocked run waits on;
+/// a run that waits on none refuses it.
+pub(super) fn decide(view: &RunView, run: &RunId, approve: bool, by: &str) -> Step {
     let asked = view
         .approvals
         .iter()
@@ -77,7 +81,7 @@ pub(super) fn decide(view: &RunView, run: &RunId, approve: bool) -> Step {
             .event(RunEvent::ApprovalDecided(ApprovalDecided {
                 tool_use_id,
                 approved: approve,
-                by: "operator".into(),
+                by: by.to_owned(),
             }))
             .status(RunStatus::Running),
         vec![Effect::Advance],

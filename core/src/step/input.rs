@@ -138,12 +138,15 @@ pub enum Input {
         /// The call's placement is still out.
         placing: bool,
     },
-    /// An operator decided on the gated tool use the run waits on.
+    /// An operator (or the run's requester, where the gate allows it) decided on the gated
+    /// tool use the run waits on.
     Decide {
         /// The run.
         run: RunId,
         /// Approve (else deny).
         approve: bool,
+        /// Who decided (a principal, or `operator` for a host's local operator).
+        by: String,
     },
     /// A blocking call's wait (its `wait_s`) is over.
     WaitElapsed {

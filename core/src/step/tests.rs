@@ -419,6 +419,7 @@ fn an_operator_decides_only_a_blocked_run_and_the_gate_follows_the_decision() {
         Input::Decide {
             run: root(),
             approve: true,
+            by: "operator".into(),
         },
         &p,
     );
@@ -427,29 +428,32 @@ fn an_operator_decides_only_a_blocked_run_and_the_gate_follows_the_decision() {
         Verdict::Refused(Refusal::NotAwaitingApproval { .. })
     ));
     let input = json!({"q": 1});
-    let Gate::Block(block) = approval_gate(&run.view, "t", "ledger", "ledger", &input, true) else {
+    let Gate::Block(block) = approval_gate(&run.view, "t", "ledger", "ledger", &input, true, false)
+    else {
         panic!("a gated tool blocks first");
     };
     run.apply(&Step::write(block, vec![]));
     assert_eq!(run.status, RunStatus::Blocked);
     assert!(matches!(
-        approval_gate(&run.view, "t", "ledger", "ledger", &input, true),
+        approval_gate(&run.view, "t", "ledger", "ledger", &input, true, false),
         Gate::Block(t) if t.events.is_empty()
     ));
     assert_eq!(
-        approval_gate(&run.view, "t", "ledger", "ledger", &input, false),
+        approval_gate(&run.view, "t", "ledger", "ledger", &input, false, false),
         Gate::Proceed
     );
     let decided = run.step(
         Input::Decide {
             run: root(),
             approve: false,
+            by: "operator".into(),
         },
         &p,
     );
     assert_eq!(decided.effects, vec![Effect::Advance]);
     assert_eq!(run.status, RunStatus::Running);
-    let Gate::Denied(denied) = approval_gate(&run.view, "t", "ledger", "ledger", &input, true)
+    let Gate::Denied(denied) =
+        approval_gate(&run.view, "t", "ledger", "ledger", &input, true, false)
     else {
         panic!("a denied use is answered");
     };
@@ -635,7 +639,8 @@ fn waiting_run(p: &Policy<'_>) -> Run {
 /// A run parked on an operator's approval.
 fn blocked_run() -> Run {
     let mut run = Run::new(0);
-    let Gate::Block(block) = approval_gate(&run.view, "t", "ledger", "ledger", &json!({}), true)
+    let Gate::Block(block) =
+        approval_gate(&run.view, "t", "ledger", "ledger", &json!({}), true, false)
     else {
         panic!("a gated tool blocks first");
     };

@@ -68,6 +68,7 @@ impl World {
                 &tool.name,
                 &tool_use.input,
                 tool.gated,
+                false,
             )
         };
         match gate {
@@ -166,6 +167,7 @@ impl World {
         let input = Input::Decide {
             run: run.clone(),
             approve,
+            by: "operator".into(),
         };
         let Some(verdict) = self.drive(agent, run, input) else {
             return;
