@@ -50,7 +50,9 @@ pub(crate) struct ServeArgs {
     /// Address of the HTTP API; port 0 picks a free one. Beyond loopback it needs --auth.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen_http: SocketAddr,
-    /// Host auth file: bearer tokens of HTTP callers and their roles (see docs/SECURITY.md).
+    /// Host auth file: bearer tokens of HTTP callers and their roles (see docs/SECURITY.md),
+    /// which are also the roles an origin holds here when a call reaches this host
+    /// (docs/VISIBILITY.md).
     #[arg(long)]
     pub auth: Option<PathBuf>,
     /// A name the API answers to in the Host header, besides loopback and its address

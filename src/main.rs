@@ -21,11 +21,12 @@ use serde_json::json;
 
 use consort_actors::page::{RunCursor, page_size};
 use consort_actors::store::Durability;
+use consort_actors::visibility::{Identity, Principal};
 use consort_actors::{AgentOptions, Channel, DataFolder, RunRecord, RunStatus};
 use consort_config::AgentSet;
-use consort_fleet::Client;
 use consort_fleet::dev::{DevHost, DevOptions};
 use consort_fleet::listener::HttpBounds;
+use consort_fleet::{Client, HostAuth};
 use consort_net::RunId;
 
 const DEFAULT_URL: &str = "http://127.0.0.1:7400";
@@ -193,6 +194,10 @@ struct DevArgs {
     /// (repeatable).
     #[arg(long = "allow-host", value_name = "NAME")]
     allow_hosts: Vec<String>,
+    /// Who the --ask request comes from: api:<token-name> (with that token's roles in --auth)
+    /// or anonymous (the default). Every run it leads to acts for this origin.
+    #[arg(long = "as", value_name = "PRINCIPAL", requires = "ask")]
+    as_principal: Option<String>,
     #[arg(long)]
     json: bool,
 }
@@ -565,16 +570,18 @@ async fn dev(args: DevArgs) -> Result<ExitCode> {
         durability,
         ..AgentOptions::default()
     };
+    let auth = args
+        .auth
+        .as_deref()
+        .map(consort_config::HostAuthConfig::load)
+        .transpose()?;
+    let identity = ask_identity(args.as_principal.as_deref(), auth.as_ref())?;
     let dev = DevHost::start(DevOptions {
         dirs: args.dirs.clone(),
         data_dir: args.data.clone(),
         listen: args.listen.unwrap_or(default_listen),
         agent_options,
-        auth: args
-            .auth
-            .as_deref()
-            .map(consort_config::HostAuthConfig::load)
-            .transpose()?,
+        auth,
         allow_hosts: args.allow_hosts.clone(),
         http: HttpBounds::default(),
     })
@@ -602,7 +609,10 @@ async fn dev(args: DevArgs) -> Result<ExitCode> {
             dev.host.agents().join(", ")
         );
     }
-    let started = dev.host.start_run(&agent, &input, Channel::Cli).await?;
+    let started = dev
+        .host
+        .start_run_as(&agent, &input, Channel::Cli, identity)
+        .await?;
     let mut notices = dev.host.subscribe();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(args.timeout_secs);
     let mut told_blocked = std::collections::BTreeSet::new();
@@ -644,6 +654,23 @@ async fn dev(args: DevArgs) -> Result<ExitCode> {
     } else {
         ExitCode::from(2)
     })
+}
+
+/// The identity of `dev --ask --as PRINCIPAL`: a token's principal with its roles in the auth
+/// file, or anonymous. An agent never starts a request of its own accord.
+fn ask_identity(
+    principal: Option<&str>,
+    auth: Option<&consort_config::HostAuthConfig>,
+) -> Result<Identity> {
+    let Some(text) = principal else {
+        return Ok(Identity::Absent);
+    };
+    let principal = Principal::parse(text).context("--as")?;
+    if let Principal::Agent(_) = principal {
+        bail!("--as: a request comes from api:<token-name> or anonymous, not from an agent");
+    }
+    let auth = auth.map_or_else(HostAuth::none, HostAuth::new);
+    Ok(Identity::from_principal(&principal, auth.grants()))
 }
 
 /// Resolves on Ctrl-C or SIGTERM: unsettled runs stay in the stores and resume on restart.

@@ -14,7 +14,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
-use consort_actors::visibility::{DecisionReport, Identity, Principal, ProbeCache};
+use consort_actors::visibility::{DecisionReport, Identity, Origin, Principal, ProbeCache};
 use consort_actors::{AgentCatalog, MetaAnswer, visibility_from_files};
 use consort_config::{AgentSet, HostAuthConfig};
 use consort_fleet::HostAuth;
@@ -69,9 +69,14 @@ pub(crate) struct Who {
     /// Agent folders, or folders of agent folders.
     #[arg(long = "dir", required = true, num_args = 1..)]
     dirs: Vec<PathBuf>,
-    /// The host auth file, for the roles of api:<token-name> principals.
+    /// The host auth file, for the roles of api:<token-name> principals (and origins).
     #[arg(long)]
     auth: Option<PathBuf>,
+    /// With --as agent:<name>: who started the request that agent's call serves
+    /// (api:<token-name>, anonymous or unknown). The agent acts with the roles it is granted
+    /// only as far as this origin holds them, unless its grant holds on behalf of anyone.
+    #[arg(long, default_value = "anonymous")]
+    origin: String,
 }
 
 pub(crate) fn visibility(args: VisibilityArgs) -> Result<ExitCode> {
@@ -95,16 +100,18 @@ fn view(who: &Who) -> Result<(AgentCatalog, Identity)> {
             set.names().join(", ")
         );
     };
+    let origin = Origin::parse(&who.origin).context("--origin")?;
     let catalog = AgentCatalog::build(agent, &[], 1);
+    let auth = match &who.auth {
+        Some(file) => HostAuth::new(&HostAuthConfig::load(file)?),
+        None => HostAuth::none(),
+    };
     let identity = match &principal {
-        Principal::Agent(caller) => catalog.peer_identity(caller),
-        Principal::Api(_) => {
-            let auth = match &who.auth {
-                Some(file) => HostAuth::new(&HostAuthConfig::load(file)?),
-                None => HostAuth::none(),
-            };
-            Identity::from_principal(&principal, auth.grants())
+        Principal::Agent(caller) => catalog.peer_identity(caller, &origin, auth.grants()),
+        Principal::Api(_) | Principal::Anonymous if origin != Origin::Absent => {
+            bail!("--origin: only a run of --as agent:<name> acts for an origin other than itself")
         }
+        Principal::Api(_) => Identity::from_principal(&principal, auth.grants()),
         Principal::Anonymous => Identity::Absent,
     };
     Ok((catalog, identity))

@@ -476,15 +476,18 @@ fn a_down_callee_is_unreachable_and_the_same_tool_use_after_restart_gives_one_ru
     let rt = tokio::runtime::Runtime::new().unwrap();
     let parent = RunId::random();
     let now = consort::actors::run::now_ms();
-    let mut envelope = consort::net::new_call(NextHop {
-        caller: "cmo",
-        callee: "cfo",
-        parent_run: &parent,
-        tool_use_id: "tu_0_0",
-        input: "2026-08",
-        issued_at_ms: now,
-        expires_at_ms: now + 600_000,
-    });
+    let mut envelope = consort::net::new_call(
+        &consort::actors::visibility::Origin::Absent,
+        NextHop {
+            caller: "cmo",
+            callee: "cfo",
+            parent_run: &parent,
+            tool_use_id: "tu_0_0",
+            input: "2026-08",
+            issued_at_ms: now,
+            expires_at_ms: now + 600_000,
+        },
+    );
     consort::net::sign_pending_hops(&mut envelope, "alpha", &key, |a| a == "cmo");
     let child = envelope.hops[0].child_run.clone();
     let frame = Frame::Call(envelope);

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 pub use consort_core::{Channel, RunEvent, RunStatus};
 use consort_net::RunId;
 
-use crate::visibility::{Caller, Identity, Principal};
+use crate::visibility::{Caller, Identity, Origin, Principal};
 
 /// A run's cost roll-up. Tokens are zero when the model does not report them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,10 +71,20 @@ pub struct RunRecord {
     /// run's roles are read from the callee's current `grants` instead.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub roles: Vec<String>,
+    /// Who started the run's call tree: a root run's own principal (`api:<token-name>`,
+    /// `anonymous`, `unknown`), a called run's the origin its chain's first hop carries,
+    /// across hosts too. A peer run's roles are the callee's grants as far as the origin
+    /// holds them. `unknown` for a called run stored before origins were recorded.
+    #[serde(default = "unknown")]
+    pub origin: String,
 }
 
 fn anonymous() -> String {
     "anonymous".to_owned()
+}
+
+fn unknown() -> String {
+    "unknown".to_owned()
 }
 
 /// The stored text of an identity: the principal, `anonymous` or `unknown`, and its roles.
@@ -109,13 +119,18 @@ impl RunRecord {
             "unknown" => Identity::Unknown,
             "anonymous" => Identity::Absent,
             text => match Principal::parse(text) {
-                Ok(principal) => Identity::Present(Caller {
-                    principal,
-                    roles: self.roles.iter().cloned().collect(),
-                }),
+                Ok(principal) => {
+                    Identity::Present(Caller::new(principal, self.roles.iter().cloned().collect()))
+                }
                 Err(_) => Identity::Unknown,
             },
         }
+    }
+
+    /// The run's origin as stored. Text that is not an origin reads as unknown: nothing is
+    /// invented.
+    pub fn origin(&self) -> Origin {
+        Origin::parse(&self.origin).unwrap_or(Origin::Unknown)
     }
 }
 

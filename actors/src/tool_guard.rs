@@ -14,6 +14,10 @@
 //!   cut. It has no way to reach the resource check or the handler, so nothing a model or
 //!   caller writes can switch probe mode on.
 //!
+//! A policy a called run fails only because of its origin (the request did not come from
+//! someone who holds the access the calling agent was granted; see
+//! [`crate::visibility::acting_roles`]) is refused in words that say so.
+//!
 //! This module never runs a tool handler, never writes run state, and does not decide
 //! visibility (that is [`crate::visibility`]); it answers "may this use go ahead".
 
@@ -69,18 +73,35 @@ fn before_cut(
             Identity::Absent => PolicyResult::Deny,
             Identity::Unknown => PolicyResult::Unknown,
         };
+        // When the origin is what stands in the way, the model is told so: it can answer
+        // without the tool or say who must ask, instead of retrying. Policy and role names
+        // never reach the model.
+        let origin_blocks = match access.identity {
+            Identity::Present(caller) => access
+                .registry
+                .blocked_by_origin(policy, caller)
+                .then_some(caller),
+            Identity::Absent | Identity::Unknown => None,
+        };
         match result {
             PolicyResult::Allow => {}
             PolicyResult::Deny => {
-                // Policy names never reach the model.
-                return Err(Stop::Refused(
-                    "the caller does not satisfy this tool's access policy".into(),
-                ));
+                return Err(Stop::Refused(match origin_blocks {
+                    Some(caller) => format!(
+                        "{} may use this tool only on behalf of a requester who holds the access it needs, and this request came from {}, who does not; answer without this tool, or say that the request must come from someone with that access",
+                        caller.principal, caller.origin
+                    ),
+                    None => "the caller does not satisfy this tool's access policy".into(),
+                }));
             }
             PolicyResult::Unknown => {
-                return Err(Stop::CannotTell(
-                    "the caller's identity could not be established".into(),
-                ));
+                return Err(Stop::CannotTell(match origin_blocks {
+                    Some(caller) => format!(
+                        "who started this request could not be established, and {} may use this tool only on behalf of a requester who holds the access it needs",
+                        caller.principal
+                    ),
+                    None => "the caller's identity could not be established".into(),
+                }));
             }
             PolicyResult::NoResult => {
                 let deferred = matches!(policy, PolicyRef::Named(name)

@@ -30,4 +30,4 @@ pub use goals::{DirectorySettings, GoalConfig, GoalsConfig, load_dev_goals};
 pub use host_auth::{
     AnonymousAccess, HostAuthConfig, IdentityHookConfig, TokenConfig, TokenSecret,
 };
-pub use visibility::{GuardConfig, PolicyConfig, ToolAuthConfig, VisibilityConfig};
+pub use visibility::{GrantConfig, GuardConfig, PolicyConfig, ToolAuthConfig, VisibilityConfig};

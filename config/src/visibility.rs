@@ -4,13 +4,18 @@
 //! Owns their raw serde shapes (unknown keys refused) and their checks, each error naming the
 //! file, line, column and key: a policy name must be a plain name or the role form
 //! `roles:<name>[,<name>]` with no empty name; a named policy must be defined under
-//! `policies:`; a definition must require something; principals are `api:<name>`,
-//! `agent:<name>` or `anonymous`. It must not evaluate policies or decide visibility: that is
+//! `policies:`; a definition must require something (`roles`, `principals`, `origin_roles` or
+//! `needs_resource`); principals are `api:<name>`, `agent:<name>` or `anonymous`; a grant is a
+//! list of roles or `{roles: [...], on_behalf_of: role_holders | any}`. It must not evaluate policies or decide visibility: that is
 //! consort-core's `visibility` module, which reads the plain data built here.
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
+use std::fmt;
+
+use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
+use serde::de::{MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer};
 use serde_saphyr::Spanned;
 
 use crate::agent::is_valid_name;
@@ -58,9 +63,24 @@ pub struct PolicyConfig {
     pub roles: Vec<String>,
     /// The caller must be one of these principals (`api:<name>`, `agent:<name>`, `anonymous`).
     pub principals: Vec<String>,
+    /// The origin of the caller's call tree (who started its root run) must hold one of these
+    /// roles, as this host grants them.
+    pub origin_roles: Vec<String>,
     /// The policy needs the resource (the tool's arguments): it reports no result at list
     /// time, and the tool's own check decides at invoke time.
     pub needs_resource: bool,
+}
+
+/// What an agent grants one peer agent that calls it: `grants: {<agent>: [roles]}` or
+/// `grants: {<agent>: {roles: [...], on_behalf_of: any}}`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GrantConfig {
+    /// The roles granted.
+    pub roles: Vec<String>,
+    /// `on_behalf_of: any`: the peer acts with these roles whoever started the request it
+    /// serves. By default (`role_holders`) it acts with a role only for an origin that holds
+    /// that role too.
+    pub on_behalf_of_any: bool,
 }
 
 /// The agent-level visibility declarations.
@@ -71,7 +91,7 @@ pub struct VisibilityConfig {
     /// The policy of tools that declare none.
     pub fallback_policy: Option<String>,
     /// Roles this agent grants to peer agents that call it, by agent name.
-    pub grants: BTreeMap<String, Vec<String>>,
+    pub grants: BTreeMap<String, GrantConfig>,
     /// T2 probes run on at most this many ranked candidates per search.
     pub probe_budget: usize,
 }
@@ -118,14 +138,54 @@ pub(crate) struct RawGuard {
 pub(crate) struct RawPolicy {
     roles: Option<Vec<Spanned<String>>>,
     principals: Option<Vec<Spanned<String>>>,
+    origin_roles: Option<Vec<Spanned<String>>>,
     needs_resource: Option<bool>,
+}
+
+/// One grant as written: a list of roles, or a map with `roles` and `on_behalf_of`.
+pub(crate) enum RawGrant {
+    Roles(Vec<Spanned<String>>),
+    Scoped(RawScopedGrant),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawScopedGrant {
+    roles: Vec<Spanned<String>>,
+    on_behalf_of: Option<Spanned<RawOnBehalfOf>>,
+}
+
+#[derive(Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum RawOnBehalfOf {
+    RoleHolders,
+    Any,
+}
+
+impl<'de> Deserialize<'de> for RawGrant {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct GrantVisitor;
+        impl<'de> Visitor<'de> for GrantVisitor {
+            type Value = RawGrant;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list of roles, or {roles: [...], on_behalf_of: role_holders | any}")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<RawGrant, A::Error> {
+                Vec::deserialize(SeqAccessDeserializer::new(seq)).map(RawGrant::Roles)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawGrant, A::Error> {
+                RawScopedGrant::deserialize(MapAccessDeserializer::new(map)).map(RawGrant::Scoped)
+            }
+        }
+        deserializer.deserialize_any(GrantVisitor)
+    }
 }
 
 /// The agent-level keys, as [`crate::agent`]'s raw agent holds them.
 pub(crate) struct RawAgentVisibility {
     pub policies: Option<BTreeMap<String, Spanned<RawPolicy>>>,
     pub fallback_policy: Option<Spanned<String>>,
-    pub grants: Option<BTreeMap<String, Spanned<Vec<Spanned<String>>>>>,
+    pub grants: Option<BTreeMap<String, Spanned<RawGrant>>>,
     pub probe_budget: Option<Spanned<u64>>,
 }
 
@@ -218,13 +278,18 @@ pub(crate) fn convert_agent_visibility(
             }
             principals.push(p.value);
         }
+        let origin_roles = check_roles(
+            ctx,
+            &key.key("origin_roles"),
+            policy.origin_roles.unwrap_or_default(),
+        )?;
         let needs_resource = policy.needs_resource.unwrap_or(false);
-        if roles.is_empty() && principals.is_empty() && !needs_resource {
+        if roles.is_empty() && principals.is_empty() && origin_roles.is_empty() && !needs_resource {
             return Err(ctx.invalid(
                 at,
                 &key,
                 format!(
-                    "policy `{name}` requires nothing: give `roles`, `principals` or `needs_resource: true`"
+                    "policy `{name}` requires nothing: give `roles`, `principals`, `origin_roles` or `needs_resource: true`"
                 ),
             ));
         }
@@ -233,6 +298,7 @@ pub(crate) fn convert_agent_visibility(
             PolicyConfig {
                 roles,
                 principals,
+                origin_roles,
                 needs_resource,
             },
         );
@@ -245,17 +311,29 @@ pub(crate) fn convert_agent_visibility(
         }
     };
     let mut grants = BTreeMap::new();
-    for (agent, roles) in raw.grants.unwrap_or_default() {
+    for (agent, grant) in raw.grants.unwrap_or_default() {
         let key = root.key("grants").key(&agent);
         if !is_valid_name(&agent) {
             return Err(ctx.invalid(
-                Pos::of(&roles),
+                Pos::of(&grant),
                 &key,
                 format!("`{agent}` is not an agent name (1 to 64 of a-z, 0-9, `_`, `-`)"),
             ));
         }
-        let roles = check_roles(ctx, &key, roles.value)?;
-        grants.insert(agent, roles);
+        let grant = match grant.value {
+            RawGrant::Roles(roles) => GrantConfig {
+                roles: check_roles(ctx, &key, roles)?,
+                on_behalf_of_any: false,
+            },
+            RawGrant::Scoped(scoped) => GrantConfig {
+                roles: check_roles(ctx, &key.key("roles"), scoped.roles)?,
+                on_behalf_of_any: matches!(
+                    scoped.on_behalf_of.map(|o| o.value),
+                    Some(RawOnBehalfOf::Any)
+                ),
+            },
+        };
+        grants.insert(agent, grant);
     }
     let probe_budget = match raw.probe_budget {
         None => DEFAULT_PROBE_BUDGET,

@@ -288,10 +288,9 @@ async fn ask_hook(hook: &IdentityHookConfig, token: &str, timeout: Duration) -> 
         }),
     };
     match (principal, roles) {
-        (Some(principal), Some(roles)) => Identity::Present(Caller {
-            principal,
-            roles: roles.into_iter().collect(),
-        }),
+        (Some(principal), Some(roles)) => {
+            Identity::Present(Caller::new(principal, roles.into_iter().collect()))
+        }
         _ => Identity::Unknown,
     }
 }

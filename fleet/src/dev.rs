@@ -55,9 +55,15 @@ impl DevHost {
         listener::check_listen(options.listen, options.auth.is_some())?;
         let agents = AgentSet::load(&options.dirs)?;
         let goals = consort_config::load_dev_goals(&options.dirs, &agents)?;
+        let auth = options
+            .auth
+            .as_ref()
+            .map_or_else(HostAuth::none, HostAuth::new);
         let mut spec = HostSpec::new(agents, options.data_dir.clone());
         spec.directory = crate::directory_spec(&goals, Default::default());
         spec.options = options.agent_options;
+        // What an origin (`api:<name>`) holds here bounds what a called agent acts with.
+        spec.options.host_grants = auth.grants().clone();
         let listener =
             TcpListener::bind(options.listen)
                 .await
@@ -70,10 +76,6 @@ impl DevHost {
             source,
         })?;
         let (host, _supervisor) = Host::spawn(spec).await?;
-        let auth = options
-            .auth
-            .as_ref()
-            .map_or_else(HostAuth::none, HostAuth::new);
         let app = api::router(
             host.clone(),
             std::sync::Arc::new(auth),

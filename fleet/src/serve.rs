@@ -5,7 +5,10 @@
 //! reads and checks its key against the key `fleet.yaml` pins for it, binds the QUIC link on
 //! the host's fleet address (mutual TLS pinned to every host's key, no plaintext fallback),
 //! starts the supervisor with [`LinkRemote`] as its way to other hosts, and serves the HTTP
-//! API (on loopback unless an auth file is given). It writes `<data>/serve.json` with the API's URL and the link address.
+//! API (on loopback unless an auth file is given). Its host auth file, when given, names the
+//! bearer tokens of HTTP callers and the roles an origin (`api:<name>`) holds on this host, for
+//! its own runs and for calls from other hosts alike. It writes `<data>/serve.json` with the
+//! API's URL and the link address.
 //!
 //! The host key lives, unless `--key` says otherwise, at `keys/<host>.key` next to
 //! `fleet.yaml` ([`default_key_path`]), as written by `consort keygen --out keys --name <host>`.
@@ -56,8 +59,8 @@ pub struct ServeOptions {
     pub agent_options: AgentOptions,
     /// Timeouts of the link to other hosts.
     pub link: LinkConfig,
-    /// The host auth file (bearer tokens of HTTP callers), if any. Without one the API may
-    /// listen on loopback only.
+    /// The host auth file (bearer tokens of HTTP callers, and the roles the origin of a call
+    /// holds on this host), if any. Without one the API may listen on loopback only.
     pub auth: Option<consort_config::HostAuthConfig>,
     /// Names (besides loopback and the bound address) the API answers to in `Host`.
     pub allow_hosts: Vec<String>,
@@ -225,7 +228,14 @@ impl ServedHost {
         spec.remote_agents = prepared.remote_agents;
         spec.host_name = options.host.clone();
         spec.directory = crate::directory_spec(&prepared.goals, map.placements.clone());
+        let auth = options
+            .auth
+            .as_ref()
+            .map_or_else(HostAuth::none, HostAuth::new);
         spec.options = options.agent_options;
+        // What an origin (`api:<name>`) holds here bounds what a called agent acts with, for
+        // calls from this host's runs and from other hosts' alike.
+        spec.options.host_grants = auth.grants().clone();
         spec.remote = Some(Arc::new(remote));
 
         let listener = TcpListener::bind(options.listen_http)
@@ -240,10 +250,6 @@ impl ServedHost {
         })?;
         let (host, _supervisor) = Host::spawn(spec).await?;
         inbound.set_supervisor(host.supervisor().clone());
-        let auth = options
-            .auth
-            .as_ref()
-            .map_or_else(HostAuth::none, HostAuth::new);
         let app = api::router(
             host.clone(),
             Arc::new(auth),

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use consort_actors::AgentOptions;
 use consort_actors::run::now_ms;
+use consort_actors::visibility::Origin;
 use consort_fleet::{ServeOptions, ServedHost};
 use consort_net::{
     CallEnvelope, Frame, HostKey, KeyRing, LinkConfig, LinkEndpoint, LinkError, MAX_FRAME, NextHop,
@@ -120,15 +121,18 @@ fn client(name: &str, key: &HostKey, ring: KeyRing) -> LinkEndpoint {
 
 fn call(input: &str, tool_use_id: &str, issued: u64, expires: u64) -> CallEnvelope {
     let parent = RunId::random();
-    consort_net::new_call(NextHop {
-        caller: "cmo",
-        callee: "cfo",
-        parent_run: &parent,
-        tool_use_id,
-        input,
-        issued_at_ms: issued,
-        expires_at_ms: expires,
-    })
+    consort_net::new_call(
+        &Origin::Absent,
+        NextHop {
+            caller: "cmo",
+            callee: "cfo",
+            parent_run: &parent,
+            tool_use_id,
+            input,
+            issued_at_ms: issued,
+            expires_at_ms: expires,
+        },
+    )
 }
 
 fn signed(s: &Setup, mut envelope: CallEnvelope) -> CallEnvelope {
@@ -179,6 +183,17 @@ async fn bad_input_is_refused_typed_and_changes_nothing() {
     tampered.input = "2026-09".into();
     let answer = alpha
         .request("beta", addr, &Frame::Call(tampered))
+        .await
+        .unwrap();
+    assert_eq!(reason(&answer), RefusalReason::BadChain);
+
+    // A tampered origin: alpha signed a call for nobody; it now claims to act for `api:root`.
+    let mut laundered = good.clone();
+    laundered.hops[0].origin = Some(Origin::Present(consort_actors::visibility::Principal::Api(
+        "root".into(),
+    )));
+    let answer = alpha
+        .request("beta", addr, &Frame::Call(laundered))
         .await
         .unwrap();
     assert_eq!(reason(&answer), RefusalReason::BadChain);
@@ -244,8 +259,8 @@ async fn bad_input_is_refused_typed_and_changes_nothing() {
     // A reply for a call never placed (cfo placed nothing).
     let parent = RunId::random();
     let mut reply = consort_net::new_reply(
-        &consort_net::new_hop(
-            None,
+        &consort_net::first_hop(
+            &Origin::Absent,
             NextHop {
                 caller: "cfo",
                 callee: "cmo",

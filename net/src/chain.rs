@@ -3,8 +3,10 @@
 //!
 //! Hop i is signed by the host serving hop i's caller, over [`hop_canonical_bytes`]: a domain
 //! tag and format version, then the digest of hop i-1, caller, callee, parent and child run
-//! ids, tool-use id, issued-at, expires-at and the digest of the hop's input, each field
-//! length-prefixed. These bytes are built by hand, not by the codec, so the wire format can
+//! ids, tool-use id, issued-at, expires-at, the digest of the hop's input and the origin (on the
+//! first hop the origin's text behind a presence byte, on later hops the absent byte alone),
+//! each field length-prefixed. The origin lives in the first hop only: every later hop binds
+//! the first one's digest, so no host on the way can change who the tree acts for. These bytes are built by hand, not by the codec, so the wire format can
 //! evolve without changing what was signed, and no field boundary can be shifted. A hop's
 //! digest covers its canonical bytes and not its signature, which is why a hop that stays
 //! inside one host can be signed later, when the chain first leaves the host
@@ -40,11 +42,12 @@ use crate::envelope::{
 use crate::error::ChainError;
 use crate::keys::{HostKey, KeyRing, PublicKey};
 use consort_core::RunId;
+use consort_core::visibility::Origin;
 
 pub mod presence;
 
-/// Domain tag of a hop's canonical bytes.
-const HOP_DOMAIN: &[u8] = b"consort/hop/v1";
+/// Domain tag of a hop's canonical bytes (v2: the first hop's bytes carry the origin).
+const HOP_DOMAIN: &[u8] = b"consort/hop/v2";
 /// Domain tag of a reply's canonical bytes.
 const REPLY_DOMAIN: &[u8] = b"consort/reply/v1";
 /// Version of the canonical byte layout (not of the wire format).
@@ -92,6 +95,7 @@ pub struct ChainLimits {
 pub struct VerifiedChain {
     depth: usize,
     root_caller: String,
+    origin: Origin,
     signers: Vec<String>,
     last_hop: Hop,
 }
@@ -105,6 +109,11 @@ impl VerifiedChain {
     /// The agent whose run started the chain.
     pub fn root_caller(&self) -> &str {
         &self.root_caller
+    }
+
+    /// Who started the root run, as the first hop's signer vouched.
+    pub fn origin(&self) -> &Origin {
+        &self.origin
     }
 
     /// The host that signed each hop, oldest first.
@@ -135,6 +144,14 @@ pub fn hop_canonical_bytes(hop: &Hop) -> Vec<u8> {
     out.field(&hop.issued_at_ms.to_be_bytes());
     out.field(&hop.expires_at_ms.to_be_bytes());
     out.field(&hop.input_digest);
+    match &hop.origin {
+        Some(origin) => {
+            let mut field = vec![1u8];
+            field.extend_from_slice(origin.to_string().as_bytes());
+            out.field(&field);
+        }
+        None => out.field(&[0u8]),
+    }
     out.finish()
 }
 
@@ -144,9 +161,18 @@ pub fn hop_digest(hop: &Hop) -> [u8; 32] {
     Sha256::digest(hop_canonical_bytes(hop)).into()
 }
 
-/// Builds the hop after `prev` (or the first hop, when `prev` is `None`), unsigned. The child
-/// run id derives from the parent run and tool use.
-pub fn new_hop(prev: Option<&Hop>, next: NextHop<'_>) -> Hop {
+/// The first hop of a chain, placed by a root run whose origin is `origin`, unsigned. The
+/// child run id derives from the parent run and tool use.
+pub fn first_hop(origin: &Origin, next: NextHop<'_>) -> Hop {
+    hop(next, [0; 32], Some(origin.clone()))
+}
+
+/// The hop after `prev`, unsigned; it carries no origin (the first hop does).
+pub fn next_hop(prev: &Hop, next: NextHop<'_>) -> Hop {
+    hop(next, hop_digest(prev), None)
+}
+
+fn hop(next: NextHop<'_>, prev_digest: [u8; 32], origin: Option<Origin>) -> Hop {
     Hop {
         caller: next.caller.to_owned(),
         callee: next.callee.to_owned(),
@@ -156,16 +182,18 @@ pub fn new_hop(prev: Option<&Hop>, next: NextHop<'_>) -> Hop {
         issued_at_ms: next.issued_at_ms,
         expires_at_ms: next.expires_at_ms,
         input_digest: input_digest(next.input),
-        prev_digest: prev.map_or([0; 32], hop_digest),
+        prev_digest,
+        origin,
         signature: None,
     }
 }
 
-/// The envelope of a call placed by a root run (one not started by another agent).
-pub fn new_call(next: NextHop<'_>) -> CallEnvelope {
+/// The envelope of a call placed by a root run (one not started by another agent) whose
+/// origin is `origin`.
+pub fn new_call(origin: &Origin, next: NextHop<'_>) -> CallEnvelope {
     CallEnvelope {
         version: ENVELOPE_VERSION,
-        hops: vec![new_hop(None, next)],
+        hops: vec![first_hop(origin, next)],
         input: next.input.to_owned(),
     }
 }
@@ -181,7 +209,7 @@ pub fn extend(chain: &CallEnvelope, next: NextHop<'_>) -> Result<CallEnvelope, C
         });
     }
     let mut hops = chain.hops.clone();
-    hops.push(new_hop(Some(last), next));
+    hops.push(next_hop(last, next));
     Ok(CallEnvelope {
         version: ENVELOPE_VERSION,
         hops,
@@ -213,7 +241,8 @@ pub fn sign_pending_hops(
 /// Verifies a call envelope received from another host.
 ///
 /// `placements` maps agent -> the host serving it; hop i must be signed by the host serving
-/// hop i's caller, with the key pinned for that host in `ring`. A chain longer than
+/// hop i's caller, with the key pinned for that host in `ring`. The first hop must carry the
+/// origin and no later hop may. A chain longer than
 /// `limits.max_depth` is refused first ([`ChainError::TooDeep`]), then cheap structural checks
 /// run over the whole chain before any signature is verified, so a malformed chain costs no
 /// crypto. Only the last hop is checked for expiry, lifetime and age: earlier hops were
@@ -297,6 +326,11 @@ fn verify_chain_with(
         if !linked {
             return Err(ChainError::BrokenLink { hop: index });
         }
+        match (index, &hop.origin) {
+            (0, None) => return Err(ChainError::MissingOrigin),
+            (1.., Some(_)) => return Err(ChainError::MisplacedOrigin { hop: index }),
+            _ => {}
+        }
         if hop.issued_at_ms > now_ms.saturating_add(allowed_skew_ms) {
             return Err(ChainError::NotYetValid {
                 hop: index,
@@ -341,9 +375,14 @@ fn verify_chain_with(
         });
     }
 
+    let origin = envelope.hops[0]
+        .origin
+        .clone()
+        .ok_or(ChainError::MissingOrigin)?;
     Ok(VerifiedChain {
         depth: envelope.hops.len(),
         root_caller: envelope.hops[0].caller.clone(),
+        origin,
         signers: verify_hop_signatures(&envelope.hops, ring, placements, batching)?,
         last_hop: last.clone(),
     })

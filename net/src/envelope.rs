@@ -4,16 +4,20 @@
 //! crosses to another host over a link. Its depth is the length of its chain and never a
 //! field a sender could set. Each hop binds the digest of the hop before it; hops that never
 //! left their host may be unsigned until the chain first leaves it: signing is needed only
-//! where a chain crosses hosts.
+//! where a chain crosses hosts. The first hop carries the origin of the call tree (who started
+//! its root run), signed with it by the root run's host; later hops carry none, so every
+//! receiver reads the origin from the first hop and no host on the way can change it.
 
 use serde::{Deserialize, Serialize};
 
 use consort_core::step::CostDelta;
+use consort_core::visibility::Origin;
 
 use crate::RunId;
 
-/// Current format version of envelopes and replies (2: replies carry the child's tree cost).
-pub const ENVELOPE_VERSION: u16 = 2;
+/// Current format version of envelopes and replies (2: replies carry the child's tree cost;
+/// 3: the first hop carries the origin).
+pub const ENVELOPE_VERSION: u16 = 3;
 
 /// One hop of a call chain: `caller` (running `parent_run`) asked `callee` to run
 /// `child_run`, through the tool use `tool_use_id`.
@@ -39,6 +43,11 @@ pub struct Hop {
     /// Digest of the previous hop's canonical bytes; all zeros for the first hop.
     #[serde(with = "serde_bytes")]
     pub prev_digest: [u8; 32],
+    /// Who started the root run of the call tree: set on the first hop only (part of its
+    /// signed bytes), `None` on every later hop. Chains stored before origins existed read
+    /// `None` everywhere, which a receiver takes as an unknown origin.
+    #[serde(default)]
+    pub origin: Option<Origin>,
     /// The signature of the host serving `caller`; `None` while the hop has not left its host.
     pub signature: Option<HopSignature>,
 }
@@ -73,6 +82,12 @@ impl CallEnvelope {
     /// The chain depth: the number of hops from the root run. `cmo -> cfo` is depth 1.
     pub fn depth(&self) -> usize {
         self.hops.len()
+    }
+
+    /// The origin the first hop carries (`None` for an empty chain or one without an origin;
+    /// a verified chain always has one).
+    pub fn origin(&self) -> Option<&Origin> {
+        self.hops.first().and_then(|hop| hop.origin.as_ref())
     }
 }
 

@@ -171,6 +171,16 @@ pub enum ChainError {
         /// The hop.
         hop: usize,
     },
+    /// The first hop carries no origin: the receiver could not tell who the call acts for.
+    #[error("the first hop does not name the origin of the call")]
+    MissingOrigin,
+    /// A hop after the first carries an origin; only the first hop's counts, and a chain that
+    /// names another is refused rather than read either way.
+    #[error("hop {hop} names an origin; only the first hop may")]
+    MisplacedOrigin {
+        /// The hop.
+        hop: usize,
+    },
     /// A hop's child run id is not derived from its parent run id and tool-use id.
     #[error("hop {hop}: child run id is not derived from its parent run and tool use")]
     BadRunId {

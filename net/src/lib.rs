@@ -31,8 +31,8 @@ pub use chain::presence::{
     MAX_PRESENCE_AGENTS, PresenceReport, presence_canonical_bytes, sign_presence, verify_presence,
 };
 pub use chain::{
-    ChainLimits, NextHop, VerifiedChain, extend, hop_digest, new_call, new_hop, new_reply,
-    sign_pending_hops, sign_reply, verify_chain, verify_reply,
+    ChainLimits, NextHop, VerifiedChain, extend, first_hop, hop_digest, new_call, new_reply,
+    next_hop, sign_pending_hops, sign_reply, verify_chain, verify_reply,
 };
 pub use codec::{
     Frame, MAX_FRAME, RefusalReason, RemoteRunState, decode_call, decode_frame, decode_reply,

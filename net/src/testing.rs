@@ -6,11 +6,17 @@ use crate::chain::{NextHop, extend, new_call, sign_pending_hops};
 use crate::envelope::CallEnvelope;
 use crate::keys::{HostKey, KeyRing};
 use consort_core::RunId;
+use consort_core::visibility::{Origin, Principal};
 
 /// A fixed clock for chain tests, Unix milliseconds.
 pub(crate) const NOW_MS: u64 = 1_700_000_000_000;
 /// The lifetime given to test hops.
 pub(crate) const TTL_MS: u64 = 60_000;
+
+/// The origin of the test chains: the token `alice`.
+pub(crate) fn alice() -> Origin {
+    Origin::Present(Principal::Api("alice".into()))
+}
 
 pub(crate) struct Fleet {
     pub(crate) keys: BTreeMap<String, HostKey>,
@@ -78,7 +84,7 @@ impl Fleet {
                 expires_at_ms: NOW_MS + TTL_MS,
             };
             envelope = Some(match &envelope {
-                None => new_call(next),
+                None => new_call(&alice(), next),
                 Some(chain) => extend(chain, next).unwrap(),
             });
         }

@@ -22,7 +22,7 @@ use crate::ActorsError;
 use crate::fault::{self, Point};
 use crate::run::{Channel, RunRecord, now_ms};
 use crate::store::{Inserted, NewRun, RunStore};
-use crate::visibility::Identity;
+use crate::visibility::{Identity, Origin};
 
 impl AgentActor {
     /// Starts a root run: admission first, then the store. The run takes its first steps at
@@ -37,20 +37,23 @@ impl AgentActor {
         identity: Identity,
         reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
     ) -> Result<(), ActorsError> {
+        // A root run started the call tree: it is its own origin.
+        let origin = Origin::of(&identity);
         self.start_as(
             myself,
             state,
             RunId::random(),
             input,
             channel,
-            identity,
+            (identity, origin),
             reply,
         )
         .await
     }
 
-    /// [`AgentActor::start`] with the run id given (a delivery's run id is derived from its
-    /// sender and delivery id, so a repeated delivery finds its run).
+    /// [`AgentActor::start`] with the run id and origin given (a delivery's run id is derived
+    /// from its sender and delivery id, so a repeated delivery finds its run; its origin is not
+    /// its own).
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn start_as(
         &self,
@@ -59,7 +62,7 @@ impl AgentActor {
         id: RunId,
         input: String,
         channel: Channel,
-        identity: Identity,
+        (identity, origin): (Identity, Origin),
         reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
     ) -> Result<(), ActorsError> {
         if let Err(refusal) = guards::admit(
@@ -96,6 +99,7 @@ impl AgentActor {
             chain: Vec::new(),
             input,
             identity,
+            origin,
         };
         state.unsettled += 1;
         state.shares.add(id.clone(), principal);
@@ -111,7 +115,7 @@ impl AgentActor {
                     Ok(inserted) => {
                         let record = inserted.record();
                         fault::crash_at(Point::RootStored, &record.id);
-                        info!(run_id = %record.id, agent = %record.agent, hop_depth = 0, "run started");
+                        info!(run_id = %record.id, agent = %record.agent, hop_depth = 0, origin = %record.origin, "run started");
                         if reply.send(Ok(record.clone())).is_err() {
                             warn!(run_id = %record.id, "a run's starter stopped waiting; the run goes on");
                         }
@@ -162,7 +166,9 @@ impl AgentActor {
                 return Ok(());
             }
         };
-        let span = info_span!("accept", run_id = %hop.child_run, agent = %me, caller = %hop.caller, hop_depth = envelope.depth());
+        // A chain without an origin (stored before origins existed) acts for nobody known.
+        let origin = envelope.origin().cloned().unwrap_or(Origin::Unknown);
+        let span = info_span!("accept", run_id = %hop.child_run, agent = %me, caller = %hop.caller, hop_depth = envelope.depth(), %origin);
         // The kept count is exact only when no job that counts in the store is out for this
         // parent: such a job's insert is not in the kept count yet.
         let known_children = if state.children_counting.contains_key(&hop.parent_run) {
@@ -189,8 +195,12 @@ impl AgentActor {
             chain: envelope.hops.clone(),
             input: envelope.input,
             // The principal is the caller the verified chain names, never a field of the
-            // input; its roles are what this agent grants it.
-            identity: state.catalog.peer_identity(&hop.caller),
+            // input; its roles are what this agent grants it, as far as the origin the chain's
+            // first hop carries holds them.
+            identity: state
+                .catalog
+                .peer_identity(&hop.caller, &origin, &state.options.host_grants),
+            origin,
         };
         // Reserved now, settled when the job's answer comes back (see the module doc).
         state.unsettled += 1;

@@ -23,7 +23,7 @@ use super::commits::Answer;
 use super::{AgentActor, AgentMsg, AgentState};
 use crate::ActorsError;
 use crate::run::Channel;
-use crate::visibility::Identity;
+use crate::visibility::{Identity, Origin};
 
 impl AgentActor {
     /// A delivery from `from` (an agent, or the operator sender).
@@ -159,10 +159,17 @@ impl AgentActor {
             );
             return Ok(());
         }
-        let identity = if from == consort_core::directory::OPERATOR_SENDER {
-            Identity::Absent
+        // An operator's message acts for nobody. A peer's acts for that agent, for an origin
+        // the delivery does not carry: unknown, so the peer cannot lend this run roles that
+        // whoever started its own request may not hold.
+        let (identity, origin) = if from == consort_core::directory::OPERATOR_SENDER {
+            (Identity::Absent, Origin::Absent)
         } else {
-            state.catalog.peer_identity(&from)
+            let origin = Origin::Unknown;
+            let identity = state
+                .catalog
+                .peer_identity(&from, &origin, &state.options.host_grants);
+            (identity, origin)
         };
         let (port, stored) = ractor::concurrency::oneshot();
         self.start_as(
@@ -171,7 +178,7 @@ impl AgentActor {
             id.clone(),
             text,
             Channel::Delivery(from),
-            identity,
+            (identity, origin),
             port.into(),
         )
         .await?;

@@ -55,7 +55,7 @@ impl Drive {
 
     /// The span a run's drive runs in, on every host (run id, agent, hop depth).
     pub(super) fn span(&self) -> Span {
-        info_span!("run", run_id = %self.record.id, agent = %self.record.agent, hop_depth = self.record.hop_depth)
+        info_span!("run", run_id = %self.record.id, agent = %self.record.agent, hop_depth = self.record.hop_depth, origin = %self.record.origin)
     }
 
     /// The record as committed, before an effect that reads it.

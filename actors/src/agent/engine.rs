@@ -38,7 +38,8 @@ impl AgentActor {
         asked: TurnAsked,
     ) -> Option<Input> {
         let id = record.id.clone();
-        let identity = super::tool_use::run_identity(record, &state.catalog);
+        let identity =
+            super::tool_use::run_identity(record, &state.catalog, &state.options.host_grants);
         let mut specs: Vec<ToolSpec> = state
             .catalog
             .visible_specs(&identity, &mut state.probe_cache);
@@ -99,7 +100,7 @@ impl AgentActor {
         let envelope = build_envelope(state, record, &callee, &tool_use_id, input).await?;
         state.in_flight.insert(&record.id, &tool_use_id);
         let (supervisor, me, run) = (state.supervisor.clone(), myself.clone(), record.id.clone());
-        let span = info_span!("call", run_id = %run, agent = %state.config.name, callee = %callee, hop_depth = envelope.depth());
+        let span = info_span!("call", run_id = %run, agent = %state.config.name, callee = %callee, hop_depth = envelope.depth(), origin = %record.origin);
         tokio::spawn(
             async move {
                 let asked = ractor::call_t!(
@@ -481,18 +482,21 @@ async fn build_envelope(
         }
     };
     let now = now_ms();
-    let hop = consort_net::chain::new_hop(
-        hops.last(),
-        consort_net::chain::NextHop {
-            caller: &state.config.name,
-            callee,
-            parent_run: &record.id,
-            tool_use_id,
-            input: &input,
-            issued_at_ms: now,
-            expires_at_ms: now + state.options.call_ttl.as_millis() as u64,
-        },
-    );
+    let next = consort_net::chain::NextHop {
+        caller: &state.config.name,
+        callee,
+        parent_run: &record.id,
+        tool_use_id,
+        input: &input,
+        issued_at_ms: now,
+        expires_at_ms: now + state.options.call_ttl.as_millis() as u64,
+    };
+    // A root run's call opens the chain with the run's origin (its own identity); a called
+    // run's chain already carries its origin in the first hop.
+    let hop = match hops.last() {
+        None => consort_net::chain::first_hop(&record.origin(), next),
+        Some(last) => consort_net::chain::next_hop(last, next),
+    };
     hops.push(hop);
     Ok(CallEnvelope {
         version: ENVELOPE_VERSION,

@@ -53,9 +53,9 @@ use crate::run::{Channel, RunRecord};
 use crate::script::ScriptModel;
 use crate::store::{Durability, RunStore, StoreWriter};
 use crate::tools::{Tool, ToolError};
-use crate::visibility::{Identity, ProbeCache};
+use crate::visibility::{Identity, ProbeCache, RoleGrants};
 
-/// Tuning of one agent actor.
+/// Settings of one agent actor.
 #[derive(Clone, Debug)]
 pub struct AgentOptions {
     /// Largest reply output handed back to a caller, in bytes.
@@ -71,6 +71,9 @@ pub struct AgentOptions {
     pub durability: Durability,
     /// How long an envelope stays valid after it is issued.
     pub call_ttl: Duration,
+    /// The roles this host grants principals (`api:<token-name>` from its auth file): what
+    /// the origin of a called run holds here, which bounds the roles the caller lends it.
+    pub host_grants: RoleGrants,
 }
 
 impl Default for AgentOptions {
@@ -82,6 +85,7 @@ impl Default for AgentOptions {
             max_model_turns: 64,
             durability: Durability::Normal,
             call_ttl: Duration::from_secs(300),
+            host_grants: RoleGrants::new(),
         }
     }
 }

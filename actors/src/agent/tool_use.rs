@@ -20,14 +20,20 @@ use crate::ActorsError;
 use crate::meta_tools::{self, AgentCatalog, INVOKE_TOOL, LOAD_TOOL, MetaAnswer, SEARCH_TOOLS};
 use crate::run::{Channel, RunRecord};
 use crate::tools::{ToolContext, ToolError};
-use crate::visibility::Identity;
+use crate::visibility::{Identity, RoleGrants};
 
-/// The identity a run acts for now: a peer run's roles come from this agent's current grants
-/// to the caller named by the verified chain; any other run's from what was stored.
-pub(super) fn run_identity(record: &RunRecord, catalog: &AgentCatalog) -> Identity {
+/// The identity a run acts for now: a peer run's roles (a call, or a peer's delivery) are
+/// this agent's current grants to the agent the verified chain names, as far as the run's
+/// origin holds them here ([`consort_core::visibility::acting_roles`]); any other run's are
+/// what was stored.
+pub(super) fn run_identity(
+    record: &RunRecord,
+    catalog: &AgentCatalog,
+    host_grants: &RoleGrants,
+) -> Identity {
     match (&record.channel, record.principal.strip_prefix("agent:")) {
-        (Channel::Agent(caller), Some(principal)) if caller == principal => {
-            catalog.peer_identity(caller)
+        (Channel::Agent(peer) | Channel::Delivery(peer), Some(principal)) if peer == principal => {
+            catalog.peer_identity(peer, &record.origin(), host_grants)
         }
         _ => record.identity(),
     }
@@ -46,7 +52,7 @@ impl AgentActor {
         let id = &record.id;
         match tool_use.name.as_str() {
             SEARCH_TOOLS | LOAD_TOOL => {
-                let identity = run_identity(record, &state.catalog);
+                let identity = run_identity(record, &state.catalog, &state.options.host_grants);
                 let answer = if tool_use.name == SEARCH_TOOLS {
                     state
                         .catalog
@@ -57,7 +63,7 @@ impl AgentActor {
                         .load(&identity, &mut state.probe_cache, &tool_use.input)
                 };
                 info!(
-                    meta_tool = %tool_use.name, principal = %record.principal,
+                    meta_tool = %tool_use.name, principal = %record.principal, origin = %record.origin,
                     generation = state.catalog.generation(), is_error = answer.is_error,
                     "meta-tool call"
                 );
@@ -83,7 +89,7 @@ impl AgentActor {
                     Ok((name, args))
                 });
                 info!(
-                    meta_tool = INVOKE_TOOL, principal = %record.principal,
+                    meta_tool = INVOKE_TOOL, principal = %record.principal, origin = %record.origin,
                     tool = parsed.as_ref().map(|(n, _)| n.as_str()).unwrap_or(""),
                     "meta-tool call"
                 );
@@ -143,9 +149,9 @@ impl AgentActor {
         let Some(tool) = state.catalog.tool(name).cloned() else {
             return Ok(false);
         };
-        let identity = run_identity(record, &state.catalog);
+        let identity = run_identity(record, &state.catalog, &state.options.host_grants);
         if let Err(refusal) = state.catalog.authorize(name, &identity, input) {
-            info!(tool = name, principal = %record.principal, "tool use refused: {refusal}");
+            info!(tool = name, principal = %record.principal, origin = %record.origin, "tool use refused: {refusal}");
             let content = tool_error_text(&refusal, via_meta);
             let result = Transition::tool_result(&tool_use.id, result_name, &content, true);
             state.submit(myself, id, result)?;

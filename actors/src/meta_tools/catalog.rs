@@ -23,9 +23,9 @@ use crate::model::ToolSpec;
 use crate::tool_guard::{self, Access};
 use crate::tools::{Tool, ToolError, declared_tool};
 use crate::visibility::{
-    Auth, Catalog, CatalogEntry, Identity, LoadToolAnswer, MAX_SEARCH_LIMIT, PolicyDefinition,
-    PolicyRef, PolicyRegistry, Principal, Probe, ProbeCache, ProbeOutcome, RoleGrants,
-    SearchRequest, Visibility, evaluate_candidates, load_tool, search_tools,
+    Auth, Catalog, CatalogEntry, Identity, LoadToolAnswer, MAX_SEARCH_LIMIT, Origin,
+    PolicyDefinition, PolicyRef, PolicyRegistry, Principal, Probe, ProbeCache, ProbeOutcome,
+    RoleGrants, SearchRequest, Visibility, evaluate_candidates, load_tool, search_tools,
 };
 
 /// One agent's tools as visibility and authorization see them.
@@ -60,6 +60,7 @@ impl AgentCatalog {
             let definition = PolicyDefinition {
                 roles: policy.roles.clone(),
                 principals,
+                origin_roles: policy.origin_roles.clone(),
                 needs_resource: policy.needs_resource,
             };
             if let Err(e) = registry.define(name, definition) {
@@ -91,8 +92,12 @@ impl AgentCatalog {
             Catalog::empty(generation)
         });
         let mut grants = RoleGrants::new();
-        for (agent, roles) in &vis.grants {
-            grants.grant(Principal::Agent(agent.clone()), roles.iter().cloned());
+        for (agent, grant) in &vis.grants {
+            let principal = Principal::Agent(agent.clone());
+            grants.grant(principal.clone(), grant.roles.iter().cloned());
+            if grant.on_behalf_of_any {
+                grants.for_any_origin(principal);
+            }
         }
         Self {
             agent: config.name.clone(),
@@ -130,9 +135,16 @@ impl AgentCatalog {
         &self.grants
     }
 
-    /// A peer run's identity: `agent:<caller>`, present, with the roles this agent grants it.
-    pub fn peer_identity(&self, caller_agent: &str) -> Identity {
-        Identity::peer(caller_agent, &self.grants)
+    /// A peer run's identity: `agent:<caller>`, present, acting for `origin`, with the roles
+    /// this agent grants it as far as the origin holds them (its roles here are what
+    /// `host_grants` and this agent's grants give it), unless the grant holds for any origin.
+    pub fn peer_identity(
+        &self,
+        caller_agent: &str,
+        origin: &Origin,
+        host_grants: &RoleGrants,
+    ) -> Identity {
+        Identity::peer(caller_agent, &self.grants, origin, host_grants)
     }
 
     fn access<'a>(&'a self, identity: &'a Identity) -> Access<'a> {

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use consort_config::{AgentConfig, ModelConfig, PolicyConfig, VisibilityConfig};
+use consort_config::{AgentConfig, GrantConfig, ModelConfig, PolicyConfig, VisibilityConfig};
 use serde_json::{Value, json};
 
 use super::{AgentCatalog, MetaAnswer, parse_invoke, validate_arguments};
@@ -13,8 +13,8 @@ use crate::guard::{FeatureGuard, Guard, GuardContext, GuardVerdict};
 use crate::model::ToolSpec;
 use crate::tools::{Tool, ToolContext, ToolError, ToolFuture};
 use crate::visibility::{
-    AuthMarkers, Caller, Identity, MAX_QUERY_CHARS, MAX_SEARCH_LIMIT, PolicyRef, Principal,
-    ProbeCache,
+    AuthMarkers, Caller, Identity, MAX_QUERY_CHARS, MAX_SEARCH_LIMIT, Origin, PolicyRef, Principal,
+    ProbeCache, RoleGrants,
 };
 
 /// A tool whose handler has a side effect: it counts its runs.
@@ -68,9 +68,13 @@ fn config(probe_budget: usize) -> AgentConfig {
             ..PolicyConfig::default()
         },
     );
-    visibility
-        .grants
-        .insert("cmo".into(), vec!["marketing".into()]);
+    visibility.grants.insert(
+        "cmo".into(),
+        GrantConfig {
+            roles: vec!["marketing".into()],
+            on_behalf_of_any: false,
+        },
+    );
     AgentConfig {
         name: "cfo".into(),
         description: String::new(),
@@ -136,10 +140,24 @@ fn fixture(probe_budget: usize) -> Fixture {
 }
 
 fn api(name: &str, roles: &[&str]) -> Identity {
-    Identity::Present(Caller {
-        principal: Principal::Api(name.into()),
-        roles: roles.iter().map(|r| r.to_string()).collect(),
-    })
+    Identity::Present(Caller::new(
+        Principal::Api(name.into()),
+        roles.iter().map(|r| r.to_string()).collect(),
+    ))
+}
+
+/// The host's tokens: `boss` holds every role the tests grant, `intern` none.
+fn host_grants() -> RoleGrants {
+    let mut grants = RoleGrants::new();
+    grants.grant(Principal::Api("boss".into()), ["marketing", "finance"]);
+    grants.grant(Principal::Api("intern".into()), ["coffee"]);
+    grants
+}
+
+/// The cmo calling for `boss`, who holds what the cmo was granted.
+fn peer_cmo(f: &Fixture) -> Identity {
+    let boss = Origin::Present(Principal::Api("boss".into()));
+    f.catalog.peer_identity("cmo", &boss, &host_grants())
 }
 
 fn shown(answer: &MetaAnswer) -> Vec<(String, bool)> {
@@ -166,7 +184,7 @@ fn search(f: &Fixture, who: &Identity, query: &str) -> MetaAnswer {
 #[test]
 fn two_principals_of_one_agent_see_different_catalogs() {
     let f = fixture(25);
-    let cmo = f.catalog.peer_identity("cmo");
+    let cmo = peer_cmo(&f);
     let alice = api("alice", &["finance"]);
     let cmo_sees: BTreeSet<String> = shown(&search(&f, &cmo, ""))
         .into_iter()
@@ -194,7 +212,7 @@ fn two_principals_of_one_agent_see_different_catalogs() {
 #[test]
 fn load_of_a_denied_tool_equals_a_missing_one_byte_for_byte() {
     let f = fixture(25);
-    let cmo = f.catalog.peer_identity("cmo");
+    let cmo = peer_cmo(&f);
     let mut cache = ProbeCache::new(0);
     let denied = f
         .catalog
@@ -222,7 +240,7 @@ fn fixture_without_payroll() -> AgentCatalog {
 #[test]
 fn probes_decide_unknown_tools_and_never_run_a_handler() {
     let f = fixture(25);
-    let cmo = f.catalog.peer_identity("cmo");
+    let cmo = peer_cmo(&f);
     let cards = shown(&search(&f, &cmo, "gated"));
     // closed: the guard refused the probe (deny, hidden); open: reached the cut (allow);
     // flaky: the guard could not tell (unknown, shown with authUncertain).
@@ -244,7 +262,7 @@ fn probes_decide_unknown_tools_and_never_run_a_handler() {
 #[test]
 fn the_probe_budget_is_respected() {
     let f = fixture(1);
-    let cmo = f.catalog.peer_identity("cmo");
+    let cmo = peer_cmo(&f);
     // Ranked by name among equal scores: gated_closed, gated_flaky, gated_open. Only the
     // first is probed (and hidden); the others stay unknown.
     let cards = shown(&search(&f, &cmo, "gated"));
@@ -261,7 +279,7 @@ fn the_probe_budget_is_respected() {
 #[test]
 fn invoking_a_hidden_tool_fails_in_the_real_check() {
     let f = fixture(25);
-    let cmo = f.catalog.peer_identity("cmo");
+    let cmo = peer_cmo(&f);
     let args = json!({"query": "x"});
     for hidden in ["payroll", "budget", "gated_closed"] {
         let refusal = f.catalog.authorize(hidden, &cmo, &args).unwrap_err();
@@ -289,6 +307,85 @@ fn invoking_a_hidden_tool_fails_in_the_real_check() {
             .authorize("payroll", &Identity::Absent, &args)
             .is_err()
     );
+}
+
+/// `cfo` grants the cmo `finance`: a run the cmo places acts with it only for an origin that
+/// holds it too, and a refusal says that the origin is why; `on_behalf_of: any` lends it to
+/// anyone.
+#[test]
+fn a_peer_borrows_no_role_its_origin_lacks_and_is_told_why() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let tools = [tool("payroll", &runs, &["roles:finance"], vec![])];
+    let mut lending = config(25);
+    lending.visibility.grants.insert(
+        "cmo".into(),
+        GrantConfig {
+            roles: vec!["finance".into()],
+            on_behalf_of_any: false,
+        },
+    );
+    let catalog = AgentCatalog::build(&lending, &tools, 1);
+    let args = json!({"query": "x"});
+    let as_cmo_for = |origin: Origin| catalog.peer_identity("cmo", &origin, &host_grants());
+    let boss = Origin::Present(Principal::Api("boss".into()));
+    let intern = Origin::Present(Principal::Api("intern".into()));
+
+    assert!(
+        catalog
+            .authorize("payroll", &as_cmo_for(boss), &args)
+            .is_ok()
+    );
+    for (origin, words) in [
+        (
+            Origin::Absent,
+            "this request came from anonymous, who does not",
+        ),
+        (intern, "this request came from api:intern, who does not"),
+        (
+            Origin::Unknown,
+            "who started this request could not be established",
+        ),
+    ] {
+        let who = as_cmo_for(origin.clone());
+        let refusal = catalog.authorize("payroll", &who, &args).unwrap_err();
+        let text = refusal.to_string();
+        assert!(matches!(refusal, ToolError::Forbidden(_)), "{text}");
+        assert!(text.contains(words), "{origin}: {text}");
+        assert!(
+            text.contains("agent:cmo may use this tool only on behalf of"),
+            "{text}"
+        );
+        assert!(!text.contains("finance"), "no role names: {text}");
+        let mut cache = ProbeCache::new(0);
+        let listed = shown(&catalog.search(&who, &mut cache, &json!({"query": "payroll"})));
+        let expected: Vec<(String, bool)> = match origin {
+            Origin::Unknown => vec![("payroll".into(), true)],
+            _ => vec![],
+        };
+        assert_eq!(listed, expected, "{origin}");
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+
+    // A role nobody granted is refused as before, without blaming the origin.
+    let plain = AgentCatalog::build(&config(25), &tools, 1);
+    let who = plain.peer_identity("cmo", &Origin::Absent, &host_grants());
+    let refusal = plain.authorize("payroll", &who, &args).unwrap_err();
+    assert_eq!(
+        refusal.to_string(),
+        "forbidden: the caller does not satisfy this tool's access policy"
+    );
+
+    // The explicit opt-out: the grant holds on behalf of anyone.
+    lending.visibility.grants.insert(
+        "cmo".into(),
+        GrantConfig {
+            roles: vec!["finance".into()],
+            on_behalf_of_any: true,
+        },
+    );
+    let trusting = AgentCatalog::build(&lending, &tools, 2);
+    let anonymous = trusting.peer_identity("cmo", &Origin::Absent, &host_grants());
+    assert!(trusting.authorize("payroll", &anonymous, &args).is_ok());
 }
 
 #[test]

@@ -30,7 +30,7 @@ use consort_core::event::Created;
 use consort_core::{RunEvent, Transition};
 
 use crate::run::{Channel, Cost, EventRecord, RunRecord, RunStatus, now_ms};
-use crate::visibility::Identity;
+use crate::visibility::{Identity, Origin};
 
 /// How hard each commit is pushed to disk.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -74,6 +74,9 @@ pub struct NewRun {
     pub input: String,
     /// Who the run acts for (see [`RunRecord::principal`]).
     pub identity: Identity,
+    /// Who started the run's call tree (see [`RunRecord::origin`]): a root run's own identity,
+    /// a called run's the first hop of its chain.
+    pub origin: Origin,
 }
 
 impl NewRun {
@@ -110,6 +113,7 @@ impl NewRun {
             tree_cost: Cost::default(),
             principal,
             roles,
+            origin: self.origin.to_string(),
         }
     }
 }
@@ -151,6 +155,8 @@ pub struct RunStore {
     has_principal: bool,
     /// Whether the runs table has the descendants' cost columns.
     has_descendants: bool,
+    /// Whether the runs table has the origin column.
+    has_origin: bool,
 }
 
 impl RunStore {
@@ -188,8 +194,9 @@ impl RunStore {
         let inserted = exec(
             &tx,
             "INSERT INTO runs (id, agent, status, channel, parent_run, parent_agent, \
-                 tool_use_id, hop_depth, input, chain, created_at_ms, principal, principal_roles) \
-                 VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) \
+                 tool_use_id, hop_depth, input, chain, created_at_ms, principal, principal_roles, \
+                 origin) \
+                 VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) \
                  ON CONFLICT(id) DO NOTHING",
             params![
                 new.id.as_str(),
@@ -204,6 +211,7 @@ impl RunStore {
                 now as i64,
                 principal,
                 roles,
+                new.origin.to_string(),
             ],
         )
         .map_err(|source| ActorsError::sqlite(&path, source))?;

@@ -28,6 +28,7 @@ pub(super) struct RawRun {
     principal: Option<String>,
     principal_roles: Option<String>,
     descendants: [u64; 5],
+    origin: Option<String>,
 }
 
 pub(super) fn raw_run(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRun> {
@@ -50,6 +51,7 @@ pub(super) fn raw_run(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRun> {
         principal: row.get(18)?,
         principal_roles: row.get(19)?,
         descendants: [cost(20)?, cost(21)?, cost(22)?, cost(23)?, cost(24)?],
+        origin: row.get(25)?,
     })
 }
 
@@ -76,6 +78,12 @@ pub(super) fn decode(path: &Path, raw: RawRun) -> Result<RunRecord, ActorsError>
         Channel::Agent(caller) => format!("agent:{caller}"),
         _ => "anonymous".to_owned(),
     });
+    // A run stored before origins: a root run was its own origin; who started a child's
+    // tree was never recorded, so it stays unknown.
+    let origin = raw.origin.unwrap_or_else(|| match &parent_run {
+        None => principal.clone(),
+        Some(_) => "unknown".to_owned(),
+    });
     let roles = raw
         .principal_roles
         .map(|text| serde_json::from_str::<Vec<String>>(&text))
@@ -85,6 +93,7 @@ pub(super) fn decode(path: &Path, raw: RawRun) -> Result<RunRecord, ActorsError>
     Ok(RunRecord {
         principal,
         roles,
+        origin,
         id,
         agent: raw.agent,
         status,

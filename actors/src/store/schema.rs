@@ -62,6 +62,13 @@ pub(super) const DESCENDANT_COLUMNS: &str =
     "desc_model_turns, desc_tool_calls, desc_calls_placed, desc_input_tokens, desc_output_tokens";
 pub(super) const NO_DESCENDANT_COLUMNS: &str = "0, 0, 0, 0, 0";
 
+/// The origin column (who started the run's call tree), added to stores created before runs
+/// carried an origin. A store without it (opened read-only) reads NULL, and decoding
+/// (`rows::decode`) falls back to the run's own principal for a root run and `unknown` for any
+/// other.
+pub(super) const ORIGIN_COLUMN: &str = "origin";
+pub(super) const NO_ORIGIN_COLUMN: &str = "NULL";
+
 /// The column names of the runs table (one schema read, for the checks of optional columns).
 fn run_columns(conn: &Connection) -> rusqlite::Result<Vec<String>> {
     let mut stmt = conn.prepare_cached("SELECT name FROM pragma_table_info('runs')")?;
@@ -109,11 +116,16 @@ impl RunStore {
             )
             .map_err(err)?;
         }
+        if !has("origin") {
+            conn.execute_batch("ALTER TABLE runs ADD COLUMN origin TEXT;")
+                .map_err(err)?;
+        }
         Ok(Self {
             conn,
             path: path.to_owned(),
             has_principal: true,
             has_descendants: true,
+            has_origin: true,
         })
     }
 
@@ -128,11 +140,13 @@ impl RunStore {
         let columns = run_columns(&conn).unwrap_or_default();
         let has_principal = columns.iter().any(|c| c == "principal");
         let has_descendants = columns.iter().any(|c| c == "desc_model_turns");
+        let has_origin = columns.iter().any(|c| c == "origin");
         Ok(Self {
             conn,
             path: path.to_owned(),
             has_principal,
             has_descendants,
+            has_origin,
         })
     }
 
@@ -164,6 +178,11 @@ impl RunStore {
         } else {
             NO_DESCENDANT_COLUMNS
         };
-        format!("{RUN_COLUMNS}, {principal}, {descendants}")
+        let origin = if self.has_origin {
+            ORIGIN_COLUMN
+        } else {
+            NO_ORIGIN_COLUMN
+        };
+        format!("{RUN_COLUMNS}, {principal}, {descendants}, {origin}")
     }
 }

@@ -1,6 +1,7 @@
 //! Unit tests of the synchronous store: inserts, appends, typed errors, old layouts.
 use super::schema::SCHEMA;
 use super::*;
+use crate::visibility::Origin;
 
 fn new_run(id: RunId) -> NewRun {
     NewRun {
@@ -13,6 +14,7 @@ fn new_run(id: RunId) -> NewRun {
         chain: vec![],
         input: "August".into(),
         identity: Identity::Absent,
+        origin: Origin::Absent,
     }
 }
 
@@ -103,18 +105,18 @@ fn principal_is_stored_and_old_stores_keep_working() {
     let mut store = RunStore::open(&old, Durability::Normal).unwrap();
     assert_eq!(store.runs().unwrap()[0].principal, "agent:cmo");
     let mut new = new_run(RunId::random());
-    new.identity = Identity::Present(Caller {
-        principal: Principal::Api("alice".into()),
-        roles: ["finance".to_owned()].into(),
-    });
+    new.identity = Identity::Present(Caller::new(
+        Principal::Api("alice".into()),
+        ["finance".to_owned()].into(),
+    ));
     let record = store.insert_run(new).unwrap().record().clone();
     assert_eq!(record.principal, "api:alice");
     assert_eq!(record.roles, vec!["finance"]);
     assert_eq!(record.identity(), {
-        Identity::Present(Caller {
-            principal: Principal::Api("alice".into()),
-            roles: ["finance".to_owned()].into(),
-        })
+        Identity::Present(Caller::new(
+            Principal::Api("alice".into()),
+            ["finance".to_owned()].into(),
+        ))
     });
     let mut unknown = new_run(RunId::random());
     unknown.identity = Identity::Unknown;
@@ -149,4 +151,68 @@ fn a_new_runs_provisional_record_and_first_event_are_what_the_insert_stores() {
         stored
     );
     assert_eq!(store.events(&stored.id).unwrap()[0].event, first);
+}
+
+/// A run's origin is stored with it and read back as it was: after a restart a called run
+/// still acts for whoever started its tree. Stores from before origins read a root run as its
+/// own origin and a called run's as unknown, and take the column on the next open for writing.
+#[test]
+fn origin_is_stored_and_old_stores_read_it_as_documented() {
+    use crate::visibility::{Caller, Principal};
+    let dir = tempfile::tempdir().unwrap();
+    let old = dir.path().join("old.db");
+    let conn = Connection::open(&old).unwrap();
+    conn.execute_batch(SCHEMA).unwrap();
+    conn.execute_batch(
+        "ALTER TABLE runs ADD COLUMN principal TEXT; \
+         ALTER TABLE runs ADD COLUMN principal_roles TEXT;",
+    )
+    .unwrap();
+    let (root, child) = (RunId::random(), RunId::random());
+    conn.execute(
+        "INSERT INTO runs (id, agent, status, channel, hop_depth, input, chain, created_at_ms, \
+         principal) VALUES (?1, 'cmo', 'succeeded', 'api', 0, 'x', '[]', 1, 'api:alice')",
+        params![root.as_str()],
+    )
+    .unwrap();
+    conn.execute(
+        "INSERT INTO runs (id, agent, status, channel, parent_run, hop_depth, input, chain, \
+         created_at_ms, principal) VALUES (?1, 'cmo', 'waiting', 'agent:cfo', ?2, 1, 'x', '[]', \
+         2, 'agent:cfo')",
+        params![child.as_str(), root.as_str()],
+    )
+    .unwrap();
+    drop(conn);
+    let origin_of = |store: &RunStore, id: &RunId| store.run(id).unwrap().unwrap().origin;
+    let read_only = RunStore::open_read_only(&old).unwrap();
+    assert_eq!(origin_of(&read_only, &root), "api:alice");
+    assert_eq!(origin_of(&read_only, &child), "unknown");
+    drop(read_only);
+
+    let mut store = RunStore::open(&old, Durability::Normal).unwrap();
+    assert_eq!(origin_of(&store, &child), "unknown");
+    let mut called = new_run(RunId::random());
+    called.channel = Channel::Agent("assistant".into());
+    called.parent_run = Some(root);
+    called.identity = Identity::Present(Caller::new(
+        Principal::Agent("assistant".into()),
+        Default::default(),
+    ));
+    called.origin = Origin::Present(Principal::Api("bob".into()));
+    let id = called.id.clone();
+    let provisional = called.record(0);
+    store.insert_run(called).unwrap();
+    drop(store);
+    // Another process (a restart) reads the same origin back.
+    let reopened = RunStore::open(&old, Durability::Normal).unwrap();
+    let record = reopened.run(&id).unwrap().unwrap();
+    assert_eq!(record.origin, "api:bob");
+    assert_eq!(record.origin, provisional.origin);
+    assert_eq!(
+        record.origin(),
+        Origin::Present(Principal::Api("bob".into()))
+    );
+    let mut garbled = record;
+    garbled.origin = "root@host".into();
+    assert_eq!(garbled.origin(), Origin::Unknown, "nothing is invented");
 }

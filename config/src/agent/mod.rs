@@ -29,7 +29,7 @@ use serde_saphyr::Spanned;
 
 use crate::error::ConfigError;
 use crate::visibility::{
-    RawAgentVisibility, RawPolicy, VisibilityConfig, convert_agent_visibility,
+    RawAgentVisibility, RawGrant, RawPolicy, VisibilityConfig, convert_agent_visibility,
 };
 use crate::yaml::{Ctx, KeyPath, Pos, SpannedPairs, load_file};
 
@@ -90,7 +90,7 @@ struct RawAgent {
     env: Option<SpannedPairs>,
     policies: Option<BTreeMap<String, Spanned<RawPolicy>>>,
     fallback_policy: Option<Spanned<String>>,
-    grants: Option<BTreeMap<String, Spanned<Vec<Spanned<String>>>>>,
+    grants: Option<BTreeMap<String, Spanned<RawGrant>>>,
     probe_budget: Option<Spanned<u64>>,
     limits: Option<RawLimits>,
 }

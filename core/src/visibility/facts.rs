@@ -7,6 +7,9 @@
 //! ([`CallerFacts`] cannot be built otherwise), and a policy without a result reads as
 //! [`PolicyResult::NoResult`], never as allow.
 //!
+//! A present caller also carries the *origin* of its call tree ([`super::origin`]): a peer run's
+//! roles are what [`super::acting_roles`] leaves of the callee's grants, never the grants alone.
+//!
 //! This module holds facts only: it does not check tokens (the HTTP layer does, and reports a
 //! [`BearerCheck`]), does not evaluate policies (that is [`super::ladder`]) and does not decide.
 
@@ -18,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use super::descriptor::{PolicyRef, is_name};
 use super::error::VisibilityError;
+use super::origin::{ActingRoles, OnBehalfOf, Origin, acting_roles};
 
 /// Who is calling: `api:<token-name>` (an HTTP caller with a bearer token), `agent:<name>` (a
 /// peer run) or `anonymous` (nobody). Used by the CLI's `--as PRINCIPAL`.
@@ -99,10 +103,13 @@ impl From<Principal> for String {
 }
 
 /// The roles a host's (or agent's) config grants to principals: tokens (`api:<name>`) and
-/// peer agents (`agent:<name>`). A principal not listed has no roles.
+/// peer agents (`agent:<name>`), and for whom each grant holds. A principal not listed has no
+/// roles; a grant holds only on behalf of origins that hold the role too unless it was made
+/// with [`RoleGrants::for_any_origin`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RoleGrants {
     grants: BTreeMap<Principal, BTreeSet<String>>,
+    any_origin: BTreeSet<Principal>,
 }
 
 impl RoleGrants {
@@ -124,9 +131,25 @@ impl RoleGrants {
         self
     }
 
+    /// Makes `principal`'s grant hold on behalf of any origin (the callee trusts that agent to
+    /// check its own requesters).
+    pub fn for_any_origin(&mut self, principal: Principal) -> &mut Self {
+        self.any_origin.insert(principal);
+        self
+    }
+
     /// The roles granted to `principal`; empty when none.
     pub fn roles_of(&self, principal: &Principal) -> BTreeSet<String> {
         self.grants.get(principal).cloned().unwrap_or_default()
+    }
+
+    /// For whom `principal`'s grant holds.
+    pub fn on_behalf_of(&self, principal: &Principal) -> OnBehalfOf {
+        if self.any_origin.contains(principal) {
+            OnBehalfOf::Any
+        } else {
+            OnBehalfOf::RoleHolders
+        }
     }
 }
 
@@ -135,8 +158,31 @@ impl RoleGrants {
 pub struct Caller {
     /// Never [`Principal::Anonymous`] when built through [`Identity`]'s constructors.
     pub principal: Principal,
-    /// The roles granted to the principal.
+    /// The roles the caller acts with: for a root run, the roles granted to the principal; for
+    /// a peer run, what [`acting_roles`] holds of the callee's grant.
     pub roles: BTreeSet<String>,
+    /// Granted roles that count only if the origin holds them, which is not known.
+    pub uncertain_roles: BTreeSet<String>,
+    /// Granted roles the caller does not act with because its origin does not hold them.
+    pub withheld_roles: BTreeSet<String>,
+    /// Who started the call tree; a root run is its own origin.
+    pub origin: Origin,
+    /// The roles this host grants the origin (empty unless it is present).
+    pub origin_roles: BTreeSet<String>,
+}
+
+impl Caller {
+    /// A caller that is its own origin (a root run): it acts with `roles`.
+    pub fn new(principal: Principal, roles: BTreeSet<String>) -> Self {
+        Self {
+            origin: Origin::present(principal.clone()),
+            origin_roles: roles.clone(),
+            principal,
+            roles,
+            uncertain_roles: BTreeSet::new(),
+            withheld_roles: BTreeSet::new(),
+        }
+    }
 }
 
 /// The three-valued identity, with the caller when present.
@@ -172,10 +218,7 @@ impl Identity {
     pub fn from_principal(principal: &Principal, grants: &RoleGrants) -> Self {
         match principal {
             Principal::Anonymous => Self::Absent,
-            named => Self::Present(Caller {
-                principal: named.clone(),
-                roles: grants.roles_of(named),
-            }),
+            named => Self::Present(Caller::new(named.clone(), grants.roles_of(named))),
         }
     }
 
@@ -192,10 +235,43 @@ impl Identity {
         }
     }
 
-    /// A peer run: principal `agent:<caller>`, present, with the roles the callee's own config
-    /// grants that agent.
-    pub fn peer(caller_agent: &str, callee_grants: &RoleGrants) -> Self {
-        Self::from_principal(&Principal::Agent(caller_agent.to_owned()), callee_grants)
+    /// A peer run: principal `agent:<caller>`, present, acting for `origin`. Its roles are
+    /// what [`acting_roles`] leaves of the callee's grant to that agent, given the roles the
+    /// origin holds here: what `host_grants` (the callee host's tokens) and `callee_grants`
+    /// give that principal.
+    pub fn peer(
+        caller_agent: &str,
+        callee_grants: &RoleGrants,
+        origin: &Origin,
+        host_grants: &RoleGrants,
+    ) -> Self {
+        let principal = Principal::Agent(caller_agent.to_owned());
+        let origin_roles: BTreeSet<String> = match origin.principal() {
+            Some(of) => host_grants
+                .roles_of(of)
+                .into_iter()
+                .chain(callee_grants.roles_of(of))
+                .collect(),
+            None => BTreeSet::new(),
+        };
+        let ActingRoles {
+            held,
+            uncertain,
+            withheld,
+        } = acting_roles(
+            &callee_grants.roles_of(&principal),
+            callee_grants.on_behalf_of(&principal),
+            origin,
+            &origin_roles,
+        );
+        Self::Present(Caller {
+            principal,
+            roles: held,
+            uncertain_roles: uncertain,
+            withheld_roles: withheld,
+            origin: origin.clone(),
+            origin_roles,
+        })
     }
 
     /// The identity without the caller.
@@ -372,10 +448,10 @@ mod tests {
         );
         assert_eq!(
             valid,
-            Identity::Present(Caller {
-                principal: Principal::Api("ci".into()),
-                roles: BTreeSet::from(["deploy".to_owned()]),
-            })
+            Identity::Present(Caller::new(
+                Principal::Api("ci".into()),
+                BTreeSet::from(["deploy".to_owned()]),
+            ))
         );
         assert_eq!(
             Identity::from_bearer(&BearerCheck::Missing, &grants),
@@ -399,14 +475,62 @@ mod tests {
     }
 
     #[test]
-    fn peer_identity_uses_the_callees_grants() {
+    fn peer_identity_uses_the_callees_grants_as_far_as_the_origin_holds_them() {
         let mut callee_grants = RoleGrants::new();
         callee_grants.grant(Principal::Agent("cmo".into()), ["finance", "reports"]);
-        let Identity::Present(caller) = Identity::peer("cmo", &callee_grants) else {
+        let mut host_grants = RoleGrants::new();
+        host_grants.grant(Principal::Api("alice".into()), ["finance"]);
+        let alice = Origin::Present(Principal::Api("alice".into()));
+        let Identity::Present(caller) = Identity::peer("cmo", &callee_grants, &alice, &host_grants)
+        else {
             panic!("a peer is present");
         };
         assert_eq!(caller.principal.to_string(), "agent:cmo");
-        assert_eq!(caller.roles.len(), 2);
+        assert_eq!(caller.roles, BTreeSet::from(["finance".to_owned()]));
+        assert_eq!(
+            caller.withheld_roles,
+            BTreeSet::from(["reports".to_owned()])
+        );
+        assert_eq!(caller.origin, alice);
+        assert_eq!(caller.origin_roles, BTreeSet::from(["finance".to_owned()]));
+
+        let Identity::Present(anonymous) =
+            Identity::peer("cmo", &callee_grants, &Origin::Absent, &host_grants)
+        else {
+            panic!("a peer is present");
+        };
+        assert!(anonymous.roles.is_empty() && anonymous.origin_roles.is_empty());
+        assert_eq!(anonymous.withheld_roles.len(), 2);
+        let Identity::Present(unsure) =
+            Identity::peer("cmo", &callee_grants, &Origin::Unknown, &host_grants)
+        else {
+            panic!("a peer is present");
+        };
+        assert!(unsure.roles.is_empty());
+        assert_eq!(unsure.uncertain_roles.len(), 2);
+
+        // An agent origin holds what the callee grants that agent.
+        let via_cfo = Origin::Present(Principal::Agent("cfo".into()));
+        callee_grants.grant(Principal::Agent("cfo".into()), ["reports"]);
+        let Identity::Present(chained) =
+            Identity::peer("cmo", &callee_grants, &via_cfo, &host_grants)
+        else {
+            panic!("a peer is present");
+        };
+        assert_eq!(chained.roles, BTreeSet::from(["reports".to_owned()]));
+
+        // The explicit opt-out: the grant holds for any origin.
+        callee_grants.for_any_origin(Principal::Agent("cmo".into()));
+        let Identity::Present(trusted) =
+            Identity::peer("cmo", &callee_grants, &Origin::Absent, &host_grants)
+        else {
+            panic!("a peer is present");
+        };
+        assert_eq!(trusted.roles.len(), 2);
+        assert_eq!(
+            callee_grants.on_behalf_of(&Principal::Agent("cfo".into())),
+            OnBehalfOf::RoleHolders
+        );
         assert_eq!(
             Identity::from_principal(&Principal::Anonymous, &callee_grants),
             Identity::Absent

@@ -7,6 +7,8 @@
 //!   truth; the Rust validation mirrors it and a test keeps the two in step;
 //! - what the platform found out about a caller ([`facts`]): a principal, a three-valued
 //!   identity and per-policy results;
+//! - the origin of a call tree and the rule of which granted roles a peer run acts with on
+//!   its behalf ([`origin`]);
 //! - the decision itself ([`decide`]): seven rules, first match wins;
 //! - the evaluation ladder ([`ladder`]): T0 markers, T1 declarative policies, T2 probes behind
 //!   the [`Probe`] trait with a budget and a per-generation cache ([`probe_cache`]), T3 unknown;
@@ -26,6 +28,7 @@ pub mod error;
 pub mod facts;
 pub mod files;
 pub mod ladder;
+pub mod origin;
 pub mod probe_cache;
 
 pub use catalog::{
@@ -47,4 +50,5 @@ pub use ladder::{
     DEFAULT_PROBE_BUDGET, DecidedBy, PolicyDefinition, PolicyRegistry, Probe, ProbeOutcome,
     Verdict, Visibility, evaluate_candidates, evaluate_policies,
 };
-pub use probe_cache::ProbeCache;
+pub use origin::{ActingRoles, OnBehalfOf, Origin, acting_roles};
+pub use probe_cache::{ProbeCache, ProbeSubject};

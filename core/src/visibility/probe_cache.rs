@@ -1,4 +1,6 @@
-//! The T2 probe cache: outcomes per (principal, tool), valid for one catalog generation.
+//! The T2 probe cache: outcomes per (principal and origin, tool), valid for one catalog
+//! generation. A peer agent acts with different roles for different origins, so its outcomes
+//! are kept per origin.
 //!
 //! A probe pushes a synthetic request into a tool's real pipeline, which is expensive, so its
 //! outcome is kept until the catalog changes: when the catalog's generation number differs
@@ -11,12 +13,32 @@ use std::collections::{BTreeSet, HashMap};
 
 use super::facts::Principal;
 use super::ladder::probe::ProbeOutcome;
+use super::origin::Origin;
+
+/// Whom a probe ran as: a principal acting for an origin.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ProbeSubject {
+    /// The caller's principal (`anonymous` for absent identity).
+    pub principal: Principal,
+    /// The origin it acts for (a root run's is itself).
+    pub origin: Origin,
+}
+
+impl ProbeSubject {
+    /// A principal that is its own origin (a root run).
+    pub fn root(principal: Principal) -> Self {
+        Self {
+            origin: Origin::present(principal.clone()),
+            principal,
+        }
+    }
+}
 
 /// Probe outcomes for one catalog generation.
 #[derive(Clone, Debug, Default)]
 pub struct ProbeCache {
     generation: u64,
-    outcomes: HashMap<(Principal, String), ProbeOutcome>,
+    outcomes: HashMap<(ProbeSubject, String), ProbeOutcome>,
     disabled_tools: BTreeSet<String>,
 }
 
@@ -43,10 +65,10 @@ impl ProbeCache {
         true
     }
 
-    /// The cached outcome of probing `tool` as `principal`, if any.
-    pub fn outcome(&self, principal: &Principal, tool: &str) -> Option<ProbeOutcome> {
+    /// The cached outcome of probing `tool` as `subject`, if any.
+    pub fn outcome(&self, subject: &ProbeSubject, tool: &str) -> Option<ProbeOutcome> {
         self.outcomes
-            .get(&(principal.clone(), tool.to_owned()))
+            .get(&(subject.clone(), tool.to_owned()))
             .copied()
     }
 
@@ -56,15 +78,15 @@ impl ProbeCache {
     }
 
     /// Records an outcome; `Other` also disables further probes of `tool`.
-    pub fn record(&mut self, principal: &Principal, tool: &str, outcome: ProbeOutcome) {
+    pub fn record(&mut self, subject: &ProbeSubject, tool: &str, outcome: ProbeOutcome) {
         if outcome == ProbeOutcome::Other {
             self.disabled_tools.insert(tool.to_owned());
         }
         self.outcomes
-            .insert((principal.clone(), tool.to_owned()), outcome);
+            .insert((subject.clone(), tool.to_owned()), outcome);
     }
 
-    /// How many (principal, tool) outcomes are cached.
+    /// How many (subject, tool) outcomes are cached.
     pub fn len(&self) -> usize {
         self.outcomes.len()
     }
@@ -81,7 +103,7 @@ mod tests {
 
     #[test]
     fn a_generation_change_drops_everything() {
-        let cmo = Principal::Agent("cmo".into());
+        let cmo = ProbeSubject::root(Principal::Agent("cmo".into()));
         let mut cache = ProbeCache::new(1);
         cache.record(&cmo, "ledger", ProbeOutcome::ReachedCut);
         cache.record(&cmo, "quota", ProbeOutcome::Other);
@@ -100,12 +122,17 @@ mod tests {
     }
 
     #[test]
-    fn outcomes_are_per_principal_and_tool() {
-        let cmo = Principal::Agent("cmo".into());
-        let ci = Principal::Api("ci".into());
+    fn outcomes_are_per_principal_origin_and_tool() {
+        let cmo = ProbeSubject::root(Principal::Agent("cmo".into()));
+        let ci = ProbeSubject::root(Principal::Api("ci".into()));
+        let cmo_for_nobody = ProbeSubject {
+            principal: Principal::Agent("cmo".into()),
+            origin: Origin::Absent,
+        };
         let mut cache = ProbeCache::new(0);
         cache.record(&cmo, "ledger", ProbeOutcome::Refused);
         assert_eq!(cache.outcome(&ci, "ledger"), None);
+        assert_eq!(cache.outcome(&cmo_for_nobody, "ledger"), None);
         assert_eq!(cache.outcome(&cmo, "other"), None);
         assert_eq!(cache.outcome(&cmo, "ledger"), Some(ProbeOutcome::Refused));
     }

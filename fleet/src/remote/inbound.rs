@@ -113,7 +113,8 @@ impl Inbound {
                     Some(hop) => {
                         info_span!("link_inbound", host = %self.map.host, peer_host = %peer,
                         run_id = %hop.child_run, agent = %hop.callee, caller = %hop.caller,
-                        hop_depth = envelope.depth())
+                        hop_depth = envelope.depth(),
+                        origin = envelope.origin().map_or_else(|| "unknown".to_owned(), ToString::to_string))
                     }
                     None => info_span!("link_inbound", host = %self.map.host, peer_host = %peer),
                 };

@@ -297,6 +297,8 @@ impl LinkRemote {
                     tree_cost: Cost::default(),
                     principal: format!("agent:{caller_principal}"),
                     roles: Vec::new(),
+                    // The callee's host does not report it; the caller's own run knows it.
+                    origin: "unknown".to_owned(),
                 })
             }
             Frame::Refused { text, .. } => Err(ActorsError::Remote(format!(
@@ -430,7 +432,8 @@ impl RemoteCalls for LinkRemote {
             Some(hop) => info_span!("link_call", host = %self.map.host,
                 peer_host = self.map.host_of(&hop.callee).unwrap_or("?"),
                 run_id = %hop.child_run, agent = %hop.callee, caller = %hop.caller,
-                hop_depth = envelope.depth()),
+                hop_depth = envelope.depth(),
+                origin = envelope.origin().map_or_else(|| "unknown".to_owned(), ToString::to_string)),
             None => info_span!("link_call", host = %self.map.host),
         };
         Box::pin(self.call(envelope).instrument(span))

@@ -39,6 +39,7 @@ use tracing::subscriber::Interest;
 use tracing_subscriber::layer::{Context as LayerContext, SubscriberExt};
 
 use consort_actors::supervisor::{RemoteCalls, SupervisorMsg};
+use consort_actors::visibility::Origin;
 use consort_actors::{AgentOptions, CallOutcome, Channel};
 use consort_core::directory::{Audience, DirectoryPacket, PresenceBasis};
 use consort_fleet::{LinkRemote, ServeOptions, ServedHost, prepare};
@@ -116,15 +117,18 @@ where
 fn envelope(caller: &str, callee: &str, n: u64) -> CallEnvelope {
     let parent = RunId::random();
     let now = consort_actors::run::now_ms();
-    consort_net::new_call(NextHop {
-        caller,
-        callee,
-        parent_run: &parent,
-        tool_use_id: &format!("tu_bench_{n}"),
-        input: "2026-08",
-        issued_at_ms: now,
-        expires_at_ms: now + 600_000,
-    })
+    consort_net::new_call(
+        &Origin::Absent,
+        NextHop {
+            caller,
+            callee,
+            parent_run: &parent,
+            tool_use_id: &format!("tu_bench_{n}"),
+            input: "2026-08",
+            issued_at_ms: now,
+            expires_at_ms: now + 600_000,
+        },
+    )
 }
 
 fn write_agent(root: &std::path::Path, name: &str, yaml: &str) -> Result<()> {
@@ -507,7 +511,7 @@ fn chain_verification() -> Result<()> {
                 expires_at_ms: now + 600_000,
             };
             envelope = Some(match &envelope {
-                None => consort_net::new_call(next),
+                None => consort_net::new_call(&Origin::Absent, next),
                 Some(chain) => consort_net::extend(chain, next)?,
             });
         }

@@ -22,6 +22,7 @@ fn new_run(id: &RunId) -> NewRun {
         chain: vec![],
         input: "August".into(),
         identity: Identity::Absent,
+        origin: crate::visibility::Origin::Absent,
     }
 }
 

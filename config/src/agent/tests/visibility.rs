@@ -3,7 +3,7 @@
 
 use super::{err, load_text, simple};
 use crate::agent::{ModelConfig, ScriptStep};
-use crate::visibility::{GuardConfig, ToolAuthConfig, VisibilityConfig};
+use crate::visibility::{GrantConfig, GuardConfig, ToolAuthConfig, VisibilityConfig};
 
 const VISIBLE: &str = "\
 name: cfo
@@ -11,8 +11,9 @@ policies:
   finance_team: {roles: [finance]}
   the_cmo: {principals: [agent:cmo]}
   per_row: {needs_resource: true}
+  asked_by_hr: {origin_roles: [hr, hr]}
 fallback_policy: finance_team
-grants: {cmo: [marketing], analyst: [finance, finance]}
+grants: {cmo: [marketing], analyst: [finance, finance], assistant: {roles: [hr], on_behalf_of: any}, clerk: {roles: [hr], on_behalf_of: role_holders}}
 probe_budget: 3
 model:
   script:
@@ -41,8 +42,22 @@ fn loads_visibility_declarations_and_meta_tool_steps() {
     assert_eq!(v.policies["the_cmo"].principals, vec!["agent:cmo"]);
     assert!(v.policies["per_row"].needs_resource);
     assert_eq!(v.fallback_policy.as_deref(), Some("finance_team"));
-    assert_eq!(v.grants["cmo"], vec!["marketing"]);
-    assert_eq!(v.grants["analyst"], vec!["finance"], "duplicates folded");
+    assert_eq!(v.policies["asked_by_hr"].origin_roles, vec!["hr"]);
+    assert_eq!(
+        v.grants["cmo"],
+        GrantConfig {
+            roles: vec!["marketing".into()],
+            on_behalf_of_any: false
+        }
+    );
+    assert_eq!(
+        v.grants["analyst"].roles,
+        vec!["finance"],
+        "duplicates folded"
+    );
+    assert!(v.grants["assistant"].on_behalf_of_any);
+    assert_eq!(v.grants["assistant"].roles, vec!["hr"]);
+    assert!(!v.grants["clerk"].on_behalf_of_any);
     assert_eq!(v.probe_budget, 3);
     assert_eq!(
         a.tools[0].auth,
@@ -93,7 +108,7 @@ fn bad_visibility_input_names_line_and_key() {
     let (k, l, _, key, _) = err(&with("auth: {anonymous: true}", "auth: {anonymous: maybe}"));
     assert_eq!(
         (k, l, key.as_str()),
-        ("schema", 24, "tools[1].auth.anonymous")
+        ("schema", 25, "tools[1].auth.anonymous")
     );
     // An unknown key in an auth block.
     let (k, _, _, key, msg) = err(&with("auth: {anonymous: true}", "auth: {anon: true}"));
@@ -102,7 +117,7 @@ fn bad_visibility_input_names_line_and_key() {
     let (k, l, _, key, msg) = err(&with("finance_team]}\n    guard", "finanse]}\n    guard"));
     assert_eq!(
         (k, l, key.as_str()),
-        ("invalid", 19, "tools[0].auth.policies[1]")
+        ("invalid", 20, "tools[0].auth.policies[1]")
     );
     assert!(msg.contains("no policy named `finanse`"), "{msg}");
     assert!(msg.contains("finance_team"), "{msg}");
@@ -132,6 +147,41 @@ fn bad_visibility_input_names_line_and_key() {
     assert_eq!(key, "probe_budget");
     let (_, _, _, key, _) = err(&with("grants: {cmo:", "grants: {Bad Name:"));
     assert_eq!(key, "grants.Bad Name");
+    // The origin's roles and the scope of a grant.
+    let (k, l, _, key, msg) = err(&with("origin_roles: [hr, hr]", "origin_roles: [\"h r\"]"));
+    assert_eq!(
+        (k, l, key.as_str()),
+        ("invalid", 6, "policies.asked_by_hr.origin_roles[0]")
+    );
+    assert!(msg.contains("invalid role name `h r`"), "{msg}");
+    let (_, _, _, key, msg) = err(&with("{origin_roles: [hr, hr]}", "{origin_roles: []}"));
+    assert_eq!(key, "policies.asked_by_hr");
+    assert!(msg.contains("`origin_roles`"), "{msg}");
+    let (k, l, _, key, msg) = err(&with("on_behalf_of: any", "on_behalf_of: everyone"));
+    assert_eq!(
+        (k, l, key.as_str()),
+        ("schema", 8, "grants.assistant.on_behalf_of")
+    );
+    assert!(msg.contains("role_holders") && msg.contains("any"), "{msg}");
+    let (k, _, _, key, _) = err(&with("on_behalf_of: any", "on_behalf: any"));
+    assert_eq!((k, key.as_str()), ("schema", "grants.assistant.on_behalf"));
+    let (k, _, _, key, _) = err(&with(
+        "{roles: [hr], on_behalf_of: any}",
+        "{on_behalf_of: any}",
+    ));
+    assert_eq!((k, key.as_str()), ("schema", "grants.assistant.roles"));
+    let (k, _, _, key, msg) = err(&with(
+        "clerk: {roles: [hr], on_behalf_of: role_holders}",
+        "clerk: {roles: [\"\"]}",
+    ));
+    assert_eq!(
+        (k, key.as_str()),
+        ("invalid", "grants.clerk.roles[0]"),
+        "{msg}"
+    );
+    let (k, _, _, key, msg) = err(&with("analyst: [finance, finance]", "analyst: finance"));
+    assert_eq!((k, key.as_str()), ("schema", "grants.analyst"), "{msg}");
+    assert!(msg.contains("a list of roles"), "{msg}");
     let (k, _, _, key, _) = err(&with("limit: 5}", "limit: 5, extra: 1}"));
     assert_eq!(
         (k, key.as_str()),

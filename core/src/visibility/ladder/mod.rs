@@ -11,7 +11,8 @@
 //! one of those roles; a named policy is looked up in the registry, and one that is not defined
 //! or needs a resource reports no result. [`decide`] then applies the seven rules. Only a
 //! tool the rules leave `unknown` is probed, and only when there is someone to probe as (the
-//! caller's principal, or `anonymous` when identity is absent; never when identity is unknown).
+//! caller's principal for its origin, or `anonymous` when identity is absent; never when
+//! identity or the caller's origin is unknown).
 //! Probes run on the first K candidates in ranking order (K = [`Visibility::probe_budget`],
 //! [`DEFAULT_PROBE_BUDGET`] by default); outcomes already in the [`ProbeCache`] are used for
 //! any candidate, since they cost nothing. `Refused` maps to deny, `ReachedCut` to allow, and
@@ -33,7 +34,8 @@ mod tests;
 use super::decision::{Decision, Rule, decide};
 use super::descriptor::Auth;
 use super::facts::{Identity, Principal};
-use super::probe_cache::ProbeCache;
+use super::origin::Origin;
+use super::probe_cache::{ProbeCache, ProbeSubject};
 
 pub use policy::{PolicyDefinition, PolicyRegistry, evaluate_policies};
 pub use probe::{Probe, ProbeOutcome};
@@ -85,12 +87,20 @@ impl<'a> Visibility<'a> {
         }
     }
 
-    /// The principal a probe runs as: the caller's, `anonymous` when identity is absent, none
-    /// when identity is unknown (there is nobody certain to probe as).
-    fn probe_principal(&self) -> Option<Principal> {
+    /// Whom a probe runs as: the caller's principal for its origin, `anonymous` when identity
+    /// is absent, nobody when identity or the origin is unknown (the caller's roles are not
+    /// certain, so no outcome could be kept for it).
+    fn probe_subject(&self) -> Option<ProbeSubject> {
         match self.identity {
-            Identity::Present(caller) => Some(caller.principal.clone()),
-            Identity::Absent => Some(Principal::Anonymous),
+            Identity::Present(caller) if caller.origin == Origin::Unknown => None,
+            Identity::Present(caller) => Some(ProbeSubject {
+                principal: caller.principal.clone(),
+                origin: caller.origin.clone(),
+            }),
+            Identity::Absent => Some(ProbeSubject {
+                principal: Principal::Anonymous,
+                origin: Origin::Absent,
+            }),
             Identity::Unknown => None,
         }
     }
@@ -106,7 +116,7 @@ pub fn evaluate_candidates(
     cache: &mut ProbeCache,
 ) -> Vec<Verdict> {
     cache.observe_generation(generation);
-    let principal = visibility.probe_principal();
+    let subject = visibility.probe_subject();
     candidates
         .iter()
         .enumerate()
@@ -123,18 +133,18 @@ pub fn evaluate_candidates(
                 decision: Decision::Unknown,
                 decided_by: DecidedBy::Unresolved(rule),
             };
-            let Some(principal) = principal.as_ref() else {
+            let Some(subject) = subject.as_ref() else {
                 return unresolved;
             };
             if cache.is_disabled(tool) {
                 return unresolved;
             }
-            let outcome = match cache.outcome(principal, tool) {
+            let outcome = match cache.outcome(subject, tool) {
                 Some(cached) => cached,
                 None => match visibility.probe {
                     Some(probe) if position < visibility.probe_budget => {
-                        let fresh = probe.probe(tool, principal);
-                        cache.record(principal, tool, fresh);
+                        let fresh = probe.probe(tool, &subject.principal);
+                        cache.record(subject, tool, fresh);
                         fresh
                     }
                     _ => return unresolved,

@@ -3,8 +3,12 @@
 //! This module owns the named policies config defines ([`PolicyDefinition`] in a
 //! [`PolicyRegistry`]) and the role form `roles:a,b`, which needs no definition. A policy that
 //! is not defined, or that needs a resource, reports no result rather than a guess: the rules
-//! in [`decide`](crate::visibility::decide) turn a missing result into `unknown`. Nothing here may
-//! probe or decide; it only produces [`CallerFacts`].
+//! in [`decide`](crate::visibility::decide) turn a missing result into `unknown`. A role the
+//! caller holds only if its unknown origin does ([`Caller::uncertain_roles`]) makes a role
+//! requirement `unknown`, never allow; a requirement on the origin's own roles
+//! (`origin_roles`) is `unknown` while the origin is. Nothing here may probe or decide; it
+//! only produces [`CallerFacts`], and says whether the origin is what stands in a policy's way
+//! ([`PolicyRegistry::blocked_by_origin`]) so a refusal can tell the model why.
 
 use std::collections::BTreeMap;
 
@@ -13,9 +17,11 @@ use serde::{Deserialize, Serialize};
 use crate::visibility::descriptor::{Auth, PolicyRef, is_name};
 use crate::visibility::error::VisibilityError;
 use crate::visibility::facts::{Caller, CallerFacts, Identity, PolicyResult, Principal};
+use crate::visibility::origin::Origin;
 
 /// A named policy as config defines it. Every requirement given must hold (AND): the caller
-/// has one of `roles`, and is one of `principals`.
+/// acts with one of `roles`, is one of `principals`, and its origin holds one of
+/// `origin_roles`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyDefinition {
@@ -25,26 +31,91 @@ pub struct PolicyDefinition {
     /// The caller must be one of these principals.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub principals: Vec<Principal>,
+    /// The origin of the caller's call tree must hold one of these roles (as this host grants
+    /// them to that principal).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub origin_roles: Vec<String>,
     /// The policy cannot be evaluated without a resource: it reports no result at list time.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub needs_resource: bool,
 }
 
+/// Whether a requirement on the origin counts, or is set aside to ask "would the caller pass
+/// if its origin held everything it was granted".
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OriginView {
+    AsItIs,
+    HoldingEverything,
+}
+
 impl PolicyDefinition {
     /// This policy's result for a present caller.
     pub fn evaluate(&self, caller: &Caller) -> PolicyResult {
+        self.evaluate_as(caller, OriginView::AsItIs)
+    }
+
+    fn evaluate_as(&self, caller: &Caller, view: OriginView) -> PolicyResult {
         if self.needs_resource {
             return PolicyResult::NoResult;
         }
-        let roles_hold =
-            self.roles.is_empty() || self.roles.iter().any(|role| caller.roles.contains(role));
-        let principal_holds =
-            self.principals.is_empty() || self.principals.contains(&caller.principal);
-        if roles_hold && principal_holds {
+        let roles = if self.roles.is_empty() {
+            PolicyResult::Allow
+        } else {
+            roles_result(&self.roles, caller, view)
+        };
+        let principal = if self.principals.is_empty() || self.principals.contains(&caller.principal)
+        {
             PolicyResult::Allow
         } else {
             PolicyResult::Deny
+        };
+        let origin = if self.origin_roles.is_empty() || view == OriginView::HoldingEverything {
+            PolicyResult::Allow
+        } else {
+            origin_roles_result(&self.origin_roles, caller)
+        };
+        all_of([roles, principal, origin])
+    }
+}
+
+/// A role requirement: allow when the caller acts with one of `required`; unknown when it
+/// would only through a role its unknown origin may or may not hold; deny otherwise.
+fn roles_result(required: &[String], caller: &Caller, view: OriginView) -> PolicyResult {
+    let has =
+        |roles: &std::collections::BTreeSet<String>| required.iter().any(|r| roles.contains(r));
+    if has(&caller.roles) {
+        return PolicyResult::Allow;
+    }
+    match view {
+        OriginView::HoldingEverything
+            if has(&caller.uncertain_roles) || has(&caller.withheld_roles) =>
+        {
+            PolicyResult::Allow
         }
+        OriginView::AsItIs if has(&caller.uncertain_roles) => PolicyResult::Unknown,
+        _ => PolicyResult::Deny,
+    }
+}
+
+/// An `origin_roles` requirement: the origin holds one of `required`.
+fn origin_roles_result(required: &[String], caller: &Caller) -> PolicyResult {
+    match caller.origin {
+        Origin::Present(_) if required.iter().any(|r| caller.origin_roles.contains(r)) => {
+            PolicyResult::Allow
+        }
+        Origin::Present(_) | Origin::Absent => PolicyResult::Deny,
+        Origin::Unknown => PolicyResult::Unknown,
+    }
+}
+
+/// Requirements that must all hold: deny if any is denied, else unknown if any is unknown.
+fn all_of(results: [PolicyResult; 3]) -> PolicyResult {
+    if results.contains(&PolicyResult::Deny) {
+        PolicyResult::Deny
+    } else if results.contains(&PolicyResult::Unknown) {
+        PolicyResult::Unknown
+    } else {
+        PolicyResult::Allow
     }
 }
 
@@ -75,6 +146,7 @@ impl PolicyRegistry {
         }
         if definition.roles.is_empty()
             && definition.principals.is_empty()
+            && definition.origin_roles.is_empty()
             && !definition.needs_resource
         {
             return Err(VisibilityError::EmptyPolicyDefinition {
@@ -92,16 +164,24 @@ impl PolicyRegistry {
 
     /// One policy's result for a present caller; an undefined named policy reports no result.
     pub fn evaluate(&self, policy: &PolicyRef, caller: &Caller) -> PolicyResult {
+        self.evaluate_as(policy, caller, OriginView::AsItIs)
+    }
+
+    /// Whether the caller's origin is what keeps `policy` from allowing it: the policy does not
+    /// allow the caller as it is, but would if the origin held every role the caller was
+    /// granted (and every role the policy asks of the origin). A refusal then says so, in
+    /// words the model can act on, instead of a bare "not allowed".
+    pub fn blocked_by_origin(&self, policy: &PolicyRef, caller: &Caller) -> bool {
+        self.evaluate(policy, caller) != PolicyResult::Allow
+            && self.evaluate_as(policy, caller, OriginView::HoldingEverything)
+                == PolicyResult::Allow
+    }
+
+    fn evaluate_as(&self, policy: &PolicyRef, caller: &Caller, view: OriginView) -> PolicyResult {
         match policy {
-            PolicyRef::Roles(roles) => {
-                if roles.iter().any(|role| caller.roles.contains(role)) {
-                    PolicyResult::Allow
-                } else {
-                    PolicyResult::Deny
-                }
-            }
+            PolicyRef::Roles(roles) => roles_result(roles, caller, view),
             PolicyRef::Named(name) => self.get(name).map_or(PolicyResult::NoResult, |definition| {
-                definition.evaluate(caller)
+                definition.evaluate_as(caller, view)
             }),
         }
     }

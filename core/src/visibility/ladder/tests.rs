@@ -13,6 +13,7 @@ use crate::visibility::error::VisibilityError;
 use crate::visibility::facts::{
     Caller, CallerFacts, Identity, PolicyResult, Principal, RoleGrants,
 };
+use crate::visibility::origin::Origin;
 use crate::visibility::probe_cache::ProbeCache;
 
 /// A probe that answers from a table (default `ReachedCut`) and counts its invocations.
@@ -59,7 +60,10 @@ fn guarded() -> Auth {
 fn caller(name: &str, roles: &[&str]) -> Identity {
     let mut grants = RoleGrants::new();
     grants.grant(Principal::Agent(name.into()), roles.iter().copied());
-    Identity::peer(name, &grants)
+    // Trusted for any origin, so the grant alone decides here (the origin's part is tested
+    // below).
+    grants.for_any_origin(Principal::Agent(name.into()));
+    Identity::peer(name, &grants, &Origin::Absent, &RoleGrants::new())
 }
 
 fn names(count: usize) -> Vec<String> {
@@ -332,4 +336,155 @@ fn without_a_probe_unknown_stays_unknown() {
         verdicts[0].decided_by,
         DecidedBy::Unresolved(Rule::ImperativeCheck)
     );
+}
+
+/// `assistant` as `hr` sees it: granted `hr` (for origins that hold it), acting for `origin`,
+/// on a host whose token `alice` holds `hr` and `bob` nothing.
+fn assistant_for(origin: &Origin) -> Caller {
+    let mut grants = RoleGrants::new();
+    grants.grant(Principal::Agent("assistant".into()), ["hr"]);
+    let mut host = RoleGrants::new();
+    host.grant(Principal::Api("alice".into()), ["hr"]);
+    host.grant(Principal::Api("bob".into()), ["sales"]);
+    let Identity::Present(caller) = Identity::peer("assistant", &grants, origin, &host) else {
+        unreachable!("a peer is present")
+    };
+    caller
+}
+
+fn api(name: &str) -> Origin {
+    Origin::Present(Principal::Api(name.into()))
+}
+
+/// A role policy and an `origin_roles` policy for every origin state, and whether the origin
+/// is what stands in the way.
+#[test]
+fn t1_reads_the_origin_three_valued() {
+    let mut registry = PolicyRegistry::new();
+    registry
+        .define(
+            "asked_by_hr",
+            PolicyDefinition {
+                origin_roles: vec!["hr".into()],
+                ..PolicyDefinition::default()
+            },
+        )
+        .unwrap()
+        .define(
+            "assistant_for_hr",
+            PolicyDefinition {
+                principals: vec![Principal::Agent("assistant".into())],
+                origin_roles: vec!["hr".into()],
+                ..PolicyDefinition::default()
+            },
+        )
+        .unwrap();
+    let role = PolicyRef::parse("roles:hr").unwrap();
+    let asked = PolicyRef::parse("asked_by_hr").unwrap();
+    let both = PolicyRef::parse("assistant_for_hr").unwrap();
+    let cases = [
+        (
+            api("alice"),
+            PolicyResult::Allow,
+            PolicyResult::Allow,
+            false,
+        ),
+        (api("bob"), PolicyResult::Deny, PolicyResult::Deny, true),
+        (Origin::Absent, PolicyResult::Deny, PolicyResult::Deny, true),
+        (
+            Origin::Unknown,
+            PolicyResult::Unknown,
+            PolicyResult::Unknown,
+            true,
+        ),
+    ];
+    for (origin, by_role, by_origin, blocked) in cases {
+        let caller = assistant_for(&origin);
+        assert_eq!(
+            registry.evaluate(&role, &caller),
+            by_role,
+            "roles:hr for {origin}"
+        );
+        assert_eq!(
+            registry.evaluate(&asked, &caller),
+            by_origin,
+            "origin_roles for {origin}"
+        );
+        assert_eq!(
+            registry.evaluate(&both, &caller),
+            by_origin,
+            "both for {origin}"
+        );
+        for policy in [&role, &asked, &both] {
+            assert_eq!(
+                registry.blocked_by_origin(policy, &caller),
+                blocked,
+                "{policy:?} for {origin}"
+            );
+        }
+    }
+    // A role nobody granted is not the origin's fault; nor is an undefined policy.
+    let audit = PolicyRef::parse("roles:audit").unwrap();
+    let undefined = PolicyRef::parse("nowhere").unwrap();
+    for origin in [api("bob"), Origin::Absent, Origin::Unknown] {
+        let caller = assistant_for(&origin);
+        assert_eq!(registry.evaluate(&audit, &caller), PolicyResult::Deny);
+        assert!(!registry.blocked_by_origin(&audit, &caller));
+        assert!(!registry.blocked_by_origin(&undefined, &caller));
+    }
+    // A root run is its own origin: an origin_roles policy reads its own roles.
+    let alice = Caller::new(
+        Principal::Api("alice".into()),
+        BTreeSet::from(["hr".to_owned()]),
+    );
+    assert_eq!(registry.evaluate(&asked, &alice), PolicyResult::Allow);
+    let parsed: PolicyDefinition = serde_json::from_str(r#"{"origin_roles": ["hr"]}"#).unwrap();
+    assert_eq!(parsed.evaluate(&alice), PolicyResult::Allow);
+    assert!(registry.define("only-origin", parsed).is_ok());
+}
+
+/// An anonymous origin hides a role-gated tool from the calling agent; an origin that holds
+/// the role shows it; an unknown origin leaves it unknown and is never probed.
+#[test]
+fn the_ladder_keeps_origins_apart() {
+    let registry = PolicyRegistry::new();
+    let probe = CountingProbe::new(&[]);
+    let gated = Auth {
+        anonymous: Anonymity::No,
+        policies: vec![PolicyRef::parse("roles:hr").unwrap()],
+        imperative: false,
+    };
+    let gated_and_guarded = Auth {
+        imperative: true,
+        ..gated.clone()
+    };
+    let candidates = [("salary", &gated), ("bonus", &gated_and_guarded)];
+    let mut cache = ProbeCache::new(1);
+    let mut verdicts_for = |origin: &Origin| {
+        let identity = Identity::Present(assistant_for(origin));
+        let visibility = Visibility {
+            probe: Some(&probe),
+            ..Visibility::without_probe(&identity, &registry)
+        };
+        evaluate_candidates(&candidates, 1, &visibility, &mut cache)
+            .into_iter()
+            .map(|v| v.decision)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        verdicts_for(&api("alice")),
+        [Decision::Allow, Decision::Allow]
+    );
+    assert_eq!(
+        verdicts_for(&Origin::Absent),
+        [Decision::Deny, Decision::Deny]
+    );
+    assert_eq!(verdicts_for(&api("bob")), [Decision::Deny, Decision::Deny]);
+    assert_eq!(
+        verdicts_for(&Origin::Unknown),
+        [Decision::Unknown, Decision::Unknown]
+    );
+    // Only alice's guarded tool was left to a probe: an unknown origin is never probed as.
+    assert_eq!(probe.calls.get(), 1);
+    assert!(!cache.is_disabled("bonus"));
 }

@@ -1,7 +1,8 @@
 //! Chain and reply verification: what a receiving host accepts and refuses, hop by hop.
 
 use super::*;
-use crate::testing::{Fleet, NOW_MS, TTL_MS};
+use crate::testing::{Fleet, NOW_MS, TTL_MS, alice};
+use consort_core::visibility::Principal;
 
 const SKEW_MS: u64 = 5_000;
 /// The receiving host's limits in these tests.
@@ -54,6 +55,9 @@ fn a_signed_chain_verifies_and_reports_depth() {
     let verified = verify(&fleet, &envelope).unwrap();
     assert_eq!(verified.depth(), 2);
     assert_eq!(verified.root_caller(), "cmo");
+    assert_eq!(verified.origin(), &alice());
+    assert_eq!(envelope.origin(), Some(&alice()));
+    assert!(envelope.hops[1..].iter().all(|hop| hop.origin.is_none()));
     assert_eq!(verified.signers(), ["alpha", "beta"]);
     assert_eq!(verified.last_hop().callee, "cdo");
 }
@@ -105,15 +109,18 @@ fn a_chain_longer_than_the_limit_is_refused_before_any_signature_is_checked() {
 /// A one-hop call from cmo to cfo issued and expiring at these times, signed.
 fn call_at(fleet: &Fleet, issued_at_ms: u64, expires_at_ms: u64) -> CallEnvelope {
     let root = RunId::random();
-    let mut envelope = new_call(NextHop {
-        caller: "cmo",
-        callee: "cfo",
-        parent_run: &root,
-        tool_use_id: "toolu_0",
-        input: "a",
-        issued_at_ms,
-        expires_at_ms,
-    });
+    let mut envelope = new_call(
+        &alice(),
+        NextHop {
+            caller: "cmo",
+            callee: "cfo",
+            parent_run: &root,
+            tool_use_id: "toolu_0",
+            input: "a",
+            issued_at_ms,
+            expires_at_ms,
+        },
+    );
     fleet.sign_all(&mut envelope);
     envelope
 }
@@ -235,6 +242,55 @@ fn a_forged_hop_is_refused() {
 }
 
 #[test]
+fn a_tampered_origin_breaks_the_first_hops_signature() {
+    let fleet = Fleet::standard();
+    // Beta (or anyone on the way) rewrites who the call acts for: alpha signed `api:alice`.
+    for forged in [
+        Origin::Present(Principal::Api("root".into())),
+        Origin::Absent,
+        Origin::Unknown,
+    ] {
+        let mut envelope = fleet.chain(&["cmo", "cfo", "cdo"]);
+        envelope.hops[0].origin = Some(forged.clone());
+        // The next hop binds the first one's digest, so the link breaks before any signature.
+        assert_eq!(
+            verify(&fleet, &envelope),
+            Err(ChainError::BrokenLink { hop: 1 }),
+            "{forged}"
+        );
+        let mut one_hop = fleet.chain(&["cmo", "cfo"]);
+        one_hop.hops[0].origin = Some(forged.clone());
+        assert_eq!(
+            verify(&fleet, &one_hop),
+            Err(ChainError::BadSignature { hop: 0 }),
+            "{forged}"
+        );
+        assert_ne!(
+            hop_canonical_bytes(&one_hop.hops[0]),
+            hop_canonical_bytes(&fleet.chain(&["cmo", "cfo"]).hops[0])
+        );
+    }
+}
+
+#[test]
+fn the_origin_lives_in_the_first_hop_only() {
+    let fleet = Fleet::standard();
+    let mut without = fleet.unsigned_chain(&["cmo", "cfo"]);
+    without.hops[0].origin = None;
+    fleet.sign_all(&mut without);
+    assert_eq!(verify(&fleet, &without), Err(ChainError::MissingOrigin));
+
+    // A later hop naming another origin is refused, even signed by its own host.
+    let mut second = fleet.unsigned_chain(&["cmo", "cfo", "cdo"]);
+    second.hops[1].origin = Some(Origin::Present(Principal::Api("root".into())));
+    fleet.sign_all(&mut second);
+    assert_eq!(
+        verify(&fleet, &second),
+        Err(ChainError::MisplacedOrigin { hop: 1 })
+    );
+}
+
+#[test]
 fn a_dropped_hop_is_refused() {
     let fleet = Fleet::standard();
     // Dropping the middle hop of cmo -> cfo -> cdo -> ceo.
@@ -296,7 +352,7 @@ fn a_callee_that_is_not_the_next_caller_is_refused() {
     };
     assert_eq!(extend(&chain, next), Err(ChainError::BrokenLink { hop: 1 }));
     let mut envelope = chain;
-    envelope.hops.push(new_hop(Some(&last), next));
+    envelope.hops.push(next_hop(&last, next));
     envelope.input = "x".into();
     fleet.sign_all(&mut envelope);
     assert_eq!(
@@ -341,15 +397,18 @@ fn an_earlier_expired_hop_does_not_expire_the_chain() {
     let fleet = Fleet::standard();
     let now = NOW_MS + 10 * TTL_MS;
     let root = RunId::random();
-    let first = new_call(NextHop {
-        caller: "cmo",
-        callee: "cfo",
-        parent_run: &root,
-        tool_use_id: "toolu_0",
-        input: "a",
-        issued_at_ms: NOW_MS,
-        expires_at_ms: NOW_MS + TTL_MS,
-    });
+    let first = new_call(
+        &alice(),
+        NextHop {
+            caller: "cmo",
+            callee: "cfo",
+            parent_run: &root,
+            tool_use_id: "toolu_0",
+            input: "a",
+            issued_at_ms: NOW_MS,
+            expires_at_ms: NOW_MS + TTL_MS,
+        },
+    );
     let mut envelope = extend(
         &first,
         NextHop {

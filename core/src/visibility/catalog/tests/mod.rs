@@ -14,6 +14,7 @@ use super::{Catalog, CatalogEntry, SearchAnswer, SearchRequest, search_tools};
 use crate::visibility::descriptor::{Anonymity, Auth, PolicyRef};
 use crate::visibility::facts::{Identity, Principal, RoleGrants};
 use crate::visibility::ladder::{PolicyDefinition, PolicyRegistry, Visibility};
+use crate::visibility::origin::Origin;
 use crate::visibility::probe_cache::ProbeCache;
 
 fn entry(name: &str, description: &str, auth: Auth) -> CatalogEntry {
@@ -97,7 +98,9 @@ fn registry() -> PolicyRegistry {
 fn cmo_finance() -> Identity {
     let mut grants = RoleGrants::new();
     grants.grant(Principal::Agent("cmo".into()), ["finance"]);
-    Identity::peer("cmo", &grants)
+    // Trusted for any origin, so the grant alone decides here.
+    grants.for_any_origin(Principal::Agent("cmo".into()));
+    Identity::peer("cmo", &grants, &Origin::Absent, &RoleGrants::new())
 }
 
 fn search(identity: &Identity, query: &str, limit: usize) -> SearchAnswer {
