@@ -88,6 +88,8 @@ pub(crate) fn run_detail(run: &RunRecord, events: &[EventRecord]) -> String {
     field("agent", run.agent.clone());
     field("status", run.status.to_string());
     field("channel", run.channel.to_string());
+    field("principal", run.principal.clone());
+    field("origin", run.origin.clone());
     field(
         "parent",
         run.parent_run
