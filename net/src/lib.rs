@@ -51,6 +51,6 @@ pub use envelope::{CallEnvelope, ENVELOPE_VERSION, Hop, HopSignature, ReplyEnvel
 pub use error::{ChainError, CodecError, KeyError, LinkError, NetError};
 pub use keys::{HostKey, KeyRing, PublicKey};
 pub use link::{
-    FrameHandler, HandlerFuture, LinkConfig, LinkEndpoint, OperatorAccess, OperatorFuture,
-    OperatorHandler, OperatorLink, OperatorPeer, PeerLink, PeerLinkState,
+    FrameHandler, HandlerFuture, LinkConfig, LinkEndpoint, LinkView, OperatorAccess,
+    OperatorFuture, OperatorHandler, OperatorLink, OperatorPeer, PeerLink, PeerLinkState,
 };

@@ -269,12 +269,56 @@ impl LinkEndpoint {
     /// connected, dialing, or not connected with the last failure it saw. It reports what the
     /// connection cache holds and dials nothing.
     pub fn peer_links(&self) -> Vec<PeerLink> {
-        let hosts: Vec<String> = tls::read_ring(&self.inner.serving.ring)
+        self.view().peer_links()
+    }
+
+    /// A [`LinkView`] of this endpoint, for a handler that reports its links: it does not keep
+    /// the endpoint alive (a handler holding the endpoint itself would, through the endpoint's
+    /// own reference to its handler).
+    pub fn view(&self) -> LinkView {
+        LinkView {
+            host_name: self.inner.host_name.clone(),
+            ring: self.inner.serving.ring.clone(),
+            peers: self.inner.serving.peers.clone(),
+        }
+    }
+
+    /// Closes every connection with `CLOSE_SHUTDOWN` and stops serving; waits (at most
+    /// [`LinkConfig::shutdown_grace`]) until peers acknowledged, so that they drop their
+    /// connections to this process at once instead of finding out by timeouts.
+    pub async fn close(&self) {
+        self.inner.accept_task.abort();
+        self.inner
+            .endpoint
+            .close(CLOSE_SHUTDOWN.into(), b"host shutting down");
+        let grace = self.inner.config.shutdown_grace;
+        if tokio::time::timeout(grace, self.inner.endpoint.wait_idle())
+            .await
+            .is_err()
+        {
+            tracing::debug!(?grace, "peers did not acknowledge the close in time");
+        }
+    }
+}
+
+/// What an endpoint knows of its peers, readable without holding the endpoint (see
+/// [`LinkEndpoint::view`]).
+#[derive(Clone)]
+pub struct LinkView {
+    host_name: String,
+    ring: SharedRing,
+    peers: Arc<peers::Peers>,
+}
+
+impl LinkView {
+    /// See [`LinkEndpoint::peer_links`].
+    pub fn peer_links(&self) -> Vec<PeerLink> {
+        let hosts: Vec<String> = tls::read_ring(&self.ring)
             .iter()
             .map(|(host, _)| host.to_owned())
-            .filter(|host| host != &self.inner.host_name)
+            .filter(|host| host != &self.host_name)
             .collect();
-        let slots = lock(&self.inner.serving.peers).clone();
+        let slots = lock(&self.peers).clone();
         hosts
             .into_iter()
             .map(|host| {
@@ -299,22 +343,13 @@ impl LinkEndpoint {
             })
             .collect()
     }
+}
 
-    /// Closes every connection with `CLOSE_SHUTDOWN` and stops serving; waits (at most
-    /// [`LinkConfig::shutdown_grace`]) until peers acknowledged, so that they drop their
-    /// connections to this process at once instead of finding out by timeouts.
-    pub async fn close(&self) {
-        self.inner.accept_task.abort();
-        self.inner
-            .endpoint
-            .close(CLOSE_SHUTDOWN.into(), b"host shutting down");
-        let grace = self.inner.config.shutdown_grace;
-        if tokio::time::timeout(grace, self.inner.endpoint.wait_idle())
-            .await
-            .is_err()
-        {
-            tracing::debug!(?grace, "peers did not acknowledge the close in time");
-        }
+impl std::fmt::Debug for LinkView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LinkView")
+            .field("host_name", &self.host_name)
+            .finish_non_exhaustive()
     }
 }
 
