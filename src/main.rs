@@ -130,7 +130,7 @@ enum Command {
         #[command(subcommand)]
         command: visibility_cli::ToolsCommand,
     },
-    /// Write a new host key (mode 0600) and print its public key.
+    /// Write a new host (or operator) key (mode 0600) and print its public key.
     Keygen(fleet_cli::KeygenArgs),
     /// Serve one host of a multi-host fleet (QUIC link + HTTP API).
     Serve(fleet_cli::ServeArgs),
