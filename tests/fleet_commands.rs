@@ -186,6 +186,9 @@ fn drain_refuses_new_root_runs_while_accepted_ones_finish_and_resume_reopens() {
         assert_eq!(decided["approved"], true, "{decided}");
         assert_eq!(decided["run"]["id"], child.as_str());
         assert_eq!(of(&answers, "alpha")["error"]["code"], "unknown_run");
+        // The run's log records who decided.
+        let log = serde_json::to_string(&fleet.events_of("beta", child)).unwrap_or_default();
+        assert!(log.contains("operator:ops"), "{log}");
     }
     for parent in [&first, &second] {
         let run = fleet.wait_settled("alpha", parent, LONG);

@@ -17,7 +17,6 @@
 use serde::{Deserialize, Serialize};
 
 use consort_actors::page::RunPage;
-use consort_actors::supervisor::AgentStatus;
 use consort_actors::{RunCounts, RunRecord};
 use consort_net::RunId;
 
@@ -58,8 +57,22 @@ pub struct AgentLine {
     pub up: bool,
     /// How often its actor was restarted since the host started (crashes and operators).
     pub restarts: usize,
+    /// Why it is down and since when; `None` while it is up.
+    #[serde(default)]
+    pub down: Option<DownLine>,
     /// Its runs by status.
     pub runs: RunCounts,
+}
+
+/// Why an agent of a [`HostStatus`] is down.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DownLine {
+    /// `store_not_writable`, `restart_budget_spent` or `start_failed`.
+    pub reason: String,
+    /// Since when, Unix milliseconds.
+    pub since_ms: u64,
+    /// What its last failure said (absolute paths cut to their last two parts).
+    pub detail: String,
 }
 
 /// One peer host's link in a [`HostStatus`].
@@ -104,7 +117,21 @@ pub struct Restarted {
     /// The host.
     pub host: String,
     /// The agent after its restart.
-    pub agent: AgentStatus,
+    pub agent: AgentSeat,
+}
+
+/// An agent's actor after an operator's restart.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentSeat {
+    /// The agent.
+    pub name: String,
+    /// Whether its actor is running.
+    pub up: bool,
+    /// How often its actor was restarted since the host started (this restart included).
+    pub restarts: usize,
+    /// Why it is down, if it did not start.
+    #[serde(default)]
+    pub down: Option<DownLine>,
 }
 
 /// The answer to `reload`.

@@ -111,7 +111,11 @@ fn status(s: &HostStatus) -> String {
         .map(|a| {
             vec![
                 a.name.clone(),
-                if a.up { "yes" } else { "no" }.to_owned(),
+                match (&a.down, a.up) {
+                    (_, true) => "yes".to_owned(),
+                    (Some(down), false) => format!("no ({})", down.reason),
+                    (None, false) => "no".to_owned(),
+                },
                 a.restarts.to_string(),
                 a.runs.queued.to_string(),
                 a.runs.running.to_string(),

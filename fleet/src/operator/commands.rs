@@ -7,18 +7,21 @@
 //! before it is called) and decides nothing about a run.
 
 use consort_actors::page::{RunCursor, page_size};
+use consort_actors::supervisor::Down;
 use consort_actors::{ActorsError, Host, RunCounts};
 use consort_net::{LinkView, OperatorAnswer, OperatorCommand, PeerLinkState};
 
 use super::{
-    AgentLine, Decided, DrainState, HostStatus, JobsPage, LastFailure, LinkLine, Reloaded,
-    Restarted,
+    AgentLine, AgentSeat, Decided, DownLine, DrainState, HostStatus, JobsPage, LastFailure,
+    LinkLine, Reloaded, Restarted,
 };
 use crate::api::without_absolute_paths;
 
-/// Runs `command` on `host` (named `here` in the fleet), whose links `links` shows.
+/// Runs `command` for `operator` on `host` (named `here` in the fleet), whose links `links`
+/// shows.
 pub(super) async fn run(
     command: OperatorCommand,
+    operator: &str,
     here: &str,
     host: &Host,
     links: Option<&LinkView>,
@@ -32,7 +35,17 @@ pub(super) async fn run(
             .restart_agent(&agent)
             .await
             .map_err(Failure::from)
-            .and_then(|agent| json(Restarted { host: here, agent })),
+            .and_then(|seat| {
+                json(Restarted {
+                    host: here,
+                    agent: AgentSeat {
+                        name: seat.name,
+                        up: seat.up,
+                        restarts: seat.restarts,
+                        down: seat.down.map(down_line),
+                    },
+                })
+            }),
         OperatorCommand::Reload => {
             host.reload()
                 .await
@@ -45,8 +58,9 @@ pub(super) async fn run(
                     })
                 })
         }
+        // The run's log records the decision as this operator's.
         OperatorCommand::Decide { run, approve } => host
-            .decide(&run, approve)
+            .decide_as(&run, approve, &format!("operator:{operator}"))
             .await
             .map_err(Failure::from)
             .and_then(|run| {
@@ -145,6 +159,7 @@ async fn status(
             name: seat.name,
             up: seat.up,
             restarts: seat.restarts,
+            down: seat.down.map(down_line),
         })
         .collect();
     let links = links
@@ -178,6 +193,14 @@ async fn status(
             settled_at_ms: run.settled_at_ms,
         }),
     })
+}
+
+fn down_line(down: Down) -> DownLine {
+    DownLine {
+        reason: down.reason.as_str().to_owned(),
+        since_ms: down.since_ms,
+        detail: without_absolute_paths(&down.detail),
+    }
 }
 
 async fn drain(here: String, host: &Host, draining: bool) -> Result<DrainState, Failure> {

@@ -112,7 +112,14 @@ impl OperatorInbound {
                     message: "the host is starting; try again".into(),
                 };
             };
-            let answer = commands::run(request.command, &self.here, host, self.links.get()).await;
+            let answer = commands::run(
+                request.command,
+                &peer.name,
+                &self.here,
+                host,
+                self.links.get(),
+            )
+            .await;
             match &answer {
                 OperatorAnswer::Done { .. } => info!("operator command done"),
                 OperatorAnswer::Failed { code, message } => {
