@@ -1,4 +1,5 @@
-//! The multi-host subcommands of the CLI: `keygen`, `serve` and `edges --fleet`.
+//! The multi-host subcommands of the CLI: `keygen`, `serve` and `edges --fleet` (an
+//! operator's `consort fleet ...` commands are `operator_cli`'s).
 //!
 //! Thin users of the library: `serve` assembles one host with `consort_fleet::serve`, `keygen`
 //! writes a key with `consort_net::HostKey`, `edges --fleet` resolves the consent graph of a
@@ -26,7 +27,8 @@ pub(crate) struct KeygenArgs {
     /// Folder to write the key into (made if missing).
     #[arg(long)]
     pub out: PathBuf,
-    /// The host the key is for: writes `<out>/<name>.key` (default `<out>/host.key`).
+    /// The host (or operator) the key is for: writes `<out>/<name>.key` (default
+    /// `<out>/host.key`).
     #[arg(long)]
     pub name: Option<String>,
     #[arg(long)]

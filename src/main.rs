@@ -7,6 +7,7 @@
 mod directory_cli;
 mod file_size_limit;
 mod fleet_cli;
+mod operator_cli;
 mod output;
 mod visibility_cli;
 
@@ -129,10 +130,16 @@ enum Command {
         #[command(subcommand)]
         command: visibility_cli::ToolsCommand,
     },
-    /// Write a new host key (mode 0600) and print its public key.
+    /// Write a new host (or operator) key (mode 0600) and print its public key.
     Keygen(fleet_cli::KeygenArgs),
     /// Serve one host of a multi-host fleet (QUIC link + HTTP API).
     Serve(fleet_cli::ServeArgs),
+    /// An operator's commands to the hosts of a fleet, signed with the operator's key and
+    /// sent over the QUIC links: status, drain, resume, restart, reload, approve, jobs.
+    Fleet {
+        #[command(subcommand)]
+        command: operator_cli::FleetCommand,
+    },
 }
 
 #[derive(Subcommand)]
@@ -337,6 +344,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Dev(args) => dev(args).await,
         Command::Keygen(args) => fleet_cli::keygen(args),
         Command::Serve(args) => fleet_cli::serve(args).await,
+        Command::Fleet { command } => operator_cli::fleet(command).await,
         Command::Edges {
             fleet: Some(file),
             json,

@@ -350,3 +350,6 @@ pub(crate) fn delivery(outcome: &DeliveryOutcome) -> String {
         } => format!("queued: {delivery_id}: {detail}"),
     }
 }
+
+mod fleet;
+pub(crate) use fleet::fleet_answers;

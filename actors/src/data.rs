@@ -185,6 +185,22 @@ impl DataFolder {
         Ok(None)
     }
 
+    /// How many of `agent`'s runs are in each status (zero for an agent without a store yet).
+    pub fn status_counts(&self, agent: &str) -> Result<crate::run::RunCounts, ActorsError> {
+        if !self.store_path(agent).is_file() {
+            return Ok(crate::run::RunCounts::default());
+        }
+        self.open(agent)?.status_counts()
+    }
+
+    /// `agent`'s run that failed last, if any.
+    pub fn last_failed(&self, agent: &str) -> Result<Option<RunRecord>, ActorsError> {
+        if !self.store_path(agent).is_file() {
+            return Ok(None);
+        }
+        self.open(agent)?.last_failed()
+    }
+
     /// One run, wherever it is stored here.
     pub fn run(&self, id: &RunId) -> Result<Option<RunRecord>, ActorsError> {
         for name in self.agents()? {

@@ -1,9 +1,9 @@
 //! [`Host`]: the typed handle an app (or the CLI, or the HTTP API) uses to drive one host.
 //!
 //! A host is a [`crate::supervisor::HostSupervisor`] with its agents under it. The handle
-//! starts runs, waits for them to settle, reads runs and their event logs, passes operator
-//! decisions and reloads config. Reads go straight to the agents' stores (read-only), writes go
-//! through the supervisor's mailbox. Build one with [`Host::spawn`], or [`Host::spawn_linked`]
+//! starts runs, waits for them to settle, reads runs and their event logs (and counts them),
+//! passes operator decisions, reloads config, drains admission and restarts an agent. Reads go
+//! straight to the agents' stores (read-only), writes go through the supervisor's mailbox. Build one with [`Host::spawn`], or [`Host::spawn_linked`]
 //! to put the host under an app's own ractor supervisor.
 
 use std::time::Duration;
@@ -304,6 +304,74 @@ impl Host {
     pub async fn agent_status(&self) -> Result<Vec<AgentStatus>, ActorsError> {
         ractor::call_t!(self.supervisor, SupervisorMsg::Agents, ASK_TIMEOUT_MS)
             .map_err(|e| ActorsError::Actor(e.to_string()))
+    }
+
+    /// How many runs of each agent this host serves are in each status, by agent name: a
+    /// grouped count per store, not a read of the runs. Synchronous (SQLite): call it from a
+    /// blocking thread.
+    pub fn run_counts(&self) -> Result<Vec<(String, crate::run::RunCounts)>, ActorsError> {
+        self.agents
+            .iter()
+            .map(|agent| Ok((agent.clone(), self.data.status_counts(agent)?)))
+            .collect()
+    }
+
+    /// The run of this host's agents that failed last (by settlement time), if any.
+    /// Synchronous (SQLite): call it from a blocking thread.
+    pub fn last_failed_run(&self) -> Result<Option<RunRecord>, ActorsError> {
+        let mut last: Option<RunRecord> = None;
+        for agent in &self.agents {
+            if let Some(run) = self.data.last_failed(agent)?
+                && last
+                    .as_ref()
+                    .is_none_or(|l| run.settled_at_ms > l.settled_at_ms)
+            {
+                last = Some(run);
+            }
+        }
+        Ok(last)
+    }
+
+    /// An operator's drain (`true`: no new root runs, accepted runs go on; see
+    /// `Refusal::Draining`) or resume (`false`). Returns whether the host is draining now.
+    pub async fn set_draining(&self, draining: bool) -> Result<bool, ActorsError> {
+        ractor::call_t!(
+            self.supervisor,
+            |reply| SupervisorMsg::Drain {
+                draining: Some(draining),
+                reply
+            },
+            ASK_TIMEOUT_MS
+        )
+        .map_err(|e| ActorsError::Actor(e.to_string()))
+    }
+
+    /// Whether the host is draining.
+    pub async fn draining(&self) -> Result<bool, ActorsError> {
+        ractor::call_t!(
+            self.supervisor,
+            |reply| SupervisorMsg::Drain {
+                draining: None,
+                reply
+            },
+            ASK_TIMEOUT_MS
+        )
+        .map_err(|e| ActorsError::Actor(e.to_string()))
+    }
+
+    /// An operator's restart of `agent`'s actor: stopped and started again, its unsettled runs
+    /// resume from the store as after a crash. Returns the agent's status afterwards.
+    pub async fn restart_agent(&self, agent: &str) -> Result<AgentStatus, ActorsError> {
+        let agent = agent.to_owned();
+        ractor::call_t!(
+            self.supervisor,
+            |reply| SupervisorMsg::RestartAgent {
+                agent: agent.clone(),
+                reply
+            },
+            ASK_TIMEOUT_MS
+        )
+        .map_err(|e| ActorsError::Actor(e.to_string()))?
     }
 
     /// The peer directory of `goal` (or of the one goal `audience` may see) as `audience` may

@@ -50,6 +50,6 @@ pub use host::Host;
 pub use meta_tools::{AgentCatalog, MetaAnswer};
 pub use presence::PresenceBoard;
 pub use restart::{ProbeBackoff, RestartBudget};
-pub use run::{Channel, Cost, EventRecord, RunRecord, RunStatus};
+pub use run::{Channel, Cost, EventRecord, RunCounts, RunRecord, RunStatus};
 pub use supervisor::HostSpec;
 pub use visibility_files::visibility_from_files;

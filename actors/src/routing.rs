@@ -306,6 +306,22 @@ pub enum SupervisorMsg {
         /// This host's reports and when it observed them (Unix milliseconds).
         reply: RpcReplyPort<(u64, Vec<AgentReport>)>,
     },
+    /// An operator's drain (`Some(true)`), resume (`Some(false)`) or question (`None`):
+    /// whether the host admits new root runs. Answered with whether it is draining now.
+    Drain {
+        /// What to set, if anything.
+        draining: Option<bool>,
+        /// Whether the host is draining after the change.
+        reply: RpcReplyPort<bool>,
+    },
+    /// An operator's restart of one agent's actor: stopped, then started again, so its runs
+    /// resume from the store as after a crash. Answered with the agent as it stands then.
+    RestartAgent {
+        /// The agent.
+        agent: String,
+        /// The agent's status after the restart, or why there was none.
+        reply: RpcReplyPort<Result<AgentStatus, ActorsError>>,
+    },
     /// Timer: checkpoint stores, watch config files.
     Tick,
     /// A probe of the store of an agent that is down because its store could not be written.

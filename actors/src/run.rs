@@ -28,6 +28,59 @@ pub struct Cost {
     pub wall_ms: u64,
 }
 
+/// How many runs of one agent (or of a host) are in each status: what a store counts without
+/// reading the runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunCounts {
+    /// Accepted, not picked up yet.
+    pub queued: u64,
+    /// Being worked on.
+    pub running: u64,
+    /// Waiting for replies.
+    pub waiting: u64,
+    /// Parked on an approval gate.
+    pub blocked: u64,
+    /// Settled with an answer.
+    pub succeeded: u64,
+    /// Settled with an error.
+    pub failed: u64,
+}
+
+impl RunCounts {
+    /// Adds `n` runs of `status`.
+    pub fn add(&mut self, status: RunStatus, n: u64) {
+        let count = match status {
+            RunStatus::Queued => &mut self.queued,
+            RunStatus::Running => &mut self.running,
+            RunStatus::Waiting => &mut self.waiting,
+            RunStatus::Blocked => &mut self.blocked,
+            RunStatus::Succeeded => &mut self.succeeded,
+            RunStatus::Failed => &mut self.failed,
+        };
+        *count = count.saturating_add(n);
+    }
+
+    /// The sum of both counts, status by status.
+    pub fn plus(self, other: Self) -> Self {
+        Self {
+            queued: self.queued.saturating_add(other.queued),
+            running: self.running.saturating_add(other.running),
+            waiting: self.waiting.saturating_add(other.waiting),
+            blocked: self.blocked.saturating_add(other.blocked),
+            succeeded: self.succeeded.saturating_add(other.succeeded),
+            failed: self.failed.saturating_add(other.failed),
+        }
+    }
+
+    /// Runs that have not settled.
+    pub fn unsettled(&self) -> u64 {
+        self.queued
+            .saturating_add(self.running)
+            .saturating_add(self.waiting)
+            .saturating_add(self.blocked)
+    }
+}
+
 /// One run as stored.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {

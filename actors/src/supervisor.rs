@@ -137,6 +137,8 @@ pub struct SupervisorState {
     fleet_agents: Arc<[String]>,
     /// The task that carries journaled deliveries (hosts with links only).
     carrier: Option<tokio::task::JoinHandle<()>>,
+    /// Set by an operator's drain: no new root runs (see `supervisor/operator.rs`).
+    draining: bool,
 }
 
 /// The host supervisor actor.
@@ -518,6 +520,7 @@ impl Actor for HostSupervisor {
             directory,
             fleet_agents,
             carrier,
+            draining: false,
         };
         let names: Vec<String> = state.slots.keys().cloned().collect();
         for name in names {
@@ -590,6 +593,9 @@ impl Actor for HostSupervisor {
                 identity,
                 reply,
             } => match Self::actor(state, &agent) {
+                _ if state.draining => {
+                    answer(reply, Err(Self::draining_refusal(state)));
+                }
                 Some(actor) => {
                     tell(
                         &actor,
@@ -753,6 +759,13 @@ impl Actor for HostSupervisor {
                 down_period,
                 probed,
             } => Self::store_probed(&myself, state, &agent, down_period, probed).await,
+            SupervisorMsg::Drain { draining, reply } => {
+                Self::set_draining(state, draining, reply);
+            }
+            SupervisorMsg::RestartAgent { agent, reply } => {
+                let restarted = Self::restart_agent(&myself, state, &agent).await;
+                answer(reply, restarted);
+            }
             SupervisorMsg::Tick => {
                 // Each agent's re-read error is logged where it happens; the old config stays.
                 if state.spec.watch_config.is_some() && Self::reload(state, true).is_err() {
@@ -892,4 +905,5 @@ fn answer<T>(port: RpcReplyPort<T>, value: T) {
     }
 }
 
+mod operator;
 mod peers;

@@ -1,8 +1,9 @@
 //! `fleet.yaml`: the hosts of a fleet, their addresses and pinned keys, the agents each
-//! serves, and the fleet's goals.
+//! serves, the operators whose keys may send fleet commands, and the fleet's goals.
 //!
-//! Owns parsing and checking of the file (unique host names, addresses and keys; well-formed
-//! ed25519 public keys) and [`FleetConfig::agents`], which loads every host's agent folders,
+//! Owns parsing and checking of the file (unique host names, addresses and keys; unique
+//! operator names and keys, none of them a host's key; well-formed ed25519 public keys) and
+//! [`FleetConfig::agents`], which loads every host's agent folders,
 //! checks that each agent lives on exactly one host and that every goal member is one of them.
 //! What a goal declaration may hold is the `goals` module's; this one only embeds it and
 //! points its member check at fleet.yaml. It must not resolve host names, open sockets or
@@ -38,6 +39,16 @@ pub struct HostConfig {
     pub agent_dirs: Vec<PathBuf>,
 }
 
+/// One operator of the fleet: a person (or system) whose key may send fleet commands
+/// (`consort fleet status|drain|...`) to every host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OperatorConfig {
+    /// The operator's name, unique among the fleet's operators; signed into every command.
+    pub name: String,
+    /// The operator's ed25519 public key (backs its TLS client identity and signs commands).
+    pub public_key: [u8; 32],
+}
+
 /// A parsed and checked `fleet.yaml`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FleetConfig {
@@ -45,6 +56,8 @@ pub struct FleetConfig {
     pub file: PathBuf,
     /// The hosts, in file order.
     pub hosts: Vec<HostConfig>,
+    /// The operators (`operators:`), in file order; empty when the file declares none.
+    pub operators: Vec<OperatorConfig>,
     /// Where each host's `agents` entries were written (same indexes as `hosts`), so that
     /// [`FleetConfig::agents`] can point at the entry that caused an error.
     dir_positions: Vec<Vec<Pos>>,
@@ -57,6 +70,7 @@ pub struct FleetConfig {
 #[serde(deny_unknown_fields)]
 struct RawFleet {
     hosts: Vec<Spanned<RawHost>>,
+    operators: Option<Vec<Spanned<RawOperator>>>,
     goals: Option<Vec<Spanned<RawGoal>>>,
     directory: Option<Spanned<RawDirectory>>,
 }
@@ -68,6 +82,13 @@ struct RawHost {
     address: Spanned<String>,
     public_key: Spanned<String>,
     agents: Option<Vec<Spanned<String>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOperator {
+    name: Spanned<String>,
+    public_key: Spanned<String>,
 }
 
 /// Parses `ed25519:<64 hex chars>` into the 32 key bytes.
@@ -166,14 +187,21 @@ impl FleetConfig {
                 agent_dirs,
             });
         }
+        let operators = convert_operators(ctx, raw.operators.unwrap_or_default(), &hosts)?;
         // After the hosts: errors come in file order, and `goals:` usually follows `hosts:`.
         let goals = convert_goals(ctx, raw.goals, raw.directory)?;
         Ok(Self {
             file,
             hosts,
+            operators,
             dir_positions,
             goals,
         })
+    }
+
+    /// The operator with this name, if the fleet declares one.
+    pub fn operator(&self, name: &str) -> Option<&OperatorConfig> {
+        self.operators.iter().find(|o| o.name == name)
     }
 
     /// The host with this name, if the fleet declares it.
@@ -257,6 +285,57 @@ impl FleetConfig {
         self.agents()?;
         Ok(self.goals.config.clone())
     }
+}
+
+/// Checks `operators:`: valid names, well-formed keys, no name or key twice, and no key that
+/// is also a host's (a key seen at a handshake must name one peer, and an operator must never
+/// pass for a host or the other way round).
+fn convert_operators(
+    ctx: Ctx<'_>,
+    raw: Vec<Spanned<RawOperator>>,
+    hosts: &[HostConfig],
+) -> Result<Vec<OperatorConfig>, ConfigError> {
+    let mut operators: Vec<OperatorConfig> = Vec::with_capacity(raw.len());
+    for (i, o) in raw.into_iter().enumerate() {
+        let key = KeyPath::root().key("operators").index(i);
+        let o = o.value;
+        let name = o.name.value.clone();
+        if !is_valid_name(&name) {
+            return Err(ctx.invalid(Pos::of(&o.name), &key.key("name"), name_problem(&name)));
+        }
+        if operators.iter().any(|other| other.name == name) {
+            return Err(ctx.invalid(
+                Pos::of(&o.name),
+                &key.key("name"),
+                format!("duplicate operator name `{name}`"),
+            ));
+        }
+        let at_key = Pos::of(&o.public_key);
+        let public_key = parse_public_key(o.public_key.value.trim())
+            .map_err(|m| ctx.invalid(at_key, &key.key("public_key"), m))?;
+        if let Some(host) = hosts.iter().find(|h| h.public_key == public_key) {
+            return Err(ctx.invalid(
+                at_key,
+                &key.key("public_key"),
+                format!(
+                    "this key is also the key of host `{}`; an operator needs a key of its own (consort keygen --out keys --name {name})",
+                    host.name
+                ),
+            ));
+        }
+        if let Some(other) = operators
+            .iter()
+            .find(|other| other.public_key == public_key)
+        {
+            return Err(ctx.invalid(
+                at_key,
+                &key.key("public_key"),
+                format!("this key is also the key of operator `{}`", other.name),
+            ));
+        }
+        operators.push(OperatorConfig { name, public_key });
+    }
+    Ok(operators)
 }
 
 #[cfg(test)]
@@ -412,6 +491,72 @@ mod tests {
             })
         ));
         let (_t, r) = fleet("hosts:\n  - name: a\n");
+        assert!(matches!(r, Err(ConfigError::Schema { .. })));
+    }
+
+    const KEY_C: &str = "ed25519:2020202020202020202020202020202020202020202020202020202020202020";
+    const KEY_D: &str = "ed25519:3030303030303030303030303030303030303030303030303030303030303030";
+
+    #[test]
+    fn operators_are_read_with_their_keys() {
+        let yaml = format!(
+            "{}operators:\n  - name: ops\n    public_key: \"{KEY_C}\"\n  - name: oncall-2\n    public_key: \"{KEY_D}\"\n",
+            two_hosts("[]", "[]")
+        );
+        let (_t, r) = fleet(&yaml);
+        let f = r.unwrap();
+        assert_eq!(f.operators.len(), 2);
+        assert_eq!(f.operator("ops").unwrap().public_key, [0x20; 32]);
+        assert_eq!(f.operator("oncall-2").unwrap().public_key, [0x30; 32]);
+        assert!(f.operator("alpha").is_none());
+        // A fleet without `operators:` has none.
+        let (_t, r) = fleet(&two_hosts("[]", "[]"));
+        assert!(r.unwrap().operators.is_empty());
+    }
+
+    #[test]
+    fn operator_errors_point_at_the_entry() {
+        let hosts = two_hosts("[]", "[]");
+        let with = |ops: &str| format!("{hosts}operators:\n{ops}");
+        // Lines 1-9 are the hosts; `operators:` is line 10, the first entry line 11.
+        let cases = [
+            (
+                format!("  - name: Ops\n    public_key: \"{KEY_C}\"\n"),
+                (11, 11, "operators[0].name"),
+                "invalid name",
+            ),
+            (
+                "  - name: ops\n    public_key: \"ed25519:12\"\n".to_owned(),
+                (12, 17, "operators[0].public_key"),
+                "64 hex characters",
+            ),
+            (
+                format!("  - name: ops\n    public_key: \"{KEY_A}\"\n"),
+                (12, 17, "operators[0].public_key"),
+                "also the key of host `alpha`",
+            ),
+            (
+                format!(
+                    "  - name: ops\n    public_key: \"{KEY_C}\"\n  - name: ops\n    public_key: \"{KEY_D}\"\n"
+                ),
+                (13, 11, "operators[1].name"),
+                "duplicate operator name `ops`",
+            ),
+            (
+                format!(
+                    "  - name: ops\n    public_key: \"{KEY_C}\"\n  - name: ops2\n    public_key: \"{KEY_C}\"\n"
+                ),
+                (14, 17, "operators[1].public_key"),
+                "also the key of operator `ops`",
+            ),
+        ];
+        for (ops, at, needle) in cases {
+            let (_t, r) = fleet(&with(&ops));
+            let (l, c, key, msg) = invalid(r.unwrap_err());
+            assert_eq!((l, c, key.as_str()), at, "{ops}");
+            assert!(msg.contains(needle), "{msg}");
+        }
+        let (_t, r) = fleet(&with("  - name: ops\n    key: \"x\"\n"));
         assert!(matches!(r, Err(ConfigError::Schema { .. })));
     }
 

@@ -171,6 +171,15 @@ pub enum Refusal {
         /// The run named.
         run: String,
     },
+    /// The host is draining: an operator stopped it from starting new runs while the runs it
+    /// accepted finish.
+    #[error(
+        "host {host} is draining: it finishes the runs it accepted and starts no new ones; try again after an operator resumes it, or on another host"
+    )]
+    Draining {
+        /// The draining host.
+        host: String,
+    },
 }
 
 impl Refusal {
@@ -197,6 +206,7 @@ impl Refusal {
             Self::MalformedDelivery => "malformed_delivery",
             Self::DeliveryNotConsented { .. } => "delivery_not_consented",
             Self::DeliveryNotYourRun { .. } => "delivery_not_your_run",
+            Self::Draining { .. } => "draining",
         }
     }
 
@@ -274,6 +284,7 @@ mod tests {
                 callee: s("cfo"),
             },
             Refusal::DeliveryNotYourRun { run: s("run_1") },
+            Refusal::Draining { host: s("beta") },
         ]
     }
 

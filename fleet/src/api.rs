@@ -128,6 +128,11 @@ impl From<ActorsError> for ApiError {
                     refusal.to_string(),
                 )
             }
+            ActorsError::Refused(refusal @ consort_core::Refusal::Draining { .. }) => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                refusal.code(),
+                refusal.to_string(),
+            ),
             ActorsError::Refused(refusal) => {
                 Self::new(StatusCode::CONFLICT, refusal.code(), e.to_string())
             }
@@ -727,7 +732,7 @@ async fn reload(
 /// A message for an HTTP caller: each absolute path is cut to its last two parts (the agent
 /// folder and the file, as in `cfo/agent.yaml:3:5`), so an answer never tells a caller
 /// where the host keeps its files. The log keeps the whole message.
-fn without_absolute_paths(message: &str) -> String {
+pub(crate) fn without_absolute_paths(message: &str) -> String {
     let mut out = String::with_capacity(message.len());
     let mut rest = message;
     while let Some(start) = rest.find('/') {

@@ -80,6 +80,24 @@ pub enum FleetError {
         /// The fleet.yaml file.
         file: String,
     },
+    /// A key fleet.yaml lists under `operators:` is not a valid ed25519 point.
+    #[error("{file}: the public_key of operator `{operator}` is not a valid ed25519 key")]
+    BadOperatorKey {
+        /// The operator whose key is bad.
+        operator: String,
+        /// The fleet.yaml file.
+        file: String,
+    },
+    /// The operator key given is not one fleet.yaml lists under `operators:`.
+    #[error(
+        "the key {key} is not listed under `operators:` in {file}; add it there (and restart the hosts) to send fleet commands with it"
+    )]
+    NotAnOperator {
+        /// The key's public half.
+        key: String,
+        /// The fleet.yaml file.
+        file: String,
+    },
     /// A data folder could not be made.
     #[error("{path}: {source}")]
     Io {

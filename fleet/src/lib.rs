@@ -3,7 +3,8 @@
 //! This crate assembles a [`consort_actors::Host`] from agent folders ([`dev`]), serves its
 //! HTTP API on loopback (`api`) and offers the Rust client SDK that talks to that API
 //! (`client`). A host of a multi-host fleet is assembled by `serve`, whose links to the
-//! other hosts are `remote`. The CLI is one user of these; an embedding app is another. The crate decides
+//! other hosts are `remote`; an operator's fleet commands to those hosts, both ends, are
+//! [`operator`]. The CLI is one user of these; an embedding app is another. The crate decides
 //! no call rules itself (they live in consort-core's guards) and never touches a run store
 //! except through the host handle or the read-only data folder.
 
@@ -14,6 +15,7 @@ mod client;
 pub mod dev;
 mod error;
 pub mod listener;
+pub mod operator;
 mod remote;
 mod serve;
 

@@ -10,6 +10,9 @@
 //! its own runs and for calls from other hosts alike. It writes `<data>/serve.json` with the
 //! API's URL and the link address.
 //!
+//! The link also accepts the keys fleet.yaml lists under `operators:`, for operator requests
+//! only (answered by [`crate::operator`]'s inbound side).
+//!
 //! The host key lives, unless `--key` says otherwise, at `keys/<host>.key` next to
 //! `fleet.yaml` ([`default_key_path`]), as written by `consort keygen --out keys --name <host>`.
 //!
@@ -25,13 +28,14 @@ use tracing::info;
 
 use consort_actors::{AgentOptions, DataFolder, Host, HostSpec};
 use consort_config::{AgentSet, FleetConfig};
-use consort_net::{HostKey, KeyRing, LinkConfig, LinkEndpoint, PublicKey};
+use consort_net::{HostKey, KeyRing, LinkConfig, LinkEndpoint, OperatorAccess, PublicKey};
 
 use crate::FleetError;
 use crate::api;
 use crate::auth::HostAuth;
 use crate::listener::{self, HostCheck, HttpBounds};
-use crate::remote::{FleetMap, Inbound, InboundLimits, LinkRemote};
+use crate::operator::OperatorInbound;
+use crate::remote::{ALLOWED_SKEW_MS, FleetMap, Inbound, InboundLimits, LinkRemote};
 
 /// Where a host's key is kept when `--key` is not given: `keys/<host>.key` beside fleet.yaml.
 pub fn default_key_path(fleet_file: &Path, host: &str) -> PathBuf {
@@ -99,6 +103,8 @@ pub struct Prepared {
     pub link_addr: SocketAddr,
     /// The fleet's goals and directory settings (members checked against the fleet).
     pub goals: consort_config::GoalsConfig,
+    /// The fleet's operators: name -> key (fleet.yaml's `operators:`).
+    pub operators: KeyRing,
 }
 
 /// Reads fleet.yaml and the key of `host`; every error names the file (and line) at fault.
@@ -144,6 +150,17 @@ pub fn prepare(
             .map_err(consort_net::NetError::from)?;
         addresses.insert(h.name.clone(), h.address);
     }
+    let mut operators = KeyRing::new();
+    for o in &fleet.operators {
+        let public =
+            PublicKey::from_bytes(&o.public_key).ok_or_else(|| FleetError::BadOperatorKey {
+                operator: o.name.clone(),
+                file: fleet.file.display().to_string(),
+            })?;
+        operators
+            .insert(o.name.clone(), public)
+            .map_err(consort_net::NetError::from)?;
+    }
     let mut local = set;
     local
         .agents
@@ -165,6 +182,7 @@ pub fn prepare(
         key,
         link_addr: me.address,
         goals: fleet.declared_goals().clone(),
+        operators,
     })
 }
 
@@ -212,15 +230,25 @@ impl ServedHost {
             .with_limits(limits)
             .with_key(prepared.key.clone()),
         );
-        let endpoint = LinkEndpoint::bind_with_config(
+        let operators = Arc::new(OperatorInbound::new(
+            &options.host,
+            prepared.operators,
+            ALLOWED_SKEW_MS,
+        ));
+        let endpoint = LinkEndpoint::bind_with_operators(
             prepared.link_addr,
             &options.host,
             prepared.key.clone(),
             map.ring.clone(),
             inbound.handler(),
+            OperatorAccess {
+                keys: operators.keys().clone(),
+                handler: operators.handler(),
+            },
             options.link.clone(),
         )
         .map_err(consort_net::NetError::from)?;
+        operators.set_links(endpoint.view());
         let link_addr = endpoint.local_addr().map_err(consort_net::NetError::from)?;
         let remote = LinkRemote::new(map.clone(), prepared.key, endpoint.clone());
 
@@ -250,6 +278,7 @@ impl ServedHost {
         })?;
         let (host, _supervisor) = Host::spawn(spec).await?;
         inbound.set_supervisor(host.supervisor().clone());
+        operators.set_host(host.clone());
         let app = api::router(
             host.clone(),
             Arc::new(auth),

@@ -44,6 +44,7 @@ use crate::keys::{HostKey, KeyRing, PublicKey};
 use consort_core::RunId;
 use consort_core::visibility::Origin;
 
+pub mod operator;
 pub mod presence;
 
 /// Domain tag of a hop's canonical bytes (v2: the first hop's bytes carry the origin).

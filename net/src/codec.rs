@@ -20,6 +20,7 @@ use bincode::error::{DecodeError, EncodeError};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::chain::operator::{OperatorAnswer, OperatorRequest};
 use crate::chain::presence::PresenceReport;
 use crate::envelope::{CallEnvelope, ENVELOPE_VERSION, ReplyEnvelope};
 use crate::error::CodecError;
@@ -173,6 +174,37 @@ pub enum Frame {
         /// The sender's id for it.
         delivery_id: String,
     },
+    /// Request: a fleet command signed by an operator (see `chain::operator`). Accepted only
+    /// from a peer the link authenticated as an operator, never from a host; answered by
+    /// `OperatorAnswer`.
+    OperatorRequest(OperatorRequest),
+    /// Response to `OperatorRequest`.
+    OperatorAnswer(OperatorAnswer),
+}
+
+impl Frame {
+    /// The frame's variant name, for logs (never its contents).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Call(_) => "Call",
+            Self::Reply(_) => "Reply",
+            Self::Accepted { .. } => "Accepted",
+            Self::Refused { .. } => "Refused",
+            Self::CheckRun { .. } => "CheckRun",
+            Self::RunStatus { .. } => "RunStatus",
+            Self::Ack => "Ack",
+            Self::ResendReply { .. } => "ResendReply",
+            Self::PresenceQuery { .. } => "PresenceQuery",
+            Self::PresenceReport(_) => "PresenceReport",
+            Self::Observe { .. } => "Observe",
+            Self::WaitRun { .. } => "WaitRun",
+            Self::DirectoryAnswer { .. } => "DirectoryAnswer",
+            Self::Deliver { .. } => "Deliver",
+            Self::DeliveryStatus { .. } => "DeliveryStatus",
+            Self::OperatorRequest(_) => "OperatorRequest",
+            Self::OperatorAnswer(_) => "OperatorAnswer",
+        }
+    }
 }
 
 /// Why a host refused a request. Append only: the index is the wire tag.

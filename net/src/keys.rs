@@ -4,7 +4,9 @@
 //! the host's TLS certificate, so pinning one public key per host in `fleet.yaml` pins both.
 //! On disk a host key is a PKCS#8 PEM file (`-----BEGIN PRIVATE KEY-----`, readable by
 //! openssl) created with mode 0600; reading refuses a file that group or others may read.
-//! Public keys are written `ed25519:` followed by 64 lowercase hex digits.
+//! Public keys are written `ed25519:` followed by 64 lowercase hex digits. An operator's key
+//! is the same kind of key (`consort keygen` writes both); it backs the operator's TLS client
+//! identity and signs its fleet commands.
 //!
 //! This module holds keys and maps host names to them; it does not know which agents a host
 //! serves (callers pass placements as a plain map) and never decides what a key may do.
@@ -176,6 +178,14 @@ impl PublicKey {
         self.0.to_bytes()
     }
 
+    /// A short name of the key for logs: `sha256:` and the first 16 hex digits of the SHA-256
+    /// of its bytes.
+    pub fn fingerprint(&self) -> String {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(self.0.as_bytes());
+        format!("sha256:{}", hex::encode(&digest[..8]))
+    }
+
     pub(crate) fn verifying_key(&self) -> &VerifyingKey {
         &self.0
     }
@@ -208,7 +218,8 @@ impl FromStr for PublicKey {
 }
 
 /// The fleet's host keys: host name -> public key, with no key shared by two hosts (so a
-/// key seen at a TLS handshake names exactly one host).
+/// key seen at a TLS handshake names exactly one host). The fleet's operator keys are kept in
+/// a ring of their own, operator name -> key, under the same rule.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct KeyRing {
     keys: BTreeMap<String, Pinned>,

@@ -11,9 +11,12 @@
 //! - `codec`: the one bincode configuration; [`Frame`], the link protocol's messages.
 //! - `keys`: [`HostKey`] (ed25519, PKCS#8 PEM on disk, mode 0600), [`PublicKey`]
 //!   (`ed25519:<hex>`), [`KeyRing`] (host -> key).
-//! - [`chain`]: canonical hop bytes, [`sign_pending_hops`], [`verify_chain`], reply signatures.
+//! - [`chain`]: canonical hop bytes, [`sign_pending_hops`], [`verify_chain`], reply signatures;
+//!   signed presence reports; signed operator requests ([`verify_operator_request`],
+//!   [`ReplayWindow`]).
 //! - `link`: [`LinkEndpoint`], QUIC with mutual TLS pinned to host keys, one request frame
-//!   and one response frame per stream.
+//!   and one response frame per stream; operators' keys accepted beside the hosts' for
+//!   operator requests only; [`OperatorLink`], an operator's client-only endpoint.
 //!
 //! Placements (agent -> host) are passed in as plain `BTreeMap<String, String>`; this crate
 //! reads no configuration files.
@@ -27,6 +30,11 @@ mod link;
 #[cfg(test)]
 mod testing;
 
+pub use chain::operator::{
+    MAX_OPERATOR_LIFETIME_MS, MAX_OPERATOR_REQUEST, OPERATOR_FORMAT, OperatorAnswer,
+    OperatorCommand, OperatorLimits, OperatorRefusal, OperatorRequest, ReplayWindow,
+    operator_canonical_bytes, sign_operator_request, verify_operator_request,
+};
 pub use chain::presence::{
     MAX_PRESENCE_AGENTS, PresenceReport, presence_canonical_bytes, sign_presence, verify_presence,
 };
@@ -42,4 +50,7 @@ pub use consort_core::RunId;
 pub use envelope::{CallEnvelope, ENVELOPE_VERSION, Hop, HopSignature, ReplyEnvelope, ReplyStatus};
 pub use error::{ChainError, CodecError, KeyError, LinkError, NetError};
 pub use keys::{HostKey, KeyRing, PublicKey};
-pub use link::{FrameHandler, HandlerFuture, LinkConfig, LinkEndpoint};
+pub use link::{
+    FrameHandler, HandlerFuture, LinkConfig, LinkEndpoint, LinkView, OperatorAccess,
+    OperatorFuture, OperatorHandler, OperatorLink, OperatorPeer, PeerLink, PeerLinkState,
+};

@@ -346,6 +346,12 @@ impl ServeFleet {
     /// The marketing-finance example: cmo on `alpha`, cfo on `beta`. `edit` may change the
     /// copied agent folders before the fleet starts.
     pub(crate) fn example(edit: impl FnOnce(&Path)) -> Self {
+        Self::example_with_operators(edit, &[])
+    }
+
+    /// As [`ServeFleet::example`], with `operators` listed under `operators:` in fleet.yaml
+    /// (their keys made by `consort keygen` as `keys/<name>.key`).
+    pub(crate) fn example_with_operators(edit: impl FnOnce(&Path), operators: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/marketing-finance");
         for agent in ["cmo", "cfo"] {
@@ -357,13 +363,21 @@ impl ServeFleet {
             }
         }
         edit(dir.path());
-        Self::new(dir, &[("alpha", &["cmo"]), ("beta", &["cfo"])])
+        Self::new_with_operators(dir, &[("alpha", &["cmo"]), ("beta", &["cfo"])], operators)
     }
 
     /// A fleet of `hosts` (name, agent folders under `agents/` of `dir`).
     pub(crate) fn new(dir: tempfile::TempDir, hosts: &[(&str, &[&str])]) -> Self {
-        let mut yaml = String::from("hosts:\n");
-        for (name, agents) in hosts {
+        Self::new_with_operators(dir, hosts, &[])
+    }
+
+    /// As [`ServeFleet::new`], with `operators` (see [`ServeFleet::example_with_operators`]).
+    pub(crate) fn new_with_operators(
+        dir: tempfile::TempDir,
+        hosts: &[(&str, &[&str])],
+        operators: &[&str],
+    ) -> Self {
+        let keygen = |name: &str| {
             let out = Command::new(BIN)
                 .args(["keygen", "--out"])
                 .arg(dir.path().join("keys"))
@@ -371,13 +385,24 @@ impl ServeFleet {
                 .output()
                 .expect("run keygen");
             assert!(out.status.success(), "{out:?}");
-            let public = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+            String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        };
+        let mut yaml = String::from("hosts:\n");
+        for (name, agents) in hosts {
+            let public = keygen(name);
             let list: Vec<String> = agents.iter().map(|a| format!("agents/{a}")).collect();
             yaml.push_str(&format!(
                 "  - name: {name}\n    address: 127.0.0.1:{}\n    public_key: \"{public}\"\n    agents: [{}]\n",
                 free_udp_port(),
                 list.join(", ")
             ));
+        }
+        if !operators.is_empty() {
+            yaml.push_str("operators:\n");
+            for name in operators {
+                let public = keygen(name);
+                yaml.push_str(&format!("  - name: {name}\n    public_key: \"{public}\"\n"));
+            }
         }
         std::fs::write(dir.path().join("fleet.yaml"), yaml).expect("write fleet.yaml");
         let hosts = hosts
@@ -483,6 +508,16 @@ impl ServeFleet {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// `consort fleet ARGS --fleet fleet.yaml --key keys/<operator>.key`, run to the end.
+    pub(crate) fn fleet_cli(&self, operator: &str, args: &[&str]) -> Output {
+        let fleet_file = self.dir.path().join("fleet.yaml");
+        let key = self.dir.path().join("keys").join(format!("{operator}.key"));
+        let mut all: Vec<&str> = vec!["fleet"];
+        all.extend_from_slice(args);
+        all.extend(["--fleet", path_str(&fleet_file), "--key", path_str(&key)]);
+        consort(&all)
     }
 
     pub(crate) fn url(&self, host: &str) -> &str {

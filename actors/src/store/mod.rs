@@ -441,6 +441,45 @@ impl RunStore {
         Ok(n.max(0) as usize)
     }
 
+    /// How many runs are in each status: one grouped count over the status index, not a read
+    /// of the rows. A status this build does not know is not counted.
+    pub fn status_counts(&self) -> Result<crate::run::RunCounts, ActorsError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT status, COUNT(*) FROM runs GROUP BY status")
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([], |row| {
+                Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+            })
+            .map_err(|e| self.err(e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.err(e))?;
+        let mut counts = crate::run::RunCounts::default();
+        for (status, n) in rows {
+            if let Some(status) = RunStatus::parse(&status) {
+                counts.add(status, u64::try_from(n).unwrap_or(0));
+            }
+        }
+        Ok(counts)
+    }
+
+    /// The run that failed last (by settlement time), if any failed.
+    pub fn last_failed(&self) -> Result<Option<RunRecord>, ActorsError> {
+        let sql = format!(
+            "SELECT {} FROM runs WHERE status = 'failed'              ORDER BY settled_at_ms DESC, created_at_ms DESC, id LIMIT 1",
+            self.columns()
+        );
+        let mut stmt = self.conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
+        let raw = stmt
+            .query_map([], rows::raw_run)
+            .map_err(|e| self.err(e))?
+            .next()
+            .transpose()
+            .map_err(|e| self.err(e))?;
+        raw.map(|raw| rows::decode(&self.path, raw)).transpose()
+    }
+
     /// How many distinct child runs this store has accepted for one parent run.
     pub fn count_children(&self, parent: &RunId) -> Result<u64, ActorsError> {
         let n: i64 = query_one(

@@ -69,6 +69,14 @@ impl HostSupervisor {
                 text,
                 reply,
             } => match Self::actor(state, &agent) {
+                // A delivery without a run would start one: a draining host starts none.
+                _ if run.is_none() && state.draining => answer(
+                    reply,
+                    consort_core::directory::Receipt::rejected(
+                        &delivery_id,
+                        &Self::draining_refusal_of(state),
+                    ),
+                ),
                 Some(actor) => tell(
                     &actor,
                     AgentMsg::Deliver {

@@ -132,23 +132,7 @@ pub(crate) fn run_status(state: RemoteRunState) -> Option<RunStatus> {
 
 /// The frame's variant, for logs (never its contents).
 pub(crate) fn frame_name(frame: &Frame) -> &'static str {
-    match frame {
-        Frame::Call(_) => "Call",
-        Frame::Reply(_) => "Reply",
-        Frame::Accepted { .. } => "Accepted",
-        Frame::Refused { .. } => "Refused",
-        Frame::CheckRun { .. } => "CheckRun",
-        Frame::RunStatus { .. } => "RunStatus",
-        Frame::Ack => "Ack",
-        Frame::ResendReply { .. } => "ResendReply",
-        Frame::PresenceQuery { .. } => "PresenceQuery",
-        Frame::PresenceReport(_) => "PresenceReport",
-        Frame::Observe { .. } => "Observe",
-        Frame::WaitRun { .. } => "WaitRun",
-        Frame::DirectoryAnswer { .. } => "DirectoryAnswer",
-        Frame::Deliver { .. } => "Deliver",
-        Frame::DeliveryStatus { .. } => "DeliveryStatus",
-    }
+    frame.kind()
 }
 
 #[cfg(test)]

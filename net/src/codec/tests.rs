@@ -1,5 +1,8 @@
 use super::*;
 use crate::chain::new_reply;
+use crate::chain::operator::{
+    OPERATOR_FORMAT, OperatorAnswer, OperatorCommand, OperatorRefusal, OperatorRequest,
+};
 use crate::envelope::ReplyStatus;
 use crate::testing::Fleet;
 
@@ -93,6 +96,24 @@ fn sample_frames() -> Vec<Frame> {
         Frame::DirectoryAnswer {
             json: "{\"outcome\":\"timeout\"}".into(),
         },
+        Frame::OperatorRequest(OperatorRequest {
+            format: OPERATOR_FORMAT,
+            operator: "ops".into(),
+            host: "beta".into(),
+            command: OperatorCommand::Jobs {
+                agent: Some("cfo".into()),
+                limit: 20,
+                cursor: None,
+            },
+            issued_at_ms: 1_700_000_000_000,
+            expires_at_ms: 1_700_000_060_000,
+            nonce: [3; 16],
+            signature: vec![0; 64],
+        }),
+        Frame::OperatorAnswer(OperatorAnswer::Done {
+            json: "{\"draining\":true}".into(),
+        }),
+        Frame::OperatorAnswer(OperatorAnswer::Refused(OperatorRefusal::Replayed)),
     ]
 }
 

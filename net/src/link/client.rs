@@ -338,7 +338,7 @@ impl std::fmt::Display for Exchange {
 }
 
 /// What a closed connection says about its peer, in words.
-fn closed_reason(closed: &quinn::ConnectionError) -> String {
+pub(super) fn closed_reason(closed: &quinn::ConnectionError) -> String {
     match closed {
         quinn::ConnectionError::ApplicationClosed(close)
             if close.error_code == quinn::VarInt::from_u32(CLOSE_SHUTDOWN) =>

@@ -23,15 +23,23 @@
 //! called unreachable. Errors say what happened: refused at the handshake, no answer within the
 //! deadline, connection lost (and why).
 //!
+//! Operators: a host bound with [`LinkEndpoint::bind_with_operators`] also accepts, at the
+//! handshake, the keys of the fleet's operators, and hands their operator requests (and only
+//! those) to an [`OperatorHandler`]. An operator's CLI dials with [`OperatorLink`], a
+//! client-only endpoint whose TLS identity is the operator's key and which pins each host's
+//! key exactly as hosts pin each other's; it never serves.
+//!
 //! There is no plaintext mode and no way to skip key pinning. This module moves frames; it
 //! never decides whether a call is allowed and never looks inside envelopes.
 //!
 //! The halves are child modules: `client` (requests out), `server` (requests in, and the
-//! [`FrameHandler`] they reach), `peers` (the connection cache both write), `config` and `tls`.
-//! This module owns the endpoint itself: binding it, its key ring, and closing it.
+//! [`FrameHandler`] and [`OperatorHandler`] they reach), `peers` (the connection cache both
+//! write), `operator` (the operator's client), `config` and `tls`. This module owns the
+//! endpoint itself: binding it, its key rings, what it knows of each peer, and closing it.
 
 mod client;
 mod config;
+mod operator;
 mod peers;
 mod server;
 mod tls;
@@ -50,7 +58,40 @@ use server::{Serving, accept_loop};
 use tls::{Identity, SharedRing};
 
 pub use config::LinkConfig;
-pub use server::{FrameHandler, HandlerFuture};
+pub use operator::OperatorLink;
+pub use server::{FrameHandler, HandlerFuture, OperatorFuture, OperatorHandler, OperatorPeer};
+
+/// The operators a host serves: their keys (operator name -> key) and what answers them.
+#[derive(Clone)]
+pub struct OperatorAccess {
+    /// The operators' keys, as fleet.yaml lists them under `operators:`.
+    pub keys: KeyRing,
+    /// What answers their requests.
+    pub handler: Arc<dyn OperatorHandler>,
+}
+
+/// What an endpoint knows of its link to one peer host, right now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PeerLinkState {
+    /// A connection is open.
+    Connected,
+    /// A dial (or the adoption of a connection the peer opened) is under way.
+    Dialing,
+    /// No connection is open: never needed yet, closed, or the last dial failed.
+    NotConnected {
+        /// Why the last dial failed, or how the last connection ended, if known.
+        last_error: Option<String>,
+    },
+}
+
+/// One peer host and [`PeerLinkState`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerLink {
+    /// The peer host.
+    pub host: String,
+    /// Its link's state.
+    pub state: PeerLinkState,
+}
 
 /// The application close code of a connection whose host is shutting down.
 pub(crate) const CLOSE_SHUTDOWN: u32 = 2;
@@ -105,9 +146,41 @@ impl LinkEndpoint {
         handler: Arc<dyn FrameHandler>,
         config: LinkConfig,
     ) -> Result<Self, LinkError> {
+        Self::bind_serving(addr, host_name, key, ring, handler, None, config)
+    }
+
+    /// As [`LinkEndpoint::bind_with_config`], and also serving the fleet's operators: a client
+    /// whose key is in `operators.keys` passes the handshake, and its operator requests (only
+    /// those) reach `operators.handler`.
+    pub fn bind_with_operators(
+        addr: SocketAddr,
+        host_name: &str,
+        key: HostKey,
+        ring: KeyRing,
+        handler: Arc<dyn FrameHandler>,
+        operators: OperatorAccess,
+        config: LinkConfig,
+    ) -> Result<Self, LinkError> {
+        Self::bind_serving(addr, host_name, key, ring, handler, Some(operators), config)
+    }
+
+    fn bind_serving(
+        addr: SocketAddr,
+        host_name: &str,
+        key: HostKey,
+        ring: KeyRing,
+        handler: Arc<dyn FrameHandler>,
+        operators: Option<OperatorAccess>,
+        config: LinkConfig,
+    ) -> Result<Self, LinkError> {
         let setup = |error: &dyn std::fmt::Display| LinkError::Setup(error.to_string());
         let identity = Identity::new(host_name, &key).map_err(|e| setup(&e))?;
         let ring: SharedRing = Arc::new(RwLock::new(ring));
+        let (operator_keys, operator_handler) = match operators {
+            Some(access) => (access.keys, Some(access.handler)),
+            None => (KeyRing::new(), None),
+        };
+        let operator_ring: SharedRing = Arc::new(RwLock::new(operator_keys));
 
         let mut transport = quinn::TransportConfig::default();
         transport
@@ -119,7 +192,7 @@ impl LinkEndpoint {
             .max_concurrent_uni_streams(0u32.into());
         let transport = Arc::new(transport);
 
-        let server_tls = tls::server_config(&identity, ring.clone())?;
+        let server_tls = tls::server_config(&identity, ring.clone(), operator_ring.clone())?;
         let server_crypto = QuicServerConfig::try_from(server_tls).map_err(|e| setup(&e))?;
         let mut server_config = quinn::ServerConfig::with_crypto(Arc::new(server_crypto));
         server_config.transport_config(transport.clone());
@@ -134,6 +207,8 @@ impl LinkEndpoint {
         let serving = Serving {
             ring,
             handler,
+            operators: operator_ring,
+            operator_handler,
             request_timeout: config.request_timeout,
             peers: Arc::new(Mutex::new(HashMap::new())),
         };
@@ -190,6 +265,24 @@ impl LinkEndpoint {
         }
     }
 
+    /// What this endpoint knows of its link to every other host of its key ring, by host name:
+    /// connected, dialing, or not connected with the last failure it saw. It reports what the
+    /// connection cache holds and dials nothing.
+    pub fn peer_links(&self) -> Vec<PeerLink> {
+        self.view().peer_links()
+    }
+
+    /// A [`LinkView`] of this endpoint, for a handler that reports its links: it does not keep
+    /// the endpoint alive (a handler holding the endpoint itself would, through the endpoint's
+    /// own reference to its handler).
+    pub fn view(&self) -> LinkView {
+        LinkView {
+            host_name: self.inner.host_name.clone(),
+            ring: self.inner.serving.ring.clone(),
+            peers: self.inner.serving.peers.clone(),
+        }
+    }
+
     /// Closes every connection with `CLOSE_SHUTDOWN` and stops serving; waits (at most
     /// [`LinkConfig::shutdown_grace`]) until peers acknowledged, so that they drop their
     /// connections to this process at once instead of finding out by timeouts.
@@ -205,6 +298,58 @@ impl LinkEndpoint {
         {
             tracing::debug!(?grace, "peers did not acknowledge the close in time");
         }
+    }
+}
+
+/// What an endpoint knows of its peers, readable without holding the endpoint (see
+/// [`LinkEndpoint::view`]).
+#[derive(Clone)]
+pub struct LinkView {
+    host_name: String,
+    ring: SharedRing,
+    peers: Arc<peers::Peers>,
+}
+
+impl LinkView {
+    /// See [`LinkEndpoint::peer_links`].
+    pub fn peer_links(&self) -> Vec<PeerLink> {
+        let hosts: Vec<String> = tls::read_ring(&self.ring)
+            .iter()
+            .map(|(host, _)| host.to_owned())
+            .filter(|host| host != &self.host_name)
+            .collect();
+        let slots = lock(&self.peers).clone();
+        hosts
+            .into_iter()
+            .map(|host| {
+                let state = match slots.get(&host) {
+                    None => PeerLinkState::NotConnected { last_error: None },
+                    Some(slot) => match slot.try_lock() {
+                        Err(_) => PeerLinkState::Dialing,
+                        Ok(slot) => match (&slot.connection, &slot.last_failure) {
+                            (Some(connection), _) => match connection.close_reason() {
+                                None => PeerLinkState::Connected,
+                                Some(closed) => PeerLinkState::NotConnected {
+                                    last_error: Some(client::closed_reason(&closed)),
+                                },
+                            },
+                            (None, failure) => PeerLinkState::NotConnected {
+                                last_error: failure.as_ref().map(|f| f.reason.clone()),
+                            },
+                        },
+                    },
+                };
+                PeerLink { host, state }
+            })
+            .collect()
+    }
+}
+
+impl std::fmt::Debug for LinkView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LinkView")
+            .field("host_name", &self.host_name)
+            .finish_non_exhaustive()
     }
 }
 

@@ -495,3 +495,5 @@ async fn a_host_removed_from_the_ring_loses_its_connection() {
     assert!(error.is_err(), "{error:?}");
     assert_eq!(pair.beta_peers.lock().unwrap().len(), 1);
 }
+
+mod operators;

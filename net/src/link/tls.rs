@@ -7,8 +7,12 @@
 //! The handshake signature (which proves the peer holds the private key) is verified in full
 //! with the ring provider; it is never skipped. Only TLS 1.3 and ed25519 are offered.
 //!
+//! A host's server also accepts, besides the hosts' keys, the keys of the fleet's operators
+//! (a ring of their own, empty unless the host serves operators), so that an operator's CLI
+//! can dial it with its own key as its client identity.
+//!
 //! This module does not decide what an authenticated host may ask for; it only says which
-//! host is on the other end.
+//! host (or operator) is on the other end.
 
 use std::sync::{Arc, RwLock};
 
@@ -95,14 +99,16 @@ pub(crate) fn client_config(
     Ok(config)
 }
 
-/// Server TLS config accepting any client whose key is in the ring.
+/// Server TLS config accepting any client whose key is in the host ring or the operator ring.
 pub(crate) fn server_config(
     identity: &Identity,
     ring: SharedRing,
+    operators: SharedRing,
 ) -> Result<rustls::ServerConfig, LinkError> {
     let provider = provider();
     let verifier = Arc::new(RingClientVerifier {
         ring,
+        operators,
         algorithms: provider.signature_verification_algorithms,
     });
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
@@ -191,10 +197,12 @@ impl ServerCertVerifier for PinnedServerVerifier {
     }
 }
 
-/// Accepts a client certificate whose key belongs to a host in the ring.
+/// Accepts a client certificate whose key belongs to a host in the ring, or to an operator in
+/// the operator ring.
 #[derive(Debug)]
 struct RingClientVerifier {
     ring: SharedRing,
+    operators: SharedRing,
     algorithms: WebPkiSupportedAlgorithms,
 }
 
@@ -210,9 +218,11 @@ impl ClientCertVerifier for RingClientVerifier {
         _now: UnixTime,
     ) -> Result<ClientCertVerified, rustls::Error> {
         let presented = certificate_key(end_entity);
-        let known =
-            presented.and_then(|key| read_ring(&self.ring).host_for(&key).map(str::to_owned));
-        if known.is_some() {
+        let known = presented.is_some_and(|key| {
+            read_ring(&self.ring).host_for(&key).is_some()
+                || read_ring(&self.operators).host_for(&key).is_some()
+        });
+        if known {
             return Ok(ClientCertVerified::assertion());
         }
         tracing::warn!(
