@@ -3,6 +3,7 @@
 //!
 //!     cargo run --release --bin consort-bench
 //!     cargo run --release --bin consort-bench chain    # only the chain verification rows
+//!     cargo run --release --bin consort-bench calls    # every row but the chain rows (to profile)
 //!     cargo run --release --bin consort-bench directory [N]   # the peer directory, N agents
 //!     cargo run --release --bin consort-bench models   # the real-model adapter (see models.rs)
 //!
@@ -14,8 +15,10 @@
 //! beta serves `cfo`. It measures a call up to the callee's accepted ack (cross-host through
 //! the link glue, in-host through the supervisor), a full call to reply (a root run that calls
 //! once and answers with the reply), and as floors a request/response of the same size on raw
-//! quinn and on a bare link endpoint (quinn + TLS + codec, no signatures, actors or stores). It owns no
-//! logic of its own beyond timing; it must not be run as a test.
+//! quinn and on a bare link endpoint (quinn + TLS + codec, no signatures, actors or stores),
+//! and beside it two peers that do the same acked call with one SQLite commit each, as a team
+//! would build them by hand (`peers.rs`): an axum JSON POST service and a ractor actor store.
+//! It owns no logic of its own beyond timing; it must not be run as a test.
 //!
 //! `directory [N]` (no chain rows) starts instead two hosts serving N script agents between
 //! them (default 1000, alternately placed, all members of one goal `g`) and times
@@ -25,6 +28,7 @@
 //! the link's `link_inbound_presence` tracing span, the only span this mode enables).
 
 mod models;
+mod peers;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -168,7 +172,10 @@ async fn main() -> Result<()> {
         let _ = std::fs::remove_dir_all(&root);
         return result;
     }
-    chain_verification()?;
+    // `calls` skips the chain rows: what a profile of the call rows alone is taken with.
+    if std::env::args().nth(1).as_deref() != Some("calls") {
+        chain_verification()?;
+    }
     if std::env::args().nth(1).as_deref() == Some("chain") {
         return Ok(());
     }
@@ -378,6 +385,48 @@ async fn run(root: &std::path::Path) -> Result<()> {
         })
         .await?,
     );
+    // The peers: what the same acked call costs as a hand-rolled HTTP service with one SQLite
+    // commit per request (a), and as a naive actor store with one commit per ask (b).
+    let http_peer = peers::start_http_peer(root).await?;
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(64)
+        .build()?;
+    rows.push(
+        measure(PEER_HTTP, 1000, 3000, 32, move |n| {
+            let (http, url) = (http.clone(), http_peer.clone());
+            async move {
+                let answer: serde_json::Value = http
+                    .post(&url)
+                    .json(&peers::PeerCall::numbered(n))
+                    .send()
+                    .await?
+                    .error_for_status()?
+                    .json()
+                    .await?;
+                anyhow::ensure!(answer["accepted"] == true, "not accepted: {answer}");
+                Ok(())
+            }
+        })
+        .await?,
+    );
+    let store_actor = peers::start_actor_peer(root).await?;
+    let a = store_actor.clone();
+    rows.push(
+        measure(PEER_ACTOR, 1000, 3000, 32, move |n| {
+            let a = a.clone();
+            async move {
+                let stored = ractor::call_t!(
+                    a,
+                    |reply| peers::StoreCall(peers::PeerCall::numbered(n), reply),
+                    30_000
+                )?;
+                anyhow::ensure!(stored, "a call was stored twice");
+                Ok(())
+            }
+        })
+        .await?,
+    );
+    store_actor.stop(None);
     for (name, agent) in [
         ("cross-host full call to reply", "cmo"),
         ("in-host full call to reply", "lcmo"),
@@ -444,6 +493,22 @@ async fn run(root: &std::path::Path) -> Result<()> {
         }
     }
     println!();
+    println!("| consort row / peer | consort /s | peer /s | consort ÷ peer | target |");
+    println!("|---|---:|---:|---:|---:|");
+    for (a, b, target) in [
+        ("cross-host call to accepted ack", PEER_HTTP, "≥ 1×"),
+        ("in-host call to accepted ack", PEER_ACTOR, "≥ 3×"),
+    ] {
+        if let (Some(a_row), Some(b_row)) = (by(a), by(b)) {
+            println!(
+                "| {a} / {b} | {:.0} | {:.0} | {:.2}× | {target} |",
+                a_row.per_sec,
+                b_row.per_sec,
+                a_row.per_sec / b_row.per_sec
+            );
+        }
+    }
+    println!();
     println!("| host | store writes | group commits | writes per commit |");
     println!("|---|---:|---:|---:|");
     for (name, h) in ["alpha", "beta"].iter().zip(&hosts) {
@@ -457,6 +522,11 @@ async fn run(root: &std::path::Path) -> Result<()> {
     }
     Ok(())
 }
+
+/// Peer (a)'s row: a hand-rolled HTTP RPC service (see `peers.rs`).
+const PEER_HTTP: &str = "peer (a): axum JSON POST + one SQLite commit";
+/// Peer (b)'s row: a naive in-host actor store (see `peers.rs`).
+const PEER_ACTOR: &str = "peer (b): ractor ask + one SQLite commit";
 
 fn print_rows(rows: &[Stats]) {
     println!("| measurement | p50 µs | p99 µs | throughput /s |");
