@@ -409,15 +409,7 @@ impl RunStore {
              AND (?3 IS NULL OR principal = ?3) ORDER BY created_at_ms DESC, id LIMIT ?4",
             self.columns()
         );
-        let mut stmt = self.conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
-        let raws = stmt
-            .query_map(params![ms, id, owner, limit], rows::raw_run)
-            .map_err(|e| self.err(e))?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| self.err(e))?;
-        raws.into_iter()
-            .map(|raw| rows::decode(&self.path, raw))
-            .collect()
+        self.query_runs(&sql, params![ms, id, owner, limit])
     }
 
     /// Runs that have not settled yet (what a restarted host resumes).
@@ -501,7 +493,16 @@ impl RunStore {
             "SELECT {} FROM runs WHERE {filter} ORDER BY created_at_ms DESC, id",
             self.columns()
         );
-        let mut stmt = self.conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
+        self.query_runs(&sql, params)
+    }
+
+    /// The runs a `SELECT` of [`Self::columns`] finds, decoded.
+    fn query_runs(
+        &self,
+        sql: &str,
+        params: &[&dyn rusqlite::ToSql],
+    ) -> Result<Vec<RunRecord>, ActorsError> {
+        let mut stmt = self.conn.prepare_cached(sql).map_err(|e| self.err(e))?;
         let raws = stmt
             .query_map(params, rows::raw_run)
             .map_err(|e| self.err(e))?

@@ -172,22 +172,11 @@ impl LinkEndpoint {
             .endpoint
             .connect_with(client_config, addr, tls::SERVER_NAME)
             .map_err(|e| unreachable(format!("cannot dial {addr}: {e}")))?;
-        let dial_timeout = self.inner.config.dial_timeout;
-        match tokio::time::timeout(dial_timeout, connecting).await {
-            Ok(Ok(connection)) => {
-                tracing::debug!(peer_host, %addr, "link connected");
-                Ok((connection, pinned))
-            }
-            Ok(Err(quinn::ConnectionError::TimedOut)) => Err(unreachable(format!(
-                "dialed {addr}: no answer to the handshake"
-            ))),
-            Ok(Err(error)) => Err(unreachable(format!(
-                "dialed {addr}: refused at the handshake: {error}"
-            ))),
-            Err(_) => Err(unreachable(format!(
-                "dialed {addr}: no answer to the handshake within {dial_timeout:?}"
-            ))),
-        }
+        let connection = handshake(connecting, addr, self.inner.config.dial_timeout)
+            .await
+            .map_err(unreachable)?;
+        tracing::debug!(peer_host, %addr, "link connected");
+        Ok((connection, pinned))
     }
 
     /// One request/response on a new stream of `connection`.
@@ -352,5 +341,24 @@ pub(super) fn closed_reason(closed: &quinn::ConnectionError) -> String {
             "connection lost: no packets from the peer within the idle timeout".into()
         }
         other => format!("connection lost: {other}"),
+    }
+}
+
+/// Waits for a dialed connection's handshake within `dial_timeout`; the error says what
+/// happened (no answer, refused, no answer in time) in words for the log and the caller.
+pub(super) async fn handshake(
+    connecting: quinn::Connecting,
+    addr: SocketAddr,
+    dial_timeout: Duration,
+) -> Result<quinn::Connection, String> {
+    match tokio::time::timeout(dial_timeout, connecting).await {
+        Ok(Ok(connection)) => Ok(connection),
+        Ok(Err(quinn::ConnectionError::TimedOut)) => {
+            Err(format!("dialed {addr}: no answer to the handshake"))
+        }
+        Ok(Err(error)) => Err(format!("dialed {addr}: refused at the handshake: {error}")),
+        Err(_) => Err(format!(
+            "dialed {addr}: no answer to the handshake within {dial_timeout:?}"
+        )),
     }
 }

@@ -13,10 +13,11 @@ use std::sync::{Arc, Mutex};
 
 use quinn::crypto::rustls::QuicClientConfig;
 
+use super::CLOSE_RESET;
+use super::client::{closed_reason, handshake};
 use super::config::LinkConfig;
 use super::peers::lock;
 use super::tls::{self, Identity};
-use super::{CLOSE_RESET, client::closed_reason};
 use crate::codec::{Frame, MAX_FRAME, decode_frame, encode_frame};
 use crate::error::{CodecError, LinkError};
 use crate::keys::{HostKey, PublicKey};
@@ -144,19 +145,9 @@ impl OperatorLink {
         let connecting = endpoint
             .connect_with(client_config, addr, tls::SERVER_NAME)
             .map_err(|e| unreachable(format!("cannot dial {addr}: {e}")))?;
-        let dial_timeout = self.config.dial_timeout;
-        match tokio::time::timeout(dial_timeout, connecting).await {
-            Ok(Ok(connection)) => Ok(connection),
-            Ok(Err(quinn::ConnectionError::TimedOut)) => Err(unreachable(format!(
-                "dialed {addr}: no answer to the handshake"
-            ))),
-            Ok(Err(error)) => Err(unreachable(format!(
-                "dialed {addr}: refused at the handshake: {error}"
-            ))),
-            Err(_) => Err(unreachable(format!(
-                "dialed {addr}: no answer to the handshake within {dial_timeout:?}"
-            ))),
-        }
+        handshake(connecting, addr, self.config.dial_timeout)
+            .await
+            .map_err(unreachable)
     }
 }
 
