@@ -6,6 +6,7 @@
 //!     cargo run --release --bin consort-bench calls    # every row but the chain rows (to profile)
 //!     cargo run --release --bin consort-bench directory [N]   # the peer directory, N agents
 //!     cargo run --release --bin consort-bench models   # the real-model adapter (see models.rs)
+//!     cargo run --release --bin consort-bench agents [N]   # N idle agents on one host (scale.rs)
 //!
 //! First, without hosts: verifying a chain of N signed hops (N = 2, 4, 8) with its signatures
 //! checked one by one and in one batch, alternated round by round.
@@ -29,6 +30,7 @@
 
 mod models;
 mod peers;
+mod scale;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -153,6 +155,17 @@ async fn main() -> Result<()> {
     if std::env::args().nth(1).as_deref() == Some("models") {
         let root = std::env::temp_dir().join(format!("consort-bench-{}", std::process::id()));
         let result = models::models_bench(&root).await;
+        let _ = std::fs::remove_dir_all(&root);
+        return result;
+    }
+    if std::env::args().nth(1).as_deref() == Some("agents") {
+        let agents = match std::env::args().nth(2) {
+            Some(n) => n.parse().context("usage: consort-bench agents [N]")?,
+            None => 2000,
+        };
+        anyhow::ensure!(agents >= 1, "N must be at least 1");
+        let root = std::env::temp_dir().join(format!("consort-bench-{}", std::process::id()));
+        let result = scale::scale_bench(&root, agents).await;
         let _ = std::fs::remove_dir_all(&root);
         return result;
     }
