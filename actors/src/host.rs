@@ -232,10 +232,10 @@ impl Host {
     /// of its log that no decision followed.
     pub fn pending_gate(
         &self,
-        id: &RunId,
+        run: &RunRecord,
     ) -> Result<Option<consort_core::event::ApprovalRequested>, ActorsError> {
         let mut pending = None;
-        for record in self.events(id)? {
+        for record in self.data.events_of(&run.agent, &run.id)? {
             match record.event {
                 consort_core::RunEvent::ApprovalRequested(asked) => pending = Some(asked),
                 consort_core::RunEvent::ApprovalDecided(decided)

@@ -52,12 +52,6 @@ impl RunCursor {
             id: RunId::parse(id).ok()?,
         })
     }
-
-    /// Whether `run` comes after this cursor in listing order.
-    pub fn precedes(&self, run: &RunRecord) -> bool {
-        run.created_at_ms < self.created_at_ms
-            || (run.created_at_ms == self.created_at_ms && run.id.as_str() > self.id.as_str())
-    }
 }
 
 impl fmt::Display for RunCursor {

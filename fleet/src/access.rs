@@ -166,6 +166,19 @@ pub fn authorize(
     }
 }
 
+/// Whether the host knows enough about `requester` to look anything up for it: what every
+/// route that reads a run checks before touching a store (the run's owner is known only
+/// after).
+pub fn identified(requester: &Requester, anonymous: AnonymousAccess) -> Result<(), Denial> {
+    match requester {
+        Requester::Anonymous if anonymous == AnonymousAccess::Refuse => {
+            Err(Denial::Unauthenticated)
+        }
+        Requester::Unverified => Err(Denial::IdentityUnavailable),
+        _ => Ok(()),
+    }
+}
+
 /// The runs a listing by `requester` shows, once [`authorize`] allowed [`Action::ListRuns`].
 pub fn listing_scope(requester: &Requester) -> Scope {
     match requester {
@@ -309,6 +322,24 @@ mod tests {
             Err(Denial::Unauthenticated)
         );
         assert_eq!(listing_scope(&nobody), Scope::OwnedBy(ANONYMOUS.into()));
+    }
+
+    #[test]
+    fn only_an_unknown_caller_or_a_refused_anonymous_one_is_unidentified() {
+        for anonymous in [OPEN, SHUT] {
+            assert_eq!(identified(&Requester::LocalOperator, anonymous), Ok(()));
+            assert_eq!(identified(&operator(), anonymous), Ok(()));
+            assert_eq!(identified(&alice(), anonymous), Ok(()));
+            assert_eq!(
+                identified(&Requester::Unverified, anonymous),
+                Err(Denial::IdentityUnavailable)
+            );
+        }
+        assert_eq!(identified(&Requester::Anonymous, OPEN), Ok(()));
+        assert_eq!(
+            identified(&Requester::Anonymous, SHUT),
+            Err(Denial::Unauthenticated)
+        );
     }
 
     #[test]

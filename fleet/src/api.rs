@@ -251,20 +251,11 @@ async fn visible_run(
     auth: &HostAuth,
     headers: &HeaderMap,
     id: &RunId,
-) -> Result<(RunRecord, Requester), ApiError> {
+) -> Result<RunRecord, ApiError> {
     let (_, who) = requester(auth, headers).await;
     // Refuse an unauthenticated caller before touching the stores.
-    if let Err(denial @ (Denial::Unauthenticated | Denial::IdentityUnavailable)) =
-        access::authorize(&who, auth.anonymous(), Action::ReadRun { owner: "" })
-    {
-        return Err(denial.into());
-    }
-    let target = id.clone();
-    let run = blocking(host, move |h| {
-        h.run(&target)?
-            .ok_or_else(|| ActorsError::UnknownRun(target.to_string()))
-    })
-    .await?;
+    access::identified(&who, auth.anonymous())?;
+    let run = stored_run(host, id).await?;
     access::authorize(
         &who,
         auth.anonymous(),
@@ -272,7 +263,17 @@ async fn visible_run(
             owner: &run.principal,
         },
     )?;
-    Ok((run, who))
+    Ok(run)
+}
+
+/// One run, read off the async workers; an unknown id is [`ActorsError::UnknownRun`].
+async fn stored_run(host: &Host, id: &RunId) -> Result<RunRecord, ApiError> {
+    let target = id.clone();
+    blocking(host, move |h| {
+        h.run(&target)?
+            .ok_or_else(|| ActorsError::UnknownRun(target.to_string()))
+    })
+    .await
 }
 
 /// Refuses what must not reach a handler: a `Host` that does not name this API (DNS
@@ -611,7 +612,7 @@ async fn get_run(
 ) -> Result<Response, ApiError> {
     let Query(q) = query?;
     let id = parse_run_id(&id)?;
-    let (run, _) = visible_run(&host, &auth, &headers, &id).await?;
+    let run = visible_run(&host, &auth, &headers, &id).await?;
     let run = match q.wait_ms {
         Some(ms) if ms > 0 => {
             host.wait(&id, Duration::from_millis(ms.min(MAX_WAIT_MS)))
@@ -647,20 +648,11 @@ async fn approve(
 ) -> Result<Response, ApiError> {
     let id = parse_run_id(&id)?;
     let (_, who) = requester(&auth, &headers).await;
-    if let Err(denial @ (Denial::Unauthenticated | Denial::IdentityUnavailable)) =
-        access::authorize(&who, auth.anonymous(), Action::ListAgents)
-    {
-        return Err(denial.into());
-    }
+    access::identified(&who, auth.anonymous())?;
     let Json(decision) = body?;
-    let target = id.clone();
-    let (run, gate) = blocking(&host, move |h| {
-        let run = h
-            .run(&target)?
-            .ok_or_else(|| ActorsError::UnknownRun(target.to_string()))?;
-        Ok((run, h.pending_gate(&target)?))
-    })
-    .await?;
+    let run = stored_run(&host, &id).await?;
+    let asked = run.clone();
+    let gate = blocking(&host, move |h| h.pending_gate(&asked)).await?;
     access::authorize(
         &who,
         auth.anonymous(),
