@@ -54,7 +54,7 @@ impl Host {
         let (settled, _) = broadcast::channel(1024);
         let data = DataFolder::new(spec.data_dir.clone());
         let agents = spec.agents.names();
-        let writer = StoreWriter::start()?;
+        let writer = StoreWriter::start_with(spec.max_open_stores)?;
         let (supervisor, join) =
             spawn_supervisor(spec, settled.clone(), writer.clone(), parent).await?;
         Ok((

@@ -75,6 +75,8 @@ pub struct HostSpec {
     pub host_name: String,
     /// The fleet's goals and placements, for the peer directory.
     pub directory: DirectorySpec,
+    /// The most agent store connections kept open at once (see [`StoreWriter`]).
+    pub max_open_stores: usize,
 }
 
 impl HostSpec {
@@ -94,6 +96,7 @@ impl HostSpec {
             checkpoint_every: Duration::from_secs(5),
             host_name: "local".to_owned(),
             directory: DirectorySpec::default(),
+            max_open_stores: crate::store::DEFAULT_MAX_OPEN,
         }
     }
 }
