@@ -91,25 +91,35 @@ impl RunStore {
             let building = path.with_extension("db.new");
             // A leftover of a start that died while building is rebuilt from nothing.
             let _absent = std::fs::remove_file(&building);
-            drop(Self::open_in_place(&building, durability)?);
+            drop(Self::open_in_place(&building, None)?);
             std::fs::rename(&building, path).map_err(|source| ActorsError::file(path, source))?;
         }
-        Self::open_in_place(path, durability)
+        Self::open_in_place(path, Some(durability))
     }
 
-    fn open_in_place(path: &Path, durability: Durability) -> Result<Self, ActorsError> {
+    /// Opens the file at `path` and brings its tables up to date in one transaction.
+    /// `durability` is `None` for a store being built under its temporary name: nothing in
+    /// it is worth an fsync until it is renamed into place (a crash leaves only the temporary
+    /// file, which the next open rebuilds).
+    fn open_in_place(path: &Path, durability: Option<Durability>) -> Result<Self, ActorsError> {
         let err = |source| ActorsError::sqlite(path, source);
         let conn = Connection::open(path).map_err(err)?;
-        let sync = match durability {
-            Durability::Normal => "NORMAL",
-            Durability::Full => "FULL",
+        // A store being built keeps no journal and skips every fsync (nothing in it is worth
+        // one yet); it becomes a WAL store once its tables are made, below.
+        let (journal, sync) = match durability {
+            None => ("OFF", "OFF"),
+            Some(Durability::Normal) => ("WAL", "NORMAL"),
+            Some(Durability::Full) => ("WAL", "FULL"),
         };
         // Automatic checkpoints stall the committing thread; the host checkpoints on a timer.
         conn.execute_batch(&format!(
-            "PRAGMA journal_mode=WAL; PRAGMA synchronous={sync}; PRAGMA wal_autocheckpoint=0; \
-             PRAGMA busy_timeout=5000; PRAGMA foreign_keys=ON;"
+            "PRAGMA journal_mode={journal}; PRAGMA synchronous={sync}; \
+             PRAGMA wal_autocheckpoint=0; PRAGMA busy_timeout=5000; PRAGMA foreign_keys=ON;"
         ))
         .map_err(err)?;
+        // One transaction: a reader sees the tables whole or not at all, and a new store
+        // costs one commit instead of one per statement.
+        conn.execute_batch("BEGIN IMMEDIATE;").map_err(err)?;
         conn.execute_batch(SCHEMA).map_err(err)?;
         let columns = run_columns(&conn).map_err(err)?;
         let has = |name: &str| columns.iter().any(|c| c == name);
@@ -132,6 +142,11 @@ impl RunStore {
         }
         if !has("origin") {
             conn.execute_batch("ALTER TABLE runs ADD COLUMN origin TEXT;")
+                .map_err(err)?;
+        }
+        conn.execute_batch("COMMIT;").map_err(err)?;
+        if durability.is_none() {
+            conn.execute_batch("PRAGMA journal_mode=WAL;")
                 .map_err(err)?;
         }
         Ok(Self {

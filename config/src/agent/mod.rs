@@ -207,7 +207,10 @@ fn peer_list(
     entries: Vec<Spanned<String>>,
     spans: &mut Vec<Pos>,
 ) -> Result<Vec<String>, ConfigError> {
-    let mut out: Vec<String> = Vec::new();
+    let mut out: Vec<String> = Vec::with_capacity(entries.len());
+    // A set beside the list: an agent may name many thousands of peers.
+    let mut seen: std::collections::HashSet<String> =
+        std::collections::HashSet::with_capacity(entries.len());
     for (i, e) in entries.into_iter().enumerate() {
         let key = KeyPath::root().key("agents").key(list).index(i);
         let at = Pos::of(&e);
@@ -222,7 +225,7 @@ fn peer_list(
                 format!("an agent cannot name itself (`{n}`) as a peer"),
             ));
         }
-        if out.contains(&n) {
+        if !seen.insert(n.clone()) {
             return Err(ctx.invalid(at, &key, format!("`{n}` is listed twice")));
         }
         out.push(n);

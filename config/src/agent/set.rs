@@ -40,8 +40,14 @@ fn agent_dirs(path: &Path) -> Result<Vec<PathBuf>, ConfigError> {
     let mut dirs = Vec::new();
     for entry in std::fs::read_dir(path).map_err(io)? {
         let entry = entry.map_err(io)?;
+        // The entry's type comes with the listing; a symlink is followed with a stat.
+        let is_dir = match entry.file_type() {
+            Ok(t) if t.is_symlink() => entry.path().is_dir(),
+            Ok(t) => t.is_dir(),
+            Err(_) => false,
+        };
         let p = entry.path();
-        if p.is_dir() && p.join(AGENT_FILE).is_file() {
+        if is_dir && p.join(AGENT_FILE).is_file() {
             dirs.push(p);
         }
     }
@@ -52,6 +58,36 @@ fn agent_dirs(path: &Path) -> Result<Vec<PathBuf>, ConfigError> {
     }
     dirs.sort();
     Ok(dirs)
+}
+
+/// The fewest folders worth reading on more than one thread.
+const PARALLEL_FROM: usize = 256;
+
+/// Reads and checks the agent.yaml of each folder, in order; a host of many agents reads them
+/// on as many threads as the machine has cores (each file is independent of the others).
+fn load_agents(dirs: &[PathBuf]) -> Vec<Result<(AgentConfig, PeerSpans), ConfigError>> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    if threads == 1 || dirs.len() < PARALLEL_FROM {
+        return dirs.iter().map(|dir| load_agent(dir)).collect();
+    }
+    let share = dirs.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let readers: Vec<_> = dirs
+            .chunks(share)
+            .map(|part| {
+                scope.spawn(move || part.iter().map(|dir| load_agent(dir)).collect::<Vec<_>>())
+            })
+            .collect();
+        readers
+            .into_iter()
+            .flat_map(|reader| {
+                // Reading a file never panics on its contents; a panic here is a bug, shown as one.
+                reader
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    })
 }
 
 /// Why [`SetBuilder::add_path`] failed: the fleet loader words duplicates in terms of hosts.
@@ -92,8 +128,8 @@ impl SetBuilder {
     /// Loads every agent under `path` (see [`agent_dirs`]); returns the names added.
     pub(crate) fn add_path(&mut self, path: &Path) -> Result<Vec<String>, AddError> {
         let mut added = Vec::new();
-        for dir in agent_dirs(path)? {
-            let (agent, spans) = load_agent(&dir)?;
+        for loaded in load_agents(&agent_dirs(path)?) {
+            let (agent, spans) = loaded?;
             if let Some(first) = self.agents.get(&agent.name) {
                 let name = agent.name.clone();
                 let error = Ctx { file: &agent.file }.invalid(
