@@ -8,6 +8,8 @@
 //!   every chain and reply against the fleet's pinned keys and placements, asks consort-core
 //!   whether the sending host may send or ask that, and hands calls and replies to the
 //!   supervisor;
+//! - `signer`: the batch signer `LinkRemote` signs calls and replies with (one signature for
+//!   whatever leaves for one peer host at the same moment);
 //! - `wire`: refusals, denials and run states in and out of link frames;
 //! - this file: what both sides share, the [`FleetMap`] and the limits the inbound side
 //!   applies to chains.
@@ -26,6 +28,7 @@ use consort_net::KeyRing;
 
 mod inbound;
 mod outbound;
+mod signer;
 mod wire;
 
 pub(crate) use inbound::Inbound;

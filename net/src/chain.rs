@@ -1,30 +1,40 @@
 //! The call chain: canonical bytes of hops and replies, their digests, signing, and the
 //! verification a receiving host runs on every envelope that crossed a host boundary.
 //!
-//! Hop i is signed by the host serving hop i's caller, over [`hop_canonical_bytes`]: a domain
-//! tag and format version, then the digest of hop i-1, caller, callee, parent and child run
-//! ids, tool-use id, issued-at, expires-at, the digest of the hop's input and the origin (on the
-//! first hop the origin's text behind a presence byte, on later hops the absent byte alone),
-//! each field length-prefixed. The origin lives in the first hop only: every later hop binds
-//! the first one's digest, so no host on the way can change who the tree acts for. These bytes are built by hand, not by the codec, so the wire format can
-//! evolve without changing what was signed, and no field boundary can be shifted. A hop's
-//! digest covers its canonical bytes and not its signature, which is why a hop that stays
-//! inside one host can be signed later, when the chain first leaves the host
-//! ([`sign_pending_hops`]).
+//! Hop i is signed by the host serving hop i's caller. What it signs is a batch: everything
+//! that leaves the host for one peer host at once (the pending hops of several calls, replies)
+//! is hashed into a Merkle tree and the host signs the tree's root once (`batch`); each hop
+//! carries that signature and its own inclusion proof, so each envelope verifies on its own,
+//! and a lone call is a batch of one. A hop's leaf is [`hop_canonical_bytes`]: a domain tag
+//! (`consort/hop/v3`) and layout version, then the digest of hop i-1, caller, callee, parent and
+//! child run ids, tool-use id, issued-at, expires-at, the digest of the hop's input and the
+//! origin (on the first hop the origin's text behind a presence byte, on later hops the absent
+//! byte alone), each field length-prefixed. The origin lives in the first hop only: every later
+//! hop binds the first one's digest, so no host on the way can change who the tree acts for.
+//! These bytes are built by hand, not by the codec, so the wire format can evolve without
+//! changing what was signed, and no field boundary can be shifted. A hop's digest covers its
+//! canonical bytes and not its signature, which is why a hop that stays inside one host can be
+//! signed later, when the chain first leaves the host ([`sign_pending_hops`], or
+//! [`sign_batch`] for several envelopes at once).
 //!
-//! A chain accepts exactly the signatures `verify_strict` accepts (plain ed25519 verification
-//! accepts malleated signatures); nothing here deduplicates on signature bytes: the child run
-//! id does that. A chain with several signed hops is checked in one batch
-//! (`ed25519_dalek::verify_batch`), which is looser than `verify_strict`: it takes a non-canonical
-//! or small-order R and, since it checks one combination of the signatures' equations with
-//! pseudo-random coefficients that small-order components can vanish under, an R or a key
-//! with a small-order component. So a batch is tried only when every key lies in the
-//! prime-order subgroup (decided once per pinned key, in `KeyRing`) and every R is a canonical
-//! encoding of a point of that subgroup; for such inputs both checks accept the same
-//! signatures (but for the 2^-128 chance of any batch). Anything else, and any batch that
-//! fails, is checked one signature at a time with `verify_strict`, which also names the bad
-//! hop. The R check costs about as much as a signature check, which makes the batch slower
-//! than checking one by one (docs/BENCHMARKS.md).
+//! Verifying hop i: its proof must be well formed and lead from hop i's own leaf to the root it
+//! names (`batch::check_proof`), then the signature over that root must verify. A chain
+//! accepts exactly the signatures `verify_strict` accepts (plain ed25519 verification accepts
+//! malleated signatures); nothing here deduplicates calls on signature bytes: the child run id
+//! does that. Hops of one chain signed in the same batch share one signature, checked once; a
+//! receiver that keeps a [`VerifiedRoots`] cache checks each batch signature once for all the
+//! envelopes of the batch (the proofs are still checked per hop). The signatures left to check
+//! can be checked in one batch (`ed25519_dalek::verify_batch`, [`verify_chain_batched`]),
+//! which is looser than `verify_strict`: it takes a non-canonical or small-order R and, since
+//! it checks one combination of the signatures' equations with pseudo-random coefficients
+//! that small-order components can vanish under, an R or a key with a small-order component.
+//! So a batch is tried only when every key lies in the prime-order subgroup (decided once per
+//! pinned key, in `KeyRing`) and every R is a canonical encoding of a point of that subgroup;
+//! for such inputs both checks accept the same signatures (but for the 2^-128 chance of any
+//! batch). Anything else, and any batch that fails, is checked one signature at a time with
+//! `verify_strict`, which also names the bad hop. The R check costs about as much as a
+//! signature check, which makes the batch slower than checking one by one
+//! (docs/BENCHMARKS.md), so [`verify_chain`] checks one by one.
 //!
 //! This module proves facts (who signed which hop, how deep the chain is, whether it is fresh);
 //! it never decides whether a call is allowed: depth limits, consent and caps belong to the
@@ -36,21 +46,27 @@ use curve25519_dalek::edwards::CompressedEdwardsY;
 use ed25519_dalek::{Signature, VerifyingKey};
 use sha2::{Digest, Sha256};
 
-use crate::envelope::{
-    CallEnvelope, ENVELOPE_VERSION, Hop, HopSignature, ReplyEnvelope, ReplyStatus,
-};
+use crate::envelope::{CallEnvelope, ENVELOPE_VERSION, Hop, ReplyEnvelope, ReplyStatus};
 use crate::error::ChainError;
 use crate::keys::{HostKey, KeyRing, PublicKey};
+use batch::{check_proof, leaf_hash, root_message};
 use consort_core::RunId;
 use consort_core::visibility::Origin;
+use roots::RootKey;
 
+mod batch;
 pub mod operator;
 pub mod presence;
+mod roots;
 
-/// Domain tag of a hop's canonical bytes (v2: the first hop's bytes carry the origin).
-const HOP_DOMAIN: &[u8] = b"consort/hop/v2";
-/// Domain tag of a reply's canonical bytes.
-const REPLY_DOMAIN: &[u8] = b"consort/reply/v1";
+pub use batch::{BatchSigned, MAX_BATCH_LEAVES, MAX_SIGNED_LEAVES, Outgoing, sign_batch};
+pub use roots::{DEFAULT_VERIFIED_ROOTS, VerifiedRoots};
+
+/// Domain tag of a hop's canonical bytes (v2: the first hop's bytes carry the origin; v3: they
+/// are a leaf of a signed batch, never signed alone).
+const HOP_DOMAIN: &[u8] = b"consort/hop/v3";
+/// Domain tag of a reply's canonical bytes (v2: a leaf of a signed batch).
+const REPLY_DOMAIN: &[u8] = b"consort/reply/v2";
 /// Version of the canonical byte layout (not of the wire format).
 const CANONICAL_VERSION: u16 = 1;
 
@@ -218,49 +234,64 @@ pub fn extend(chain: &CallEnvelope, next: NextHop<'_>) -> Result<CallEnvelope, C
     })
 }
 
-/// Signs every hop that is still unsigned and whose caller this host serves. Call it before an
-/// envelope leaves the host. Returns how many hops were signed.
+/// Signs every hop that is still unsigned and whose caller this host serves, as one batch (one
+/// signature, whatever the number of hops). Call it before an envelope leaves the host; to sign
+/// several envelopes leaving for the same host at once, use [`sign_batch`]. Returns how many
+/// hops were signed.
 pub fn sign_pending_hops(
     envelope: &mut CallEnvelope,
     host_name: &str,
     key: &HostKey,
     serves: impl Fn(&str) -> bool,
 ) -> usize {
-    let mut signed = 0;
-    for hop in envelope.hops.iter_mut() {
-        if hop.signature.is_none() && serves(&hop.caller) {
-            hop.signature = Some(HopSignature {
-                host: host_name.to_owned(),
-                signature: key.sign(&hop_canonical_bytes(hop)),
-            });
-            signed += 1;
-        }
-    }
-    signed
+    sign_batch(&mut [Outgoing::Call(envelope)], host_name, key, serves).leaves
 }
 
 /// Verifies a call envelope received from another host.
 ///
 /// `placements` maps agent -> the host serving it; hop i must be signed by the host serving
-/// hop i's caller, with the key pinned for that host in `ring`. The first hop must carry the
-/// origin and no later hop may. A chain longer than
-/// `limits.max_depth` is refused first ([`ChainError::TooDeep`]), then cheap structural checks
-/// run over the whole chain before any signature is verified, so a malformed chain costs no
-/// crypto. Only the last hop is checked for expiry, lifetime and age: earlier hops were
-/// deadlines for calls already accepted, and a long-running child may legitimately call on
-/// after its own call's deadline. No hop may be issued later than `now_ms + allowed_skew_ms`.
+/// hop i's caller, with the key pinned for that host in `ring`, and carry a proof that it is a
+/// leaf of the batch root that signature covers. The first hop must carry the origin and no
+/// later hop may. A chain longer than `limits.max_depth` is refused first
+/// ([`ChainError::TooDeep`]), then cheap structural checks run over the whole chain before any
+/// signature is verified, so a malformed chain costs no crypto. Only the last hop is checked
+/// for expiry, lifetime and age: earlier hops were deadlines for calls already accepted, and a
+/// long-running child may legitimately call on after its own call's deadline. No hop may be
+/// issued later than `now_ms + allowed_skew_ms`.
 ///
-/// Each signature is checked on its own with `verify_strict`. A batch that accepts exactly
-/// what `verify_strict` accepts ([`verify_chain_batched`]) needs a subgroup check of every
-/// signature's R point, which costs about as much as a signature check: measured, it is
-/// slower at every chain length (docs/BENCHMARKS.md), so it is not the default.
+/// Each batch signature is checked on its own with `verify_strict` (once per chain when
+/// several hops share it). A batch that accepts exactly what `verify_strict` accepts
+/// ([`verify_chain_batched`]) needs a subgroup check of every signature's R point, which costs
+/// about as much as a signature check: measured, it is slower at every chain length
+/// (docs/BENCHMARKS.md), so it is not the default. A receiving host passes its
+/// [`VerifiedRoots`] to [`verify_chain_cached`] instead, to check each batch signature once.
 pub fn verify_chain(
     envelope: &CallEnvelope,
     ring: &KeyRing,
     placements: &BTreeMap<String, String>,
     limits: &ChainLimits,
 ) -> Result<VerifiedChain, ChainError> {
-    verify_chain_with(envelope, ring, placements, limits, Batching::Never)
+    verify_chain_with(envelope, ring, placements, limits, Batching::Never, None)
+}
+
+/// [`verify_chain`], skipping the check of a batch signature `roots` holds as verified (every
+/// proof is still checked), and adding the signatures it checks to `roots`. Accepts and refuses
+/// exactly what [`verify_chain`] does, with the same errors.
+pub fn verify_chain_cached(
+    envelope: &CallEnvelope,
+    ring: &KeyRing,
+    placements: &BTreeMap<String, String>,
+    limits: &ChainLimits,
+    roots: &VerifiedRoots,
+) -> Result<VerifiedChain, ChainError> {
+    verify_chain_with(
+        envelope,
+        ring,
+        placements,
+        limits,
+        Batching::Never,
+        Some(roots),
+    )
 }
 
 /// [`verify_chain`] with the signatures of a chain with several signed hops checked in one
@@ -274,7 +305,7 @@ pub fn verify_chain_batched(
     placements: &BTreeMap<String, String>,
     limits: &ChainLimits,
 ) -> Result<VerifiedChain, ChainError> {
-    verify_chain_with(envelope, ring, placements, limits, Batching::Allowed)
+    verify_chain_with(envelope, ring, placements, limits, Batching::Allowed, None)
 }
 
 /// Whether several signatures may be checked in one batch.
@@ -290,6 +321,7 @@ fn verify_chain_with(
     placements: &BTreeMap<String, String>,
     limits: &ChainLimits,
     batching: Batching,
+    roots: Option<&VerifiedRoots>,
 ) -> Result<VerifiedChain, ChainError> {
     let ChainLimits {
         now_ms,
@@ -310,7 +342,10 @@ fn verify_chain_with(
         .checked_sub(1)
         .ok_or(ChainError::Empty)?;
 
-    let mut digests: Vec<[u8; 32]> = Vec::with_capacity(envelope.hops.len());
+    // Each hop's canonical bytes are built once: hashed here for the next hop's link, and
+    // again as the hop's leaf when its signature is checked.
+    let mut canonical: Vec<Vec<u8>> = Vec::with_capacity(envelope.hops.len());
+    let mut prev_digest = [0u8; 32];
     for (index, hop) in envelope.hops.iter().enumerate() {
         if hop.child_run != RunId::child_of(&hop.parent_run, &hop.tool_use_id) {
             return Err(ChainError::BadRunId { hop: index });
@@ -319,7 +354,7 @@ fn verify_chain_with(
             None => hop.prev_digest == [0; 32],
             Some(prev_index) => {
                 let prev = &envelope.hops[prev_index];
-                hop.prev_digest == digests[prev_index]
+                hop.prev_digest == prev_digest
                     && prev.callee == hop.caller
                     && prev.child_run == hop.parent_run
             }
@@ -339,7 +374,9 @@ fn verify_chain_with(
                 now_ms,
             });
         }
-        digests.push(Sha256::digest(hop_canonical_bytes(hop)).into());
+        let bytes = hop_canonical_bytes(hop);
+        prev_digest = Sha256::digest(&bytes).into();
+        canonical.push(bytes);
     }
 
     let last = &envelope.hops[last_index];
@@ -380,16 +417,24 @@ fn verify_chain_with(
         .origin
         .clone()
         .ok_or(ChainError::MissingOrigin)?;
+    let signers = verify_hop_signatures(
+        &envelope.hops,
+        &canonical,
+        ring,
+        placements,
+        batching,
+        roots,
+    )?;
     Ok(VerifiedChain {
         depth: envelope.hops.len(),
         root_caller: envelope.hops[0].caller.clone(),
         origin,
-        signers: verify_hop_signatures(&envelope.hops, ring, placements, batching)?,
+        signers,
         last_hop: last.clone(),
     })
 }
 
-/// One hop's signature with the key it must verify under.
+/// One batch signature with the key it must verify under, and the first hop that carries it.
 struct PendingSignature<'a> {
     hop: usize,
     host: &'a str,
@@ -397,19 +442,24 @@ struct PendingSignature<'a> {
     key_prime_order: bool,
     signature: Signature,
     message: Vec<u8>,
+    entry: RootKey,
 }
 
-/// Checks every hop's signature and returns the signing hosts, oldest first. Refuses with the
-/// same error, naming the same hop, as checking each hop in turn with `verify_strict` would.
+/// Checks every hop's proof and signature and returns the signing hosts, oldest first. Refuses
+/// with the same error, naming the same hop, as checking each hop in turn (its proof, then its
+/// signature with `verify_strict`) would. `canonical` holds each hop's canonical bytes.
 fn verify_hop_signatures(
     hops: &[Hop],
+    canonical: &[Vec<u8>],
     ring: &KeyRing,
     placements: &BTreeMap<String, String>,
     batching: Batching,
+    roots: Option<&VerifiedRoots>,
 ) -> Result<Vec<String>, ChainError> {
-    let mut pending = Vec::with_capacity(hops.len());
+    let mut signers = Vec::with_capacity(hops.len());
+    let mut pending: Vec<PendingSignature<'_>> = Vec::with_capacity(hops.len());
     let mut unresolved = None;
-    for (index, hop) in hops.iter().enumerate() {
+    for (index, (hop, bytes)) in hops.iter().zip(canonical).enumerate() {
         let resolved = hop
             .signature
             .as_ref()
@@ -417,32 +467,49 @@ fn verify_hop_signatures(
             .and_then(|signature| {
                 let (key, key_prime_order) =
                     pinned_key(index, &hop.caller, signature, ring, placements)?;
-                Ok(PendingSignature {
-                    hop: index,
-                    host: &signature.host,
-                    key,
-                    key_prime_order,
-                    signature: Signature::from_bytes(&signature.signature),
-                    message: hop_canonical_bytes(hop),
-                })
+                check_proof(index, leaf_hash(bytes), &signature.batch)?;
+                Ok((signature, key, key_prime_order))
             });
-        match resolved {
-            Ok(signature) => pending.push(signature),
+        let (signature, key, key_prime_order) = match resolved {
+            Ok(resolved) => resolved,
             Err(error) => {
                 unresolved = Some(error);
                 break;
             }
+        };
+        signers.push(signature.host.clone());
+        let entry = RootKey {
+            key: key.to_bytes(),
+            root: signature.batch.root,
+            leaf_count: signature.batch.leaf_count,
+            signature: signature.signature,
+        };
+        // Hops of this chain signed in one batch share a signature: checked once. A signature
+        // the cache holds verified already.
+        if pending.iter().any(|seen| seen.entry == entry)
+            || roots.is_some_and(|roots| roots.contains(&entry))
+        {
+            continue;
         }
+        pending.push(PendingSignature {
+            hop: index,
+            host: &signature.host,
+            key,
+            key_prime_order,
+            signature: Signature::from_bytes(&signature.signature),
+            message: root_message(&entry.root, entry.leaf_count),
+            entry,
+        });
     }
-    // Checked one by one, a bad signature before the first hop without a usable key was
-    // reported first: verify those hops before reporting it.
+    // Checked one by one, a bad signature before the first hop without a usable key or proof
+    // was reported first: verify those hops before reporting it.
     verify_signatures(&pending, batching)?;
+    if let Some(roots) = roots {
+        roots.insert_verified(pending.iter().map(|signature| &signature.entry));
+    }
     match unresolved {
         Some(error) => Err(error),
-        None => Ok(pending
-            .iter()
-            .map(|signature| signature.host.to_owned())
-            .collect()),
+        None => Ok(signers),
     }
 }
 
@@ -470,7 +537,14 @@ fn verify_signatures(
             .key
             .verifying_key()
             .verify_strict(&signature.message, &signature.signature)
-            .map_err(|_| ChainError::BadSignature { hop: signature.hop })?;
+            .map_err(|_| {
+                tracing::debug!(
+                    hop = signature.hop,
+                    host = signature.host,
+                    "bad batch signature"
+                );
+                ChainError::BadSignature { hop: signature.hop }
+            })?;
     }
     Ok(())
 }
@@ -533,21 +607,40 @@ pub fn reply_canonical_bytes(reply: &ReplyEnvelope) -> Vec<u8> {
     out.finish()
 }
 
-/// Signs a reply as the host serving its callee.
+/// Signs a reply as the host serving its callee, as a batch of one. To sign several replies
+/// (and calls) leaving for the same host at once, use [`sign_batch`].
 pub fn sign_reply(reply: &mut ReplyEnvelope, host_name: &str, key: &HostKey) {
-    reply.signature = Some(HopSignature {
-        host: host_name.to_owned(),
-        signature: key.sign(&reply_canonical_bytes(reply)),
-    });
+    sign_batch(&mut [Outgoing::Reply(reply)], host_name, key, |_| false);
 }
 
 /// Verifies a reply received from another host: signed (strictly) by the host serving the
-/// callee, with a child run id derived from its parent run and tool use. Whether the reply
-/// answers a call this host actually placed is the receiver's check.
+/// callee, in a batch whose root its proof leads to, with a child run id derived from its
+/// parent run and tool use. Whether the reply answers a call this host actually placed is the
+/// receiver's check.
 pub fn verify_reply(
     reply: &ReplyEnvelope,
     ring: &KeyRing,
     placements: &BTreeMap<String, String>,
+) -> Result<(), ChainError> {
+    verify_reply_with(reply, ring, placements, None)
+}
+
+/// [`verify_reply`], skipping the check of a batch signature `roots` holds as verified (the
+/// proof is still checked), and adding the signature it checks to `roots`.
+pub fn verify_reply_cached(
+    reply: &ReplyEnvelope,
+    ring: &KeyRing,
+    placements: &BTreeMap<String, String>,
+    roots: &VerifiedRoots,
+) -> Result<(), ChainError> {
+    verify_reply_with(reply, ring, placements, Some(roots))
+}
+
+fn verify_reply_with(
+    reply: &ReplyEnvelope,
+    ring: &KeyRing,
+    placements: &BTreeMap<String, String>,
+    roots: Option<&VerifiedRoots>,
 ) -> Result<(), ChainError> {
     check_version(reply.version)?;
     if reply.child_run != RunId::child_of(&reply.parent_run, &reply.tool_use_id) {
@@ -558,12 +651,30 @@ pub fn verify_reply(
         .as_ref()
         .ok_or(ChainError::Unsigned { hop: 0 })?;
     let (key, _) = pinned_key(0, &reply.callee, signature, ring, placements)?;
+    check_proof(
+        0,
+        leaf_hash(&reply_canonical_bytes(reply)),
+        &signature.batch,
+    )?;
+    let entry = RootKey {
+        key: key.to_bytes(),
+        root: signature.batch.root,
+        leaf_count: signature.batch.leaf_count,
+        signature: signature.signature,
+    };
+    if roots.is_some_and(|roots| roots.contains(&entry)) {
+        return Ok(());
+    }
     key.verifying_key()
         .verify_strict(
-            &reply_canonical_bytes(reply),
+            &root_message(&entry.root, entry.leaf_count),
             &Signature::from_bytes(&signature.signature),
         )
-        .map_err(|_| ChainError::BadSignature { hop: 0 })
+        .map_err(|_| ChainError::BadSignature { hop: 0 })?;
+    if let Some(roots) = roots {
+        roots.insert_verified([&entry]);
+    }
+    Ok(())
 }
 
 /// The key `signature` must verify under: the one pinned for the host serving `agent`, which
@@ -571,7 +682,7 @@ pub fn verify_reply(
 fn pinned_key<'a>(
     index: usize,
     agent: &str,
-    signature: &HopSignature,
+    signature: &crate::envelope::HopSignature,
     ring: &'a KeyRing,
     placements: &BTreeMap<String, String>,
 ) -> Result<(&'a PublicKey, bool), ChainError> {

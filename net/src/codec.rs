@@ -6,7 +6,9 @@
 //! timestamp always takes the same bytes, which keeps the format easy to read in a hex dump
 //! and to fuzz), and a decode limit of [`MAX_FRAME`] bytes. The limit is enforced by bincode
 //! *before* it allocates for a claimed length, so a hostile length prefix costs nothing.
-//! Decoding refuses trailing bytes and envelope versions other than [`ENVELOPE_VERSION`].
+//! Decoding refuses trailing bytes and envelope versions other than [`ENVELOPE_VERSION`]; the
+//! version (an envelope's first field) is read before the rest, so an envelope of an older
+//! layout is refused as [`CodecError::WrongVersion`], not as garbage.
 //!
 //! Enum variants are encoded by their index, so the order of [`Frame`], [`RefusalReason`] and
 //! [`RemoteRunState`] variants is part of the wire format: only append.
@@ -258,6 +260,8 @@ pub fn encode_call(envelope: &CallEnvelope) -> Result<Vec<u8>, CodecError> {
 
 /// Decodes a call envelope: size-limited, no trailing bytes, current version only.
 pub fn decode_call(bytes: &[u8]) -> Result<CallEnvelope, CodecError> {
+    check_size(bytes)?;
+    peek_version(bytes)?;
     let envelope: CallEnvelope = decode(bytes)?;
     check_version(envelope.version)?;
     Ok(envelope)
@@ -270,6 +274,8 @@ pub fn encode_reply(reply: &ReplyEnvelope) -> Result<Vec<u8>, CodecError> {
 
 /// Decodes a reply envelope: size-limited, no trailing bytes, current version only.
 pub fn decode_reply(bytes: &[u8]) -> Result<ReplyEnvelope, CodecError> {
+    check_size(bytes)?;
+    peek_version(bytes)?;
     let reply: ReplyEnvelope = decode(bytes)?;
     check_version(reply.version)?;
     Ok(reply)
@@ -283,6 +289,14 @@ pub fn encode_frame(frame: &Frame) -> Result<Vec<u8>, CodecError> {
 /// Decodes a link frame: size-limited, no trailing bytes, and any envelope inside it must be
 /// of the current version.
 pub fn decode_frame(bytes: &[u8]) -> Result<Frame, CodecError> {
+    check_size(bytes)?;
+    // A call or reply frame's envelope version follows the variant tag: read it first, so that
+    // an envelope of another version is refused as that, not as garbage of the current layout.
+    if let Some(tag) = bytes.get(..FRAME_TAG_BYTES)
+        && (tag == FRAME_TAG_CALL || tag == FRAME_TAG_REPLY)
+    {
+        peek_version(&bytes[FRAME_TAG_BYTES..])?;
+    }
     let frame: Frame = decode(bytes)?;
     match &frame {
         Frame::Call(envelope) => check_version(envelope.version)?,
@@ -305,10 +319,16 @@ fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, CodecError> {
     Ok(bytes)
 }
 
-fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
+/// Refuses more bytes than a frame may hold, before anything is read from them.
+fn check_size(bytes: &[u8]) -> Result<(), CodecError> {
     if bytes.len() > MAX_FRAME {
         return Err(CodecError::TooLarge { limit: MAX_FRAME });
     }
+    Ok(())
+}
+
+fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
+    check_size(bytes)?;
     let (value, used) =
         bincode::serde::decode_from_slice::<T, _>(bytes, WIRE_CONFIG).map_err(decode_error)?;
     if used != bytes.len() {
@@ -326,6 +346,23 @@ fn decode_error(error: DecodeError) -> CodecError {
         // A claimed length beyond usize on this platform is, a fortiori, beyond the limit.
         DecodeError::OutsideUsizeRange(_) => CodecError::TooLarge { limit: MAX_FRAME },
         other => CodecError::Garbage(other.to_string()),
+    }
+}
+
+/// Bytes of a frame's variant tag (a fixed-width u32 in [`WIRE_CONFIG`]).
+const FRAME_TAG_BYTES: usize = 4;
+/// The tag of [`Frame::Call`] (variant 0), big-endian.
+const FRAME_TAG_CALL: [u8; FRAME_TAG_BYTES] = 0u32.to_be_bytes();
+/// The tag of [`Frame::Reply`] (variant 1), big-endian.
+const FRAME_TAG_REPLY: [u8; FRAME_TAG_BYTES] = 1u32.to_be_bytes();
+
+/// Checks the version an encoded envelope or reply opens with (its first field, a fixed-width
+/// big-endian u16) before the rest is decoded: the layout after it may differ between
+/// versions. Too short to hold one is left to the decoder to call truncated.
+fn peek_version(bytes: &[u8]) -> Result<(), CodecError> {
+    match bytes.get(..2) {
+        Some(&[high, low]) => check_version(u16::from_be_bytes([high, low])),
+        _ => Ok(()),
     }
 }
 

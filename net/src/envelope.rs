@@ -7,6 +7,11 @@
 //! where a chain crosses hosts. The first hop carries the origin of the call tree (who started
 //! its root run), signed with it by the root run's host; later hops carry none, so every
 //! receiver reads the origin from the first hop and no host on the way can change it.
+//!
+//! A host signs what leaves it for one peer host at once as one batch: one ed25519 signature
+//! over the Merkle root of the batch's hops and replies. Each [`HopSignature`] carries that
+//! signature and its own [`BatchProof`], so every envelope stays verifiable on its own (see
+//! `chain::batch`); a lone call is a batch of one.
 
 use serde::{Deserialize, Serialize};
 
@@ -16,8 +21,9 @@ use consort_core::visibility::Origin;
 use crate::RunId;
 
 /// Current format version of envelopes and replies (2: replies carry the child's tree cost;
-/// 3: the first hop carries the origin).
-pub const ENVELOPE_VERSION: u16 = 3;
+/// 3: the first hop carries the origin; 4: signatures cover a batch's Merkle root, and each
+/// carries its inclusion proof).
+pub const ENVELOPE_VERSION: u16 = 4;
 
 /// One hop of a call chain: `caller` (running `parent_run`) asked `callee` to run
 /// `child_run`, through the tool use `tool_use_id`.
@@ -52,14 +58,37 @@ pub struct Hop {
     pub signature: Option<HopSignature>,
 }
 
-/// A host's ed25519 signature over a hop's canonical bytes.
+/// A host's ed25519 signature over the root of the batch a hop (or reply) was signed in, and
+/// the proof that the hop is in that batch.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HopSignature {
     /// The fleet name of the signing host.
     pub host: String,
-    /// The ed25519 signature over the hop's (or reply's) canonical bytes.
+    /// The ed25519 signature over the batch root's canonical bytes (its root and size).
     #[serde(with = "serde_bytes")]
     pub signature: [u8; 64],
+    /// Where the hop sits in the batch. A signature stored by a build before batches reads an
+    /// empty proof here, which no verifier accepts.
+    #[serde(default)]
+    pub batch: BatchProof,
+}
+
+/// The inclusion proof of one leaf (a hop's or a reply's canonical bytes) in the Merkle tree a
+/// host signed: the tree's root, the leaf's position, the tree's size, and the sibling hashes
+/// from the leaf up to the root. The verifier recomputes the root from the leaf, the position
+/// and the path (the tree's shape follows from the size alone), so the proof cannot be moved to
+/// another leaf, another position or another tree.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchProof {
+    /// The root the signature covers.
+    #[serde(with = "serde_bytes")]
+    pub root: [u8; 32],
+    /// The leaf's position in the batch, from 0.
+    pub leaf_index: u32,
+    /// How many leaves the batch holds (at least 1).
+    pub leaf_count: u32,
+    /// The sibling hashes from the leaf up to the root; empty for a batch of one.
+    pub path: Vec<[u8; 32]>,
 }
 
 /// A delegated request: the chain of hops (the last one is this call) and this call's input.

@@ -159,9 +159,34 @@ pub enum ChainError {
         /// The host named in the signature.
         actual: String,
     },
-    /// The signature does not verify (strictly) against the signer's key.
+    /// The batch signature does not verify (strictly) against the signer's key over the root
+    /// the hop's proof names.
     #[error("hop {hop}: bad signature")]
     BadSignature {
+        /// The hop.
+        hop: usize,
+    },
+    /// The hop's batch proof is not one any batch could have: no leaves or more than a
+    /// receiver accepts, a position outside the batch, or a path of the wrong length for that
+    /// position and size (a truncated or padded proof). Also what a signature stored by a build
+    /// before batch signatures reads as.
+    #[error(
+        "hop {hop}: malformed batch proof (leaf {leaf_index} of {leaf_count}, path of {path_len})"
+    )]
+    MalformedProof {
+        /// The hop.
+        hop: usize,
+        /// The position the proof claims.
+        leaf_index: u32,
+        /// The batch size the proof claims.
+        leaf_count: u32,
+        /// How many hashes its path holds.
+        path_len: usize,
+    },
+    /// The hop's batch proof does not lead from this hop to the root it names: a forged path,
+    /// the proof of another envelope or of another position, or a root swapped for another.
+    #[error("hop {hop}: the batch proof does not lead from this hop to the signed root")]
+    ProofMismatch {
         /// The hop.
         hop: usize,
     },

@@ -11,7 +11,9 @@
 //! - `codec`: the one bincode configuration; [`Frame`], the link protocol's messages.
 //! - `keys`: [`HostKey`] (ed25519, PKCS#8 PEM on disk, mode 0600), [`PublicKey`]
 //!   (`ed25519:<hex>`), [`KeyRing`] (host -> key).
-//! - [`chain`]: canonical hop bytes, [`sign_pending_hops`], [`verify_chain`], reply signatures;
+//! - [`chain`]: canonical hop bytes, batch signatures over a Merkle root with an inclusion
+//!   proof per hop or reply ([`sign_batch`], [`sign_pending_hops`]), [`verify_chain`] and the
+//!   [`VerifiedRoots`] cache a receiver keeps, reply signatures;
 //!   signed presence reports; signed operator requests ([`verify_operator_request`],
 //!   [`ReplayWindow`]).
 //! - `link`: [`LinkEndpoint`], QUIC with mutual TLS pinned to host keys, one request frame
@@ -39,15 +41,18 @@ pub use chain::presence::{
     MAX_PRESENCE_AGENTS, PresenceReport, presence_canonical_bytes, sign_presence, verify_presence,
 };
 pub use chain::{
-    ChainLimits, NextHop, VerifiedChain, extend, first_hop, hop_digest, new_call, new_reply,
-    next_hop, sign_pending_hops, sign_reply, verify_chain, verify_reply,
+    BatchSigned, ChainLimits, NextHop, Outgoing, VerifiedChain, VerifiedRoots, extend, first_hop,
+    hop_digest, new_call, new_reply, next_hop, sign_batch, sign_pending_hops, sign_reply,
+    verify_chain, verify_chain_cached, verify_reply, verify_reply_cached,
 };
 pub use codec::{
     Frame, MAX_FRAME, RefusalReason, RemoteRunState, decode_call, decode_frame, decode_reply,
     encode_call, encode_frame, encode_reply,
 };
 pub use consort_core::RunId;
-pub use envelope::{CallEnvelope, ENVELOPE_VERSION, Hop, HopSignature, ReplyEnvelope, ReplyStatus};
+pub use envelope::{
+    BatchProof, CallEnvelope, ENVELOPE_VERSION, Hop, HopSignature, ReplyEnvelope, ReplyStatus,
+};
 pub use error::{ChainError, CodecError, KeyError, LinkError, NetError};
 pub use keys::{HostKey, KeyRing, PublicKey};
 pub use link::{

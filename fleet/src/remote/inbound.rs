@@ -1,6 +1,8 @@
 //! The inbound half of the link glue: `Inbound`, the [`FrameHandler`] that answers other
-//! hosts' requests. A call's chain is verified (`consort_net::verify_chain`, with this host's
-//! [`InboundLimits`]) and a reply's signature (`consort_net::verify_reply`); consort-core's
+//! hosts' requests. A call's chain is verified (`consort_net::verify_chain_cached`, with this
+//! host's [`InboundLimits`]) and a reply's signature (`consort_net::verify_reply_cached`), both
+//! with the host's cache of batch signatures already verified, so the other envelopes of a
+//! batch skip the signature check but not their own proof; consort-core's
 //! guards then say whether the sending host may send it (`guards::arrived_call`,
 //! `guards::remote::arrived_reply`) or may ask about the run it names
 //! (`guards::remote::run_query`), and calls and replies go to the supervisor, where the agent
@@ -27,7 +29,7 @@ use consort_core::guards::remote::{self, Denial, RunQuery, RunQueryFacts, Stored
 use consort_core::step::cap_output;
 use consort_net::{
     CallEnvelope, ChainError, ChainLimits, Frame, FrameHandler, HostKey, MAX_PRESENCE_AGENTS,
-    PresenceReport, RefusalReason, ReplyEnvelope, RunId,
+    PresenceReport, RefusalReason, ReplyEnvelope, RunId, VerifiedRoots,
 };
 
 use super::wire::{chain_refusal, denial_frame, frame_name, refusal_frame, refused, run_state};
@@ -53,6 +55,9 @@ pub(crate) struct Inbound {
     supervisor: OnceLock<ActorRef<SupervisorMsg>>,
     /// This host's key, to sign presence reports.
     key: Option<HostKey>,
+    /// Batch signatures already verified: the other calls and replies of a batch skip the
+    /// signature check (each proof is still checked).
+    roots: VerifiedRoots,
 }
 
 impl Inbound {
@@ -64,6 +69,7 @@ impl Inbound {
             limits: InboundLimits::default(),
             supervisor: OnceLock::new(),
             key: None,
+            roots: VerifiedRoots::default(),
         }
     }
 
@@ -378,7 +384,7 @@ impl Inbound {
     }
 
     async fn on_call(&self, peer: &str, envelope: CallEnvelope) -> Frame {
-        let Some(last) = envelope.last_hop().cloned() else {
+        let Some(last) = envelope.last_hop() else {
             warn!(peer_host = %peer, "call refused: empty chain");
             return chain_refusal("", &ChainError::Empty);
         };
@@ -388,8 +394,13 @@ impl Inbound {
             max_depth: self.limits.max_chain_depth,
             max_lifetime_ms: self.limits.max_envelope_lifetime_ms,
         };
-        let verified =
-            consort_net::verify_chain(&envelope, &self.map.ring, &self.map.placements, &limits);
+        let verified = consort_net::verify_chain_cached(
+            &envelope,
+            &self.map.ring,
+            &self.map.placements,
+            &limits,
+            &self.roots,
+        );
         if let Err(ChainError::TooDeep { depth, limit }) = verified {
             // The refusal the agent itself would give (same code, same words), only cheaper:
             // no signature of a chain this deep is worth checking.
@@ -418,10 +429,7 @@ impl Inbound {
         };
         let outcome = ractor::call_t!(
             supervisor,
-            |reply| SupervisorMsg::PlaceCall {
-                envelope: envelope.clone(),
-                reply,
-            },
+            |reply| SupervisorMsg::PlaceCall { envelope, reply },
             ACCEPT_TIMEOUT_MS
         );
         match outcome {
@@ -444,8 +452,12 @@ impl Inbound {
     }
 
     async fn on_reply(&self, peer: &str, reply: ReplyEnvelope) -> Frame {
-        if let Err(error) = consort_net::verify_reply(&reply, &self.map.ring, &self.map.placements)
-        {
+        if let Err(error) = consort_net::verify_reply_cached(
+            &reply,
+            &self.map.ring,
+            &self.map.placements,
+            &self.roots,
+        ) {
             warn!(peer_host = %peer, %error, "reply refused: it failed verification");
             return refused(RefusalReason::BadChain, format!("reply refused: {error}"));
         }
@@ -466,13 +478,15 @@ impl Inbound {
             Ok(supervisor) => supervisor.clone(),
             Err(frame) => return *frame,
         };
-        let offered = reply.clone();
+        // Only what the refusal below names is kept: the reply itself moves to the actor.
+        let (parent_run, child_run, callee) = (
+            reply.parent_run.clone(),
+            reply.child_run.clone(),
+            reply.callee.clone(),
+        );
         let taken = ractor::call_t!(
             supervisor,
-            |taken| SupervisorMsg::OfferReply {
-                reply: offered.clone(),
-                taken
-            },
+            |taken| SupervisorMsg::OfferReply { reply, taken },
             REPLY_CHECK_TIMEOUT_MS
         );
         match taken {
@@ -481,10 +495,7 @@ impl Inbound {
                 warn!(peer_host = %peer, "reply refused: no such call was placed");
                 refused(
                     RefusalReason::UnknownRun,
-                    format!(
-                        "run {} placed no call {} to {}",
-                        reply.parent_run, reply.child_run, reply.callee
-                    ),
+                    format!("run {parent_run} placed no call {child_run} to {callee}"),
                 )
             }
             Err(e) => refused(

@@ -1,6 +1,8 @@
 //! The outbound half of the link glue: [`LinkRemote`], the supervisor's [`RemoteCalls`] seam
 //! over this host's [`LinkEndpoint`]. It places calls on the callee's host (signing every
-//! pending hop this host serves first), delivers replies (signed, retried with backoff), asks
+//! pending hop this host serves first, in one batch with whatever else leaves for that host at
+//! the same moment: see `signer`), delivers replies (signed the same way, retried with
+//! backoff), asks
 //! for a remote child's status and for a lost reply again, and turns link failures into typed
 //! outcomes (`unreachable`, the callee host's own refusal read off the wire).
 //!
@@ -25,6 +27,7 @@ use consort_net::{
 };
 
 use super::FleetMap;
+use super::signer::{Signer, Unsigned};
 use super::wire::{refusal_from_wire, run_status};
 
 /// How long a presence query that could not reach a host answers the next ones at once (one
@@ -87,7 +90,8 @@ impl PresenceMemory {
 /// frames over this host's [`LinkEndpoint`].
 pub struct LinkRemote {
     map: Arc<FleetMap>,
-    key: HostKey,
+    /// Signs calls and replies with this host's key, a batch per peer host at a time.
+    signer: Signer,
     endpoint: LinkEndpoint,
     /// How often a reply is tried before it is left to the caller's resend-on-resume.
     reply_attempts: u32,
@@ -99,12 +103,18 @@ impl LinkRemote {
     /// link endpoint.
     pub fn new(map: Arc<FleetMap>, key: HostKey, endpoint: LinkEndpoint) -> Self {
         Self {
+            signer: Signer::new(map.clone(), key),
             map,
-            key,
             endpoint,
             reply_attempts: 8,
             presence_memory: PresenceMemory::default(),
         }
+    }
+
+    /// How many signatures this host's calls and replies took, and how many hops and replies
+    /// they signed (more than one per signature when several left for one host at once).
+    pub fn signing_counts(&self) -> (u64, u64) {
+        self.signer.counts()
     }
 
     /// The peer host serving `agent` and its address.
@@ -122,23 +132,31 @@ impl LinkRemote {
         Ok((host.to_owned(), addr))
     }
 
-    async fn call(&self, mut envelope: CallEnvelope) -> CallOutcome {
-        let Some(last) = envelope.last_hop().cloned() else {
+    async fn call(&self, envelope: CallEnvelope) -> CallOutcome {
+        let Some((callee, child_run)) = envelope
+            .last_hop()
+            .map(|last| (last.callee.clone(), last.child_run.clone()))
+        else {
             return CallOutcome::Refused(Refusal::BadEnvelope {
                 callee: String::new(),
                 detail: "empty chain".into(),
             });
         };
-        let callee = last.callee.clone();
         let (peer, addr) = match self.route(&callee) {
             Ok(route) => route,
             Err(detail) => return CallOutcome::Refused(Refusal::Unreachable { callee, detail }),
         };
-        let map = &self.map;
-        consort_net::sign_pending_hops(&mut envelope, &map.host, &self.key, |agent| {
-            map.is_local(agent)
-        });
+        let Some(Unsigned::Call(envelope)) =
+            self.signer.sign(&peer, Unsigned::Call(envelope)).await
+        else {
+            warn!(peer_host = %peer, "the call was lost while being signed");
+            return CallOutcome::Refused(Refusal::Unreachable {
+                callee,
+                detail: "this host could not sign the call".into(),
+            });
+        };
         let frame = Frame::Call(envelope);
+        let expected_child = child_run;
         // Only a call whose response was lost (the request may have been handled) or that the
         // peer could not take yet is sent again: the child run id makes that safe. A call
         // that could not be delivered at all ends as `unreachable` at once.
@@ -149,7 +167,7 @@ impl LinkRemote {
                 Ok(Frame::Accepted {
                     child_run,
                     existing,
-                }) if child_run == last.child_run => {
+                }) if child_run == expected_child => {
                     debug!(existing, "call accepted by the callee's host");
                     return CallOutcome::Accepted {
                         child_run,
@@ -194,7 +212,7 @@ impl LinkRemote {
         }
     }
 
-    async fn reply(&self, mut reply: ReplyEnvelope) {
+    async fn reply(&self, reply: ReplyEnvelope) {
         let (peer, addr) = match self.route(&reply.caller) {
             Ok(route) => route,
             Err(detail) => {
@@ -202,8 +220,15 @@ impl LinkRemote {
                 return;
             }
         };
-        consort_net::sign_reply(&mut reply, &self.map.host, &self.key);
-        let frame = Frame::Reply(reply);
+        let Some(Unsigned::Reply(reply)) = self
+            .signer
+            .sign(&peer, Unsigned::Reply(Box::new(reply)))
+            .await
+        else {
+            warn!(peer_host = %peer, "the reply was lost while being signed; the caller's host asks for it again when it resumes the run");
+            return;
+        };
+        let frame = Frame::Reply(*reply);
         let mut delay = Duration::from_millis(50);
         for attempt in 1..=self.reply_attempts {
             match self.endpoint.request(&peer, addr, &frame).await {

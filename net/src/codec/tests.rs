@@ -190,7 +190,8 @@ fn a_hostile_length_prefix_is_refused_without_allocating() {
         );
     }
     // A claimed hop count in a Call: a u32 tag, a u16 version, then the Vec length.
-    let mut bytes = vec![0, 0, 0, 0, 0, 1];
+    let mut bytes = vec![0, 0, 0, 0];
+    bytes.extend_from_slice(&ENVELOPE_VERSION.to_be_bytes());
     bytes.extend_from_slice(&u64::MAX.to_be_bytes());
     assert!(matches!(
         decode_frame(&bytes),
@@ -271,6 +272,82 @@ fn other_versions_are_refused() {
         decode_frame(&encode_frame(&Frame::Reply(reply)).unwrap()),
         Err(CodecError::WrongVersion { found: 0, .. })
     ));
+}
+
+/// A call frame exactly as a version 3 build encoded it: hops signed alone, no batch proof.
+fn version_3_call_frame(envelope: &CallEnvelope) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct V3Signature<'a> {
+        host: &'a str,
+        #[serde(with = "serde_bytes")]
+        signature: [u8; 64],
+    }
+    #[derive(Serialize)]
+    struct V3Hop<'a> {
+        caller: &'a str,
+        callee: &'a str,
+        parent_run: &'a RunId,
+        child_run: &'a RunId,
+        tool_use_id: &'a str,
+        issued_at_ms: u64,
+        expires_at_ms: u64,
+        #[serde(with = "serde_bytes")]
+        input_digest: [u8; 32],
+        #[serde(with = "serde_bytes")]
+        prev_digest: [u8; 32],
+        origin: &'a Option<consort_core::visibility::Origin>,
+        signature: Option<V3Signature<'a>>,
+    }
+    #[derive(Serialize)]
+    enum V3Frame<'a> {
+        Call {
+            version: u16,
+            hops: Vec<V3Hop<'a>>,
+            input: &'a str,
+        },
+    }
+    let hops = envelope
+        .hops
+        .iter()
+        .map(|hop| V3Hop {
+            caller: &hop.caller,
+            callee: &hop.callee,
+            parent_run: &hop.parent_run,
+            child_run: &hop.child_run,
+            tool_use_id: &hop.tool_use_id,
+            issued_at_ms: hop.issued_at_ms,
+            expires_at_ms: hop.expires_at_ms,
+            input_digest: hop.input_digest,
+            prev_digest: hop.prev_digest,
+            origin: &hop.origin,
+            signature: hop.signature.as_ref().map(|signature| V3Signature {
+                host: &signature.host,
+                signature: signature.signature,
+            }),
+        })
+        .collect();
+    bincode::serde::encode_to_vec(
+        V3Frame::Call {
+            version: 3,
+            hops,
+            input: &envelope.input,
+        },
+        WIRE_CONFIG,
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_version_3_envelope_is_refused_as_its_version_not_as_garbage() {
+    let envelope = Fleet::standard().chain(&["cmo", "cfo"]);
+    let bytes = version_3_call_frame(&envelope);
+    let wrong = CodecError::WrongVersion {
+        found: 3,
+        expected: ENVELOPE_VERSION,
+    };
+    assert_eq!(decode_frame(&bytes), Err(wrong.clone()));
+    // The same envelope without the frame's tag.
+    assert_eq!(decode_call(&bytes[4..]), Err(wrong));
 }
 
 #[test]

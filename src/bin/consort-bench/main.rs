@@ -333,6 +333,7 @@ async fn run(root: &std::path::Path) -> Result<()> {
     );
 
     let r = remote.clone();
+    let signed_before = remote.signing_counts();
     rows.push(
         measure(
             "cross-host call to accepted ack",
@@ -351,6 +352,41 @@ async fn run(root: &std::path::Path) -> Result<()> {
         )
         .await?,
     );
+    let mut signing = vec![signing_line(
+        "cross-host call to accepted ack (one at a time, then 32 in flight)",
+        signed_before,
+        remote.signing_counts(),
+    )];
+    // A burst: 32 calls to one host placed at once, all acked; what the batch signer makes of
+    // it (one op is the whole burst: its p50 is the burst's, its rate counts calls).
+    let r = remote.clone();
+    let signed_before = remote.signing_counts();
+    let mut burst = measure(BURST_ROW, 100, 300, 2, move |n| {
+        let r = r.clone();
+        async move {
+            let mut calls = JoinSet::new();
+            for i in 0..BURST {
+                let r = r.clone();
+                calls.spawn(
+                    async move { r.place_call(envelope("cmo", "cfo", n * BURST + i)).await },
+                );
+            }
+            while let Some(outcome) = calls.join_next().await {
+                if let CallOutcome::Refused(refusal) = outcome? {
+                    anyhow::bail!("refused: {refusal}");
+                }
+            }
+            Ok(())
+        }
+    })
+    .await?;
+    burst.per_sec *= BURST as f64;
+    rows.push(burst);
+    signing.push(signing_line(
+        BURST_ROW,
+        signed_before,
+        remote.signing_counts(),
+    ));
     // A delivery as a new run of cfo, from alpha's operator, to its receipt (the run is stored
     // and committed on beta): the peer-directory counterpart of the call's accepted ack.
     let r = remote.clone();
@@ -480,6 +516,11 @@ async fn run(root: &std::path::Path) -> Result<()> {
             "cross-host call to accepted ack",
             "floor: raw quinn request/response",
         ),
+        (BURST_ROW, "floor: raw quinn request/response"),
+        (
+            "cross-host full call to reply",
+            "floor: raw quinn request/response",
+        ),
         (
             "cross-host call to accepted ack",
             "floor: link request/response",
@@ -510,6 +551,7 @@ async fn run(root: &std::path::Path) -> Result<()> {
     println!("|---|---:|---:|---:|---:|");
     for (a, b, target) in [
         ("cross-host call to accepted ack", PEER_HTTP, "≥ 1×"),
+        (BURST_ROW, PEER_HTTP, "≥ 1×"),
         ("in-host call to accepted ack", PEER_ACTOR, "≥ 3×"),
     ] {
         if let (Some(a_row), Some(b_row)) = (by(a), by(b)) {
@@ -520,6 +562,31 @@ async fn run(root: &std::path::Path) -> Result<()> {
                 a_row.per_sec / b_row.per_sec
             );
         }
+    }
+    println!();
+    println!("| consort row / raw quinn | p50 ratio | throughput ratio | target |");
+    println!("|---|---:|---:|---:|");
+    for (a, target) in [
+        (
+            "cross-host call to accepted ack",
+            "throughput ≥ 0.25×, p50 ≤ 3×",
+        ),
+        (BURST_ROW, "throughput ≥ 0.25×"),
+        ("cross-host full call to reply", "throughput ≥ 0.08×"),
+    ] {
+        if let (Some(a_row), Some(raw)) = (by(a), by("floor: raw quinn request/response")) {
+            println!(
+                "| {a} | {:.1}× | {:.3}× | {target} |",
+                a_row.p50_us / raw.p50_us,
+                a_row.per_sec / raw.per_sec
+            );
+        }
+    }
+    println!();
+    println!("| signed by alpha's link glue | calls and replies | signatures | per call |");
+    println!("|---|---:|---:|---:|");
+    for line in &signing {
+        println!("{line}");
     }
     println!();
     println!("| host | store writes | group commits | writes per commit |");
@@ -534,6 +601,19 @@ async fn run(root: &std::path::Path) -> Result<()> {
         h.host.stop();
     }
     Ok(())
+}
+
+/// Calls placed at once in one op of the burst row.
+const BURST: u64 = 32;
+/// The burst row: its p50 is a whole burst's, its throughput counts calls.
+const BURST_ROW: &str = "cross-host burst of 32 calls, all acked (calls/s)";
+
+/// A table line: what `LinkRemote::signing_counts` moved by between `before` and `after`.
+fn signing_line(what: &str, before: (u64, u64), after: (u64, u64)) -> String {
+    let (signatures, leaves) = (after.0 - before.0, after.1 - before.1);
+    #[allow(clippy::cast_precision_loss)]
+    let per_call = signatures as f64 / leaves.max(1) as f64;
+    format!("| {what} | {leaves} | {signatures} | {per_call:.3} |")
 }
 
 /// Peer (a)'s row: a hand-rolled HTTP RPC service (see `peers.rs`).

@@ -60,7 +60,9 @@ fn craft_hop(
 ) {
     let host = fleet.placements[&envelope.hops[index].caller].clone();
     let key = &fleet.keys[&host];
-    let message = hop_canonical_bytes(&envelope.hops[index]);
+    // A batch of one: the root is the hop's leaf.
+    let root = leaf_hash(&hop_canonical_bytes(&envelope.hops[index]));
+    let message = root_message(&root, 1);
     let signature = craft_signature(
         secret_scalar(key),
         &key.public().to_bytes(),
@@ -69,7 +71,16 @@ fn craft_hop(
         r_bytes,
         &message,
     );
-    envelope.hops[index].signature = Some(HopSignature { host, signature });
+    envelope.hops[index].signature = Some(HopSignature {
+        host,
+        signature,
+        batch: BatchProof {
+            root,
+            leaf_index: 0,
+            leaf_count: 1,
+            path: Vec::new(),
+        },
+    });
 }
 
 fn canonical(point: EdwardsPoint) -> [u8; 32] {
@@ -78,7 +89,14 @@ fn canonical(point: EdwardsPoint) -> [u8; 32] {
 
 /// What `ed25519_dalek::verify_batch` alone says of the chain's signatures.
 fn bare_batch_accepts(ring: &KeyRing, envelope: &CallEnvelope) -> bool {
-    let messages: Vec<Vec<u8>> = envelope.hops.iter().map(hop_canonical_bytes).collect();
+    let messages: Vec<Vec<u8>> = envelope
+        .hops
+        .iter()
+        .map(|hop| {
+            let proof = &hop.signature.as_ref().unwrap().batch;
+            root_message(&proof.root, proof.leaf_count)
+        })
+        .collect();
     let messages: Vec<&[u8]> = messages.iter().map(Vec::as_slice).collect();
     let signatures: Vec<Signature> = envelope
         .hops
@@ -137,16 +155,24 @@ fn one_forged_signature_in_the_middle_is_refused_naming_its_hop() {
         Err(ChainError::BadSignature { hop: 1 })
     );
 
-    // The right host's genuine signature, over another hop.
-    let mut envelope = chain;
+    // The right host's genuine signature, over another hop: its proof does not lead from
+    // this hop to the root it signed.
+    let mut envelope = chain.clone();
     let other = fleet.chain(&["cmo", "cfo", "cdo"]);
     envelope.hops[1].signature = other.hops[1].signature.clone();
     assert_eq!(
         verify(&fleet, &envelope),
-        Err(ChainError::BadSignature { hop: 1 })
+        Err(ChainError::ProofMismatch { hop: 1 })
     );
 
     // Two bad hops: the first is named, as one-by-one checking would.
+    envelope.hops[2].signature.as_mut().unwrap().signature[0] ^= 1;
+    assert_eq!(
+        verify(&fleet, &envelope),
+        Err(ChainError::ProofMismatch { hop: 1 })
+    );
+    let mut envelope = chain;
+    envelope.hops[1].signature.as_mut().unwrap().signature[40] ^= 1;
     envelope.hops[2].signature.as_mut().unwrap().signature[0] ^= 1;
     assert_eq!(
         verify(&fleet, &envelope),
@@ -281,7 +307,8 @@ fn a_pinned_key_with_a_small_order_component_is_never_batched() {
     let (mut accepted, mut fooled_the_bare_batch) = (false, false);
     for nonce in 1..64u64 {
         let mut envelope = chain.clone();
-        let message = hop_canonical_bytes(&envelope.hops[0]);
+        let root = leaf_hash(&hop_canonical_bytes(&envelope.hops[0]));
+        let message = root_message(&root, 1);
         let signature = craft_signature(
             secret,
             &mixed_bytes,
@@ -293,6 +320,12 @@ fn a_pinned_key_with_a_small_order_component_is_never_batched() {
         envelope.hops[0].signature = Some(HopSignature {
             host: "alpha".into(),
             signature,
+            batch: BatchProof {
+                root,
+                leaf_index: 0,
+                leaf_count: 1,
+                path: Vec::new(),
+            },
         });
         let strict = ring
             .key("alpha")

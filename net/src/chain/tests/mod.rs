@@ -1,6 +1,7 @@
 //! Chain and reply verification: what a receiving host accepts and refuses, hop by hop.
 
 use super::*;
+use crate::envelope::{BatchProof, HopSignature};
 use crate::testing::{Fleet, NOW_MS, TTL_MS, alice};
 use consort_core::visibility::Principal;
 
@@ -32,7 +33,31 @@ fn verify_with(
         batched, alone,
         "batched and one-by-one verification disagree"
     );
+    // With a cache of verified roots, cold and then warm: the same answer.
+    let roots = VerifiedRoots::new(8);
+    for _ in 0..2 {
+        assert_eq!(
+            verify_chain_cached(envelope, ring, placements, &limits(now_ms), &roots),
+            alone,
+            "verification with a cache of verified roots disagrees"
+        );
+    }
     batched
+}
+
+/// `host`'s signature of these canonical bytes alone (a batch of one), whoever serves the hop.
+fn sign_alone(fleet: &Fleet, host: &str, canonical: &[u8]) -> HopSignature {
+    let root = leaf_hash(canonical);
+    HopSignature {
+        host: host.to_owned(),
+        signature: fleet.keys[host].sign(&root_message(&root, 1)),
+        batch: BatchProof {
+            root,
+            leaf_index: 0,
+            leaf_count: 1,
+            path: Vec::new(),
+        },
+    }
 }
 
 fn verify(fleet: &Fleet, envelope: &CallEnvelope) -> Result<VerifiedChain, ChainError> {
@@ -42,10 +67,7 @@ fn verify(fleet: &Fleet, envelope: &CallEnvelope) -> Result<VerifiedChain, Chain
 /// Re-signs hop `index` as `host` (what a compromised host could do with its own key).
 fn resign(fleet: &Fleet, envelope: &mut CallEnvelope, index: usize, host: &str) {
     let hop = &mut envelope.hops[index];
-    hop.signature = Some(HopSignature {
-        host: host.to_owned(),
-        signature: fleet.keys[host].sign(&hop_canonical_bytes(hop)),
-    });
+    hop.signature = Some(sign_alone(fleet, host, &hop_canonical_bytes(hop)));
 }
 
 #[test]
@@ -92,6 +114,7 @@ fn a_chain_longer_than_the_limit_is_refused_before_any_signature_is_checked() {
         hop.signature = Some(HopSignature {
             host: "alpha".into(),
             signature: [7; 64],
+            batch: BatchProof::default(),
         });
     }
     assert_eq!(
@@ -217,9 +240,10 @@ fn a_forged_hop_is_refused() {
     let mut envelope = fleet.chain(&["cmo", "cfo"]);
     envelope.hops[0].input_digest = input_digest("forged");
     envelope.input = "forged".into();
+    // The hop is no longer the leaf alpha signed.
     assert_eq!(
         verify(&fleet, &envelope),
-        Err(ChainError::BadSignature { hop: 0 })
+        Err(ChainError::ProofMismatch { hop: 0 })
     );
 
     // Beta signs the forged hop itself: it does not serve cmo.
@@ -262,7 +286,7 @@ fn a_tampered_origin_breaks_the_first_hops_signature() {
         one_hop.hops[0].origin = Some(forged.clone());
         assert_eq!(
             verify(&fleet, &one_hop),
-            Err(ChainError::BadSignature { hop: 0 }),
+            Err(ChainError::ProofMismatch { hop: 0 }),
             "{forged}"
         );
         assert_ne!(
@@ -559,14 +583,21 @@ fn replies_are_signed_by_the_callee_host() {
     sign_reply(&mut reply, "beta", &fleet.keys["beta"]);
     verify_reply(&reply, &fleet.ring, &fleet.placements).unwrap();
 
+    // A changed reply is no longer the leaf beta signed.
     let mut tampered = reply.clone();
     tampered.output = "0 EUR".into();
     assert_eq!(
         verify_reply(&tampered, &fleet.ring, &fleet.placements),
-        Err(ChainError::BadSignature { hop: 0 })
+        Err(ChainError::ProofMismatch { hop: 0 })
     );
     let mut tampered = reply.clone();
     tampered.status = ReplyStatus::Failed;
+    assert_eq!(
+        verify_reply(&tampered, &fleet.ring, &fleet.placements),
+        Err(ChainError::ProofMismatch { hop: 0 })
+    );
+    let mut tampered = reply.clone();
+    tampered.signature.as_mut().unwrap().signature[3] ^= 1;
     assert_eq!(
         verify_reply(&tampered, &fleet.ring, &fleet.placements),
         Err(ChainError::BadSignature { hop: 0 })
@@ -589,3 +620,4 @@ fn replies_are_signed_by_the_callee_host() {
 }
 
 mod batch;
+mod batches;
