@@ -51,7 +51,7 @@ use crate::model::{Model, ModelError, ModelReply};
 use crate::routing::SupervisorMsg;
 use crate::run::{Channel, RunRecord};
 use crate::script::ScriptModel;
-use crate::store::{Durability, RunStore, StoreWriter};
+use crate::store::{Durability, StoreWriter};
 use crate::tools::{Tool, ToolError};
 use crate::visibility::{Identity, ProbeCache, RoleGrants};
 
@@ -431,9 +431,9 @@ impl AgentActor {
             AgentMsg::Checkpoint => {
                 // On a blocking thread with its own connection: the actor goes on stepping runs
                 // while the WAL is folded.
-                let (path, agent) = (state.store.path().to_owned(), state.config.name.clone());
+                let (store, agent) = (state.store.clone(), state.config.name.clone());
                 tokio::task::spawn_blocking(move || {
-                    if let Err(e) = RunStore::checkpoint_file(&path) {
+                    if let Err(e) = store.checkpoint() {
                         warn!(%agent, error = %e, "checkpoint failed");
                     }
                 });
