@@ -12,8 +12,9 @@
 //! open and parse each store again. PostgreSQL reads share one connection, opened at the first
 //! read and opened again if it is lost. Each statement still sees the latest commit.
 //!
-//! Reads block: call them on a blocking thread (the PostgreSQL client must never run on an
-//! async worker).
+//! Reads block: call them on a blocking thread. A PostgreSQL read called from async code
+//! anyway runs on a thread of its own (the client must never run on an async worker), and
+//! holds the caller until it is done.
 
 use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
@@ -189,10 +190,10 @@ impl DataFolder {
     }
 
     /// Runs `read` against `agent`'s store, whichever backend keeps it.
-    fn read<T>(
+    fn read<T: Send>(
         &self,
         agent: &str,
-        read: impl FnOnce(&mut dyn RunLog) -> Result<T, ActorsError>,
+        read: impl FnOnce(&mut dyn RunLog) -> Result<T, ActorsError> + Send,
     ) -> Result<T, ActorsError> {
         match &self.postgres {
             None => read(&mut *self.open(agent)?),
@@ -211,6 +212,16 @@ impl DataFolder {
             }
         }
         Ok(None)
+    }
+
+    /// The agents with runs that have not settled, for a PostgreSQL store (`None` for
+    /// SQLite): the store is shared with the hosts that fail over to one another, so what a
+    /// host must resume at start is in the database, not in its own data folder.
+    pub fn agents_with_unsettled_runs(&self) -> Result<Option<Vec<String>>, ActorsError> {
+        match &self.postgres {
+            None => Ok(None),
+            Some(pg) => pg.with(Database::agents_with_unsettled_runs).map(Some),
+        }
     }
 
     /// Runs of every agent (or one), newest first.
@@ -325,8 +336,27 @@ impl DataFolder {
 }
 
 impl PostgresReader {
-    /// Runs `read` on the connection, opening it first if there is none (or it was lost).
-    fn with<T>(
+    /// Runs `read` on the connection, opening it first if there is none (or it was lost). In
+    /// a tokio context (where the client's own runtime must not block) it runs on a scoped
+    /// thread of its own.
+    fn with<T: Send>(
+        &self,
+        read: impl FnOnce(&mut Database) -> Result<T, ActorsError> + Send,
+    ) -> Result<T, ActorsError> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return self.with_here(read);
+        }
+        std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .name("consort-store-read".into())
+                .spawn_scoped(scope, || self.with_here(read))
+                .map_err(|e| ActorsError::Actor(format!("a store read did not start: {e}")))?
+                .join()
+                .map_err(|_| ActorsError::Actor("a store read panicked".into()))?
+        })
+    }
+
+    fn with_here<T>(
         &self,
         read: impl FnOnce(&mut Database) -> Result<T, ActorsError>,
     ) -> Result<T, ActorsError> {

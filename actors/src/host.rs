@@ -54,7 +54,7 @@ impl Host {
         let (settled, _) = broadcast::channel(1024);
         let data = DataFolder::with_store(spec.data_dir.clone(), &spec.store);
         let agents = spec.agents.names();
-        let writer = StoreWriter::start_on(&spec.store).await?;
+        let writer = StoreWriter::start_on(&spec.store, spec.max_open_stores).await?;
         let (supervisor, join) =
             spawn_supervisor(spec, settled.clone(), writer.clone(), parent).await?;
         Ok((

@@ -324,6 +324,14 @@ pub enum SupervisorMsg {
     },
     /// Timer: checkpoint stores, watch config files.
     Tick,
+    /// An agent's actor has had nothing to do for its idle time: the supervisor may retire it
+    /// (the agent sleeps until a message needs it again).
+    Idle {
+        /// The agent.
+        agent: String,
+        /// The actor that reported, so a report from an actor already replaced is ignored.
+        actor: ractor::ActorId,
+    },
     /// A probe of the store of an agent that is down because its store could not be written.
     StoreProbed {
         /// The agent.
@@ -340,8 +348,11 @@ pub enum SupervisorMsg {
 pub struct AgentStatus {
     /// The agent's name.
     pub name: String,
-    /// Whether its actor is running.
+    /// Whether it serves: its actor is running, or it sleeps until a message wakes it.
     pub up: bool,
+    /// Whether its actor is running now (an agent with nothing to do sleeps without one).
+    #[serde(default)]
+    pub awake: bool,
     /// How many times its actor was restarted since the host started.
     pub restarts: usize,
     /// Why it is down and since when; `None` while it is up.

@@ -8,6 +8,10 @@
 //! its new config. The supervisor never decides whether a call is allowed: the caller's and
 //! callee's agent actors do, through the run state machine of consort-core.
 //!
+//! Agents sleep while they have nothing to do: an agent's actor is spawned when a message
+//! first needs it and retired once it has been idle for a while (`supervisor/sleep.rs`), so a
+//! host can serve many more agents than it keeps actors and files for.
+//!
 //! An agent that is down says why ([`DownReason`]). One that failed because its store could not
 //! be written (a full disk, a file-size limit) is not restarted into the same failure: the
 //! supervisor probes the store ([`RunStore::probe_writable`], on a blocking thread) on the
@@ -78,6 +82,8 @@ pub struct HostSpec {
     pub host_name: String,
     /// The fleet's goals and placements, for the peer directory.
     pub directory: DirectorySpec,
+    /// The most agent store connections kept open at once (see [`StoreWriter`]).
+    pub max_open_stores: usize,
 }
 
 impl HostSpec {
@@ -98,6 +104,7 @@ impl HostSpec {
             checkpoint_every: Duration::from_secs(5),
             host_name: "local".to_owned(),
             directory: DirectorySpec::default(),
+            max_open_stores: crate::store::DEFAULT_MAX_OPEN,
         }
     }
 }
@@ -143,10 +150,17 @@ pub struct SupervisorState {
     carrier: Option<tokio::task::JoinHandle<()>>,
     /// Set by an operator's drain: no new root runs (see `supervisor/operator.rs`).
     draining: bool,
+    /// Which agents may hold unsettled runs (see `supervisor/sleep.rs`).
+    markers: AwakeMarkers,
+    /// Where the config watch goes on from: a tick re-reads a bounded share of the agents.
+    watch_from: Option<String>,
 }
 
 /// The host supervisor actor.
 pub struct HostSupervisor;
+
+/// The most agent.yaml files the config watch looks at per tick.
+const WATCHED_PER_TICK: usize = 2048;
 
 fn modified(config: &AgentConfig) -> Option<SystemTime> {
     std::fs::metadata(&config.file)
@@ -159,12 +173,13 @@ impl SupervisorState {
     /// actor is up.
     fn publish_seat(&self, agent: &str) {
         if let Some(slot) = self.slots.get(agent) {
+            // An asleep agent is up: the next message wakes it.
             let actor = match (&slot.actor, &slot.down) {
-                (Some(_), _) => ActorState::Up,
+                (Some(_), _) | (None, None) => ActorState::Up,
                 (None, Some(down)) if down.reason == DownReason::StoreNotWritable => {
                     ActorState::StoreNotWritable
                 }
-                (None, _) => ActorState::Down,
+                (None, Some(_)) => ActorState::Down,
             };
             self.board.set_seat(
                 agent,
@@ -184,14 +199,18 @@ impl HostSupervisor {
         names
     }
 
-    async fn spawn_agent(
+    /// Spawns `name`'s actor. Its seat (incarnation) changes only when `fresh` (a restart),
+    /// not when an asleep agent wakes.
+    async fn spawn_agent_as(
         myself: &ActorRef<SupervisorMsg>,
         state: &mut SupervisorState,
         name: &str,
+        fresh: bool,
     ) -> Result<(), ActorsError> {
         let Some(slot) = state.slots.get(name) else {
             return Err(ActorsError::UnknownAgent(name.to_owned()));
         };
+        state.markers.mark(name)?;
         let args = AgentArgs {
             config: slot.config.clone(),
             store_path: state.data.store_path(name),
@@ -229,11 +248,22 @@ impl HostSupervisor {
             })?;
         if let Some(slot) = state.slots.get_mut(name) {
             slot.actor = Some(actor);
-            slot.generation = slot.generation.wrapping_add(1);
+            if fresh {
+                slot.generation = slot.generation.wrapping_add(1);
+            }
             slot.down = None;
         }
         state.publish_seat(name);
         Ok(())
+    }
+
+    /// Spawns `name`'s actor anew after a failure, a restart or a revival: a new seat.
+    async fn spawn_agent(
+        myself: &ActorRef<SupervisorMsg>,
+        state: &mut SupervisorState,
+        name: &str,
+    ) -> Result<(), ActorsError> {
+        Self::spawn_agent_as(myself, state, name, true).await
     }
 
     /// Leaves `name` down for `reason`. An agent down on its store is probed from now on.
@@ -368,7 +398,7 @@ impl HostSupervisor {
         let down: Vec<String> = state
             .slots
             .iter()
-            .filter(|(_, slot)| slot.actor.is_none())
+            .filter(|(_, slot)| slot.actor.is_none() && slot.down.is_some())
             .map(|(name, _)| name.clone())
             .collect();
         let mut revived = Vec::new();
@@ -396,10 +426,29 @@ impl HostSupervisor {
         state.slots.get(agent).and_then(|s| s.actor.clone())
     }
 
+    /// Re-reads agent.yaml files: every one on demand, or, for the watcher, those changed
+    /// among the next [`WATCHED_PER_TICK`] (a host of many agents does not stat them all on
+    /// every tick; a change is seen within a sweep).
     fn reload(state: &mut SupervisorState, only_changed: bool) -> Result<Vec<String>, ActorsError> {
         let mut changed = Vec::new();
         let mut errors = Vec::new();
-        let names: Vec<String> = state.slots.keys().cloned().collect();
+        let names: Vec<String> = if only_changed {
+            let from = state.watch_from.take();
+            let after = |name: &&String| from.as_ref().is_none_or(|f| *name > f);
+            let names: Vec<String> = state
+                .slots
+                .keys()
+                .filter(after)
+                .take(WATCHED_PER_TICK)
+                .cloned()
+                .collect();
+            if names.len() == WATCHED_PER_TICK {
+                state.watch_from = names.last().cloned();
+            }
+            names
+        } else {
+            state.slots.keys().cloned().collect()
+        };
         for name in names {
             let Some(slot) = state.slots.get_mut(&name) else {
                 continue;
@@ -481,7 +530,7 @@ impl Actor for HostSupervisor {
                         actor: None,
                         restarts: VecDeque::new(),
                         total_restarts: 0,
-                        generation: 0,
+                        generation: 1,
                         down: None,
                         down_period: 0,
                         probe_attempt: 0,
@@ -494,6 +543,7 @@ impl Actor for HostSupervisor {
         let fleet_agents: Arc<[String]> = Arc::from(Self::fleet_agents(&args.spec));
         let epoch_ms = crate::run::now_ms();
         let data = DataFolder::with_store(args.spec.data_dir.clone(), &args.spec.store);
+        let markers = AwakeMarkers::new(data.root(), args.spec.options.durability);
         peers::write_snapshot(&data, &args.spec);
         let directory = DirectoryHost {
             spec: Arc::new(args.spec.directory.clone()),
@@ -525,10 +575,23 @@ impl Actor for HostSupervisor {
             fleet_agents,
             carrier,
             draining: false,
+            markers,
+            watch_from: None,
         };
-        let names: Vec<String> = state.slots.keys().cloned().collect();
+        // Every agent has a seat from the start; only those that may hold unsettled runs
+        // are woken now, the others when a message needs them.
+        for name in state.slots.keys() {
+            state.publish_seat(name);
+        }
+        let names = state.markers.to_wake(&state.data, state.slots.keys());
+        if !names.is_empty() {
+            info!(
+                agents = names.len(),
+                "waking the agents that may hold unsettled runs"
+            );
+        }
         for name in names {
-            match Self::spawn_agent(&myself, &mut state, &name).await {
+            match Self::spawn_agent_as(&myself, &mut state, &name, false).await {
                 Ok(()) => {}
                 // A store with no room is waited out as it is after a failure: the host serves
                 // its other agents meanwhile. Anything else keeps the host from starting.
@@ -596,7 +659,7 @@ impl Actor for HostSupervisor {
                 channel,
                 identity,
                 reply,
-            } => match Self::actor(state, &agent) {
+            } => match Self::wake(&myself, state, &agent).await {
                 _ if state.draining => {
                     answer(reply, Err(Self::draining_refusal(state)));
                 }
@@ -626,7 +689,7 @@ impl Actor for HostSupervisor {
                     .last_hop()
                     .map(|h| h.callee.clone())
                     .unwrap_or_default();
-                if let Some(actor) = Self::actor(state, &callee) {
+                if let Some(actor) = Self::wake(&myself, state, &callee).await {
                     tell(&actor, AgentMsg::Accept { envelope, reply });
                 } else if state.slots.contains_key(&callee) {
                     answer(reply, CallOutcome::Refused(Refusal::AgentDown { callee }));
@@ -650,11 +713,11 @@ impl Actor for HostSupervisor {
                     debug!(run_id = %record.id, "a run settled with nobody waiting on it");
                 }
                 if let Some(reply) = reply {
-                    route_reply(state, reply);
+                    Self::route_reply(&myself, state, reply).await;
                 }
             }
             SupervisorMsg::OfferReply { reply, taken } => {
-                match state.slots.get(&reply.caller).and_then(|s| s.actor.clone()) {
+                match Self::wake(&myself, state, &reply.caller).await {
                     Some(actor) => {
                         tell(&actor, AgentMsg::OfferReply { reply, taken });
                     }
@@ -664,7 +727,7 @@ impl Actor for HostSupervisor {
                 }
             }
             SupervisorMsg::ResendReply { callee, child_run } => {
-                if let Some(actor) = Self::actor(state, &callee) {
+                if let Some(actor) = Self::wake(&myself, state, &callee).await {
                     tell(&actor, AgentMsg::ResendReply(child_run));
                 } else if let Some(remote) = state.spec.remote.clone().filter(|r| r.serves(&callee))
                 {
@@ -706,7 +769,7 @@ impl Actor for HostSupervisor {
                 approve,
                 by,
                 reply,
-            } => match Self::actor(state, &agent) {
+            } => match Self::wake(&myself, state, &agent).await {
                 Some(actor) => {
                     tell(
                         &actor,
@@ -743,19 +806,31 @@ impl Actor for HostSupervisor {
                     .iter()
                     .map(|(name, slot)| AgentStatus {
                         name: name.clone(),
-                        up: slot.actor.is_some(),
+                        up: slot.down.is_none(),
+                        awake: slot.actor.is_some(),
                         restarts: slot.total_restarts,
                         down: slot.down.clone(),
                     })
                     .collect();
                 answer(reply, list);
             }
+            SupervisorMsg::DeliverHere {
+                from,
+                agent,
+                run,
+                delivery_id,
+                text,
+                reply,
+            } => {
+                Self::deliver_here(&myself, state, from, agent, run, delivery_id, text, reply)
+                    .await;
+            }
+            SupervisorMsg::Idle { agent, actor } => Self::retire_idle(state, &agent, actor).await,
             message @ (SupervisorMsg::Directory { .. }
             | SupervisorMsg::Observe { .. }
             | SupervisorMsg::WaitRun { .. }
             | SupervisorMsg::Deliver { .. }
             | SupervisorMsg::DeliveryStatus { .. }
-            | SupervisorMsg::DeliverHere { .. }
             | SupervisorMsg::Attention { .. }
             | SupervisorMsg::Presence { .. }) => Self::directory_message(state, message),
             SupervisorMsg::StoreProbed {
@@ -860,18 +935,24 @@ impl Actor for HostSupervisor {
     }
 }
 
-fn route_reply(state: &SupervisorState, reply: ReplyEnvelope) {
-    if let Some(actor) = state.slots.get(&reply.caller).and_then(|s| s.actor.clone()) {
-        tell(&actor, AgentMsg::Reply(reply));
-    } else if let Some(remote) = state
-        .spec
-        .remote
-        .clone()
-        .filter(|r| r.serves(&reply.caller))
-    {
-        tokio::spawn(async move { remote.send_reply(reply).await });
-    } else {
-        warn!(caller = %reply.caller, child = %reply.child_run, "reply for an agent that is not reachable; it will be re-sent when the caller resumes");
+impl HostSupervisor {
+    async fn route_reply(
+        myself: &ActorRef<SupervisorMsg>,
+        state: &mut SupervisorState,
+        reply: ReplyEnvelope,
+    ) {
+        if let Some(actor) = Self::wake(myself, state, &reply.caller).await {
+            tell(&actor, AgentMsg::Reply(reply));
+        } else if let Some(remote) = state
+            .spec
+            .remote
+            .clone()
+            .filter(|r| r.serves(&reply.caller))
+        {
+            tokio::spawn(async move { remote.send_reply(reply).await });
+        } else {
+            warn!(caller = %reply.caller, child = %reply.child_run, "reply for an agent that is not reachable; it will be re-sent when the caller resumes");
+        }
     }
 }
 
@@ -911,3 +992,6 @@ fn answer<T>(port: RpcReplyPort<T>, value: T) {
 
 mod operator;
 mod peers;
+mod sleep;
+
+use sleep::AwakeMarkers;

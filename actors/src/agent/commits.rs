@@ -125,6 +125,19 @@ pub(super) struct Commits {
 }
 
 impl Commits {
+    /// The last ticket handed out.
+    pub(super) fn issued(&self) -> u64 {
+        self.issued
+    }
+
+    /// Whether no job is out and nothing waits for one.
+    pub(super) fn is_quiet(&self) -> bool {
+        self.committed >= self.issued
+            && self.waiters.is_empty()
+            && self.suspended.is_empty()
+            && self.held.is_empty()
+    }
+
     /// The next ticket.
     pub(super) fn issue(&mut self) -> u64 {
         self.issued += 1;

@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use consort_config::AgentConfig;
 use consort_core::Refusal;
@@ -74,6 +74,10 @@ pub struct AgentOptions {
     /// The roles this host grants principals (`api:<token-name>` from its auth file): what
     /// the origin of a called run holds here, which bounds the roles the caller lends it.
     pub host_grants: RoleGrants,
+    /// How long an agent's actor stays up with nothing to do before it is retired (its
+    /// agent sleeps, holding no actor and no file, until a message needs it); `None` keeps
+    /// every woken actor up.
+    pub idle_after: Option<Duration>,
 }
 
 impl Default for AgentOptions {
@@ -86,6 +90,7 @@ impl Default for AgentOptions {
             durability: Durability::Normal,
             call_ttl: Duration::from_secs(300),
             host_grants: RoleGrants::new(),
+            idle_after: Some(Duration::from_secs(60)),
         }
     }
 }
@@ -124,8 +129,12 @@ pub(crate) enum AgentMsg {
     },
     /// The agent's config changed (re-read agent.yaml).
     Config(Box<AgentConfig>),
-    /// Fold the WAL into the database (timer).
+    /// Fold the WAL into the database (timer); report to the supervisor if the agent has
+    /// been idle for its idle time.
     Checkpoint,
+    /// The supervisor retires the actor if it is still idle: answered `true`, the actor has
+    /// let its store go and stops; `false`, it has work again and stays.
+    Retire(RpcReplyPort<bool>),
 
     // --- the call protocol --------------------------------------------------------------------
     /// A call from a peer, already routed by the supervisor.
@@ -192,6 +201,7 @@ impl AgentMsg {
             Self::Start { .. }
             | Self::Config(_)
             | Self::Checkpoint
+            | Self::Retire(_)
             | Self::Accept { .. }
             | Self::Committed(_) => None,
         }
@@ -321,6 +331,9 @@ impl Actor for AgentActor {
             just_settled: HashMap::new(),
             board: args.board,
             goals: args.goals,
+            last_active: Instant::now(),
+            checkpointed: 0,
+            store_let_go: false,
         })
     }
 
@@ -357,7 +370,9 @@ impl Actor for AgentActor {
         _myself: ActorRef<AgentMsg>,
         state: &mut AgentState,
     ) -> Result<(), ActorProcessingErr> {
-        state.store.close();
+        if !state.store_let_go {
+            state.store.close();
+        }
         Ok(())
     }
 
@@ -367,6 +382,14 @@ impl Actor for AgentActor {
         message: AgentMsg,
         state: &mut AgentState,
     ) -> Result<(), ActorProcessingErr> {
+        match message {
+            AgentMsg::Checkpoint => {}
+            AgentMsg::Retire(reply) => {
+                Self::retire(&myself, state, reply);
+                return Ok(());
+            }
+            _ => state.last_active = Instant::now(),
+        }
         if let AgentMsg::Committed(committed) = message {
             self.on_committed(&myself, state, *committed).await?;
             return Ok(());
@@ -384,6 +407,23 @@ impl Actor for AgentActor {
 }
 
 impl AgentActor {
+    /// The supervisor's retirement: a still idle actor lets its store go (before answering,
+    /// so a successor's open reaches the store writer after this close) and stops.
+    fn retire(myself: &ActorRef<AgentMsg>, state: &mut AgentState, reply: RpcReplyPort<bool>) {
+        let retiring = state.idle_long_enough();
+        if retiring {
+            state.store.close();
+            state.store_let_go = true;
+        }
+        if reply.send(retiring).is_err() {
+            debug!(agent = %state.config.name, "the supervisor stopped waiting for a retirement");
+        }
+        if retiring {
+            info!(agent = %state.config.name, "idle: the agent's actor is retired until a message needs it");
+            myself.stop(Some("idle".into()));
+        }
+    }
+
     /// Handles one message that is not a commit, for a run that is not suspended.
     async fn dispatch(
         &self,
@@ -430,15 +470,28 @@ impl AgentActor {
             }
             AgentMsg::Checkpoint => {
                 // On a blocking thread with its own connection: the actor goes on stepping runs
-                // while the WAL is folded.
-                let (store, agent) = (state.store.clone(), state.config.name.clone());
-                tokio::task::spawn_blocking(move || {
-                    if let Err(e) = store.checkpoint() {
-                        warn!(%agent, error = %e, "checkpoint failed");
-                    }
-                });
+                // while the WAL is folded. A store not written since needs none.
+                if state.commits.issued() > state.checkpointed {
+                    state.checkpointed = state.commits.issued();
+                    let (store, agent) = (state.store.clone(), state.config.name.clone());
+                    tokio::task::spawn_blocking(move || {
+                        if let Err(e) = store.checkpoint() {
+                            warn!(%agent, error = %e, "checkpoint failed");
+                        }
+                    });
+                }
                 self.reask_lost_replies(myself, state).await?;
+                if state.idle_long_enough() {
+                    let idle = SupervisorMsg::Idle {
+                        agent: state.config.name.clone(),
+                        actor: myself.get_id(),
+                    };
+                    if state.supervisor.cast(idle).is_err() {
+                        debug!(agent = %state.config.name, "the supervisor stopped; an idle report is dropped");
+                    }
+                }
             }
+            AgentMsg::Retire(reply) => Self::retire(myself, state, reply),
             AgentMsg::Accept { envelope, reply } => self.accept(myself, state, envelope, reply)?,
             AgentMsg::Reply(reply) => {
                 self.receive_reply(myself, state, reply, None).await?;

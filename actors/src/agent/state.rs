@@ -119,9 +119,36 @@ pub(crate) struct AgentState {
     pub(super) board: crate::PresenceBoard,
     /// The goals this agent belongs to.
     pub(super) goals: Vec<String>,
+    /// When the actor last handled a message other than the timer's.
+    pub(super) last_active: Instant,
+    /// The last ticket issued when the store was last checkpointed.
+    pub(super) checkpointed: u64,
+    /// The store was let go on retirement: stopping must not close it again (a successor may
+    /// have opened it by then).
+    pub(super) store_let_go: bool,
 }
 
 impl AgentState {
+    /// Whether the actor holds nothing a retirement would lose: no unsettled run, no job out
+    /// at the store writer, no task out, nothing held for later.
+    pub(super) fn is_idle(&self) -> bool {
+        self.unsettled == 0
+            && self.commits.is_quiet()
+            && self.in_flight.is_empty()
+            && self.awaiting.is_empty()
+            && self.thinking.is_empty()
+            && self.early_replies.is_empty()
+            && self.children_counting.is_empty()
+            && self.just_settled.is_empty()
+    }
+
+    /// Whether the actor is idle and has been for the agent's idle time.
+    pub(super) fn idle_long_enough(&self) -> bool {
+        self.options
+            .idle_after
+            .is_some_and(|after| self.is_idle() && self.last_active.elapsed() >= after)
+    }
+
     /// Makes sure run `id`'s view and record are kept: read and folded once from the store
     /// if they are not. Returns false when the store has no such run.
     pub(super) async fn load(&mut self, id: &RunId) -> Result<bool, ActorsError> {
@@ -211,6 +238,10 @@ impl AgentState {
 pub(super) struct UsesOut(HashMap<RunId, BTreeSet<String>>);
 
 impl UsesOut {
+    pub(super) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     pub(super) fn insert(&mut self, run: &RunId, tool_use: &str) {
         self.0
             .entry(run.clone())

@@ -666,4 +666,4 @@ mod tests;
 mod writer;
 
 pub use probe::PROBE_HEADROOM;
-pub use writer::{AgentStore, MAX_BATCH, Pending, StoreWriter, WriterCounts};
+pub use writer::{AgentStore, DEFAULT_MAX_OPEN, MAX_BATCH, Pending, StoreWriter, WriterCounts};

@@ -235,6 +235,19 @@ impl Database {
             .collect()
     }
 
+    /// The agents with runs that have not settled, sorted.
+    pub fn agents_with_unsettled_runs(&mut self) -> Result<Vec<String>, ActorsError> {
+        if !self.has_schema()? {
+            return Ok(Vec::new());
+        }
+        let sql =
+            format!("SELECT DISTINCT agent FROM consort.runs WHERE {UNSETTLED} ORDER BY agent");
+        let rows = self.query("agents", &sql, &[])?;
+        rows.iter()
+            .map(|row| row.try_get(0).map_err(pg("agents")))
+            .collect()
+    }
+
     /// Whether `agent` has any run here.
     pub fn has_agent(&mut self, agent: &str) -> Result<bool, ActorsError> {
         if !self.has_schema()? {

@@ -80,10 +80,24 @@ fn run_columns(conn: &Connection) -> rusqlite::Result<Vec<String>> {
 
 impl RunStore {
     /// Opens (creating if needed) the store at `path` for writing.
+    ///
+    /// A new store is built under a temporary name and renamed into place complete, so a
+    /// reader (the HTTP API, the CLI) never finds a store whose tables are half made.
     pub fn open(path: &Path, durability: Durability) -> Result<Self, ActorsError> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|source| ActorsError::file(dir, source))?;
         }
+        if !path.exists() {
+            let building = path.with_extension("db.new");
+            // A leftover of a start that died while building is rebuilt from nothing.
+            let _absent = std::fs::remove_file(&building);
+            drop(Self::open_in_place(&building, durability)?);
+            std::fs::rename(&building, path).map_err(|source| ActorsError::file(path, source))?;
+        }
+        Self::open_in_place(path, durability)
+    }
+
+    fn open_in_place(path: &Path, durability: Durability) -> Result<Self, ActorsError> {
         let err = |source| ActorsError::sqlite(path, source);
         let conn = Connection::open(path).map_err(err)?;
         let sync = match durability {

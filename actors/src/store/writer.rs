@@ -13,6 +13,14 @@
 //! write that a crash could still take back, and a read never shows one. Jobs of one store run
 //! in the order they were sent: a read sent after an append sees it.
 //!
+//! **Connections on demand.** A host may serve far more agents than it may hold files open.
+//! [`StoreWriter::open`] registers a store and opens it; the writer then keeps at most
+//! `max_open` connections ([`DEFAULT_MAX_OPEN`] unless the host says otherwise) and closes the
+//! least recently used one, never one with a transaction open in the current batch, when it
+//! needs room. A job for a registered store whose connection was closed opens it again first.
+//! Closing a WAL store's last connection folds its log into the database, so an idle store
+//! costs no file at all.
+//!
 //! The writer decides nothing about runs; it only orders and commits what it is handed. The
 //! WAL checkpoint stays off this thread (see [`RunStore::checkpoint_file`]): a checkpoint is
 //! 10–25 ms that no commit should wait behind.
@@ -36,6 +44,10 @@ use crate::run::RunRecord;
 /// The most jobs committed in one batch: a bound on how long the first job of a busy batch
 /// waits for the others.
 pub const MAX_BATCH: usize = 512;
+
+/// The most store connections the writer keeps open by default. Each open WAL store holds
+/// three files (the database, its log and the shared-memory index).
+pub const DEFAULT_MAX_OPEN: usize = 128;
 
 /// What a job's answer needs once its store's transaction has ended: `Ok` when it committed
 /// (or there was nothing to commit), else why the commit failed.
@@ -71,16 +83,17 @@ impl CommitFailure {
 pub(super) type Work = Box<dyn FnOnce(Result<&mut dyn RunLog, ActorsError>) -> Deliver + Send>;
 
 pub(super) enum Job {
-    /// Open (or reopen) a store for writing; its connection stays with the writer.
+    /// Register a store for writing and open it (creating it if needed); the writer keeps it
+    /// registered until [`Job::Close`] and reopens its connection whenever a job needs it.
     Open {
         path: Arc<Path>,
         durability: Durability,
         answer: oneshot::Sender<Result<(), ActorsError>>,
     },
-    /// Close a store's connection (an agent that stopped).
+    /// Forget a store and close its connection (an agent that stopped).
     Close { path: Arc<Path> },
-    /// Run work against a store. A read of a store that is not open opens it read-only for
-    /// the job; a write needs the store open.
+    /// Run work against a store. A read of a store that is not registered opens it
+    /// read-only for the job; a write needs the store registered.
     Work {
         path: Arc<Path>,
         writes: bool,
@@ -103,6 +116,8 @@ pub struct StoreWriter {
 pub(super) struct Counts {
     pub(super) writes: AtomicU64,
     pub(super) commits: AtomicU64,
+    open: AtomicU64,
+    opened: AtomicU64,
 }
 
 /// How many writes the writer ran and in how many commits (a commit per store per batch).
@@ -112,6 +127,10 @@ pub struct WriterCounts {
     pub writes: u64,
     /// Batch transactions committed.
     pub commits: u64,
+    /// Store connections open right now.
+    pub open: u64,
+    /// Store connections opened so far (first opens and reopens).
+    pub opened: u64,
 }
 
 impl std::fmt::Debug for StoreWriter {
@@ -121,14 +140,20 @@ impl std::fmt::Debug for StoreWriter {
 }
 
 impl StoreWriter {
-    /// Starts the writer thread.
+    /// Starts the writer thread, keeping at most [`DEFAULT_MAX_OPEN`] connections open.
     pub fn start() -> Result<Self, ActorsError> {
+        Self::start_with(DEFAULT_MAX_OPEN)
+    }
+
+    /// Starts the writer thread, keeping at most `max_open` store connections open (at least
+    /// one).
+    pub fn start_with(max_open: usize) -> Result<Self, ActorsError> {
         let (jobs, queue) = mpsc::channel();
         let counts = Arc::new(Counts::default());
         let thread_counts = counts.clone();
         std::thread::Builder::new()
             .name("consort-store".into())
-            .spawn(move || run(&queue, &thread_counts))
+            .spawn(move || run(&queue, &thread_counts, max_open.max(1)))
             .map_err(|e| {
                 ActorsError::Actor(format!("the store writer thread did not start: {e}"))
             })?;
@@ -139,12 +164,13 @@ impl StoreWriter {
         })
     }
 
-    /// Starts the writer thread of `backend`. For PostgreSQL it connects (and creates the
-    /// schema if it is missing) before it returns: a server that cannot be reached is an error
-    /// here, at start, not at the first write.
-    pub async fn start_on(backend: &StoreBackend) -> Result<Self, ActorsError> {
+    /// Starts the writer thread of `backend`: for SQLite as [`StoreWriter::start_with`]; for
+    /// PostgreSQL (one connection for every store, `max_open` does not apply) it connects and
+    /// creates the schema if it is missing before it returns, so a server that cannot be
+    /// reached is an error here, at start, not at the first write.
+    pub async fn start_on(backend: &StoreBackend, max_open: usize) -> Result<Self, ActorsError> {
         let StoreBackend::Postgres(url) = backend else {
-            return Self::start();
+            return Self::start_with(max_open);
         };
         let (jobs, queue) = mpsc::channel();
         let counts = Arc::new(Counts::default());
@@ -179,6 +205,8 @@ impl StoreWriter {
         WriterCounts {
             writes: self.counts.writes.load(Ordering::Relaxed),
             commits: self.counts.commits.load(Ordering::Relaxed),
+            open: self.counts.open.load(Ordering::Relaxed),
+            opened: self.counts.opened.load(Ordering::Relaxed),
         }
     }
 
@@ -357,8 +385,8 @@ fn gone() -> ActorsError {
 }
 
 /// The writer thread: batches until every handle is dropped.
-fn run(queue: &mpsc::Receiver<Job>, counts: &Counts) {
-    let mut stores: HashMap<Arc<Path>, RunStore> = HashMap::new();
+fn run(queue: &mpsc::Receiver<Job>, counts: &Counts, max_open: usize) {
+    let mut stores = Stores::new(max_open, counts);
     while let Ok(first) = queue.recv() {
         let mut batch = Batch {
             counts,
@@ -373,6 +401,104 @@ fn run(queue: &mpsc::Receiver<Job>, counts: &Counts) {
             }
         }
         batch.finish_all(&mut stores);
+        stores.trim(&HashSet::new());
+    }
+}
+
+/// The stores the writer writes and the connections it keeps open for them.
+struct Stores<'c> {
+    /// Stores registered for writing, with how hard their commits are pushed to disk.
+    registered: HashMap<Arc<Path>, Durability>,
+    /// Open connections, with the tick of their last use.
+    open: HashMap<Arc<Path>, (RunStore, u64)>,
+    max_open: usize,
+    tick: u64,
+    counts: &'c Counts,
+}
+
+impl<'c> Stores<'c> {
+    fn new(max_open: usize, counts: &'c Counts) -> Self {
+        Self {
+            registered: HashMap::new(),
+            open: HashMap::new(),
+            max_open,
+            tick: 0,
+            counts,
+        }
+    }
+
+    /// Registers `path` and opens its connection, making room first.
+    fn register(
+        &mut self,
+        path: Arc<Path>,
+        durability: Durability,
+        busy: &HashSet<Arc<Path>>,
+    ) -> Result<(), ActorsError> {
+        self.registered.insert(path.clone(), durability);
+        let opened = self.connection(&path, busy).map(|_| ());
+        if opened.is_err() {
+            self.registered.remove(&path);
+        }
+        opened
+    }
+
+    /// Forgets `path` and closes its connection.
+    fn forget(&mut self, path: &Arc<Path>) {
+        self.registered.remove(path);
+        self.close(path);
+    }
+
+    fn close(&mut self, path: &Arc<Path>) {
+        if self.open.remove(path).is_some() {
+            self.counts.open.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The connection of a registered store, opened again if it was closed; `None` for a
+    /// store that is not registered.
+    fn connection(
+        &mut self,
+        path: &Arc<Path>,
+        busy: &HashSet<Arc<Path>>,
+    ) -> Result<Option<&mut RunStore>, ActorsError> {
+        self.tick += 1;
+        let tick = self.tick;
+        if !self.open.contains_key(path) {
+            let Some(&durability) = self.registered.get(path) else {
+                return Ok(None);
+            };
+            self.trim_to(self.max_open.saturating_sub(1), busy);
+            let store = RunStore::open(path, durability)?;
+            self.open.insert(path.clone(), (store, tick));
+            self.counts.open.fetch_add(1, Ordering::Relaxed);
+            self.counts.opened.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(self.open.get_mut(path).map(|(store, used)| {
+            *used = tick;
+            store
+        }))
+    }
+
+    /// Closes least recently used connections, never one in `busy`, until at most
+    /// `max_open` stay open.
+    fn trim(&mut self, busy: &HashSet<Arc<Path>>) {
+        self.trim_to(self.max_open, busy);
+    }
+
+    fn trim_to(&mut self, keep: usize, busy: &HashSet<Arc<Path>>) {
+        while self.open.len() > keep {
+            let oldest = self
+                .open
+                .iter()
+                .filter(|(path, _)| !busy.contains(*path))
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(path, _)| path.clone());
+            match oldest {
+                Some(path) => self.close(&path),
+                // Every open store is in this batch's transaction: close once it commits.
+                None => break,
+            }
+        }
     }
 }
 
@@ -385,7 +511,7 @@ struct Batch<'c> {
 }
 
 impl Batch<'_> {
-    fn take(&mut self, job: Job, stores: &mut HashMap<Arc<Path>, RunStore>) {
+    fn take(&mut self, job: Job, stores: &mut Stores<'_>) {
         match job {
             Job::Open {
                 path,
@@ -393,21 +519,19 @@ impl Batch<'_> {
                 answer,
             } => {
                 self.finish(&path, stores);
-                let opened = RunStore::open(&path, durability).map(|store| {
-                    stores.insert(path, store);
-                });
+                let opened = stores.register(path, durability, &self.in_transaction);
                 let _unwanted = answer.send(opened);
             }
             Job::Close { path } => {
                 self.finish(&path, stores);
-                stores.remove(&path);
+                stores.forget(&path);
             }
             Job::Work { path, writes, work } => {
                 if writes {
                     self.counts.writes.fetch_add(1, Ordering::Relaxed);
                 }
-                let deliver = match stores.get_mut(&path) {
-                    Some(store) => {
+                let deliver = match stores.connection(&path, &self.in_transaction) {
+                    Ok(Some(store)) => {
                         if writes && !self.in_transaction.contains(&path) {
                             match store.begin_batch() {
                                 Ok(()) => {
@@ -421,11 +545,13 @@ impl Batch<'_> {
                         }
                         guarded(work, Ok(store as &mut dyn RunLog))
                     }
-                    None if writes => guarded(work, Err(not_open(&path))),
-                    None => match RunStore::open_read_only(&path) {
+                    Ok(None) if writes => guarded(work, Err(not_open(&path))),
+                    Ok(None) => match RunStore::open_read_only(&path) {
                         Ok(mut store) => guarded(work, Ok(&mut store as &mut dyn RunLog)),
                         Err(e) => guarded(work, Err(e)),
                     },
+                    // A registered store that could not be opened again: the job says why.
+                    Err(e) => guarded(work, Err(e)),
                 };
                 if let Some(deliver) = deliver {
                     self.held.push((path, deliver));
@@ -435,7 +561,7 @@ impl Batch<'_> {
     }
 
     /// Commits `path`'s transaction, if one is open, and answers its held jobs.
-    fn finish(&mut self, path: &Arc<Path>, stores: &mut HashMap<Arc<Path>, RunStore>) {
+    fn finish(&mut self, path: &Arc<Path>, stores: &mut Stores<'_>) {
         let committed = self.commit(path, stores);
         let held = std::mem::take(&mut self.held);
         for (p, deliver) in held {
@@ -447,7 +573,7 @@ impl Batch<'_> {
         }
     }
 
-    fn finish_all(mut self, stores: &mut HashMap<Arc<Path>, RunStore>) {
+    fn finish_all(mut self, stores: &mut Stores<'_>) {
         let paths: Vec<Arc<Path>> = self.in_transaction.iter().cloned().collect();
         let mut failed: HashMap<Arc<Path>, CommitFailure> = HashMap::new();
         for path in paths {
@@ -460,15 +586,11 @@ impl Batch<'_> {
         }
     }
 
-    fn commit(
-        &mut self,
-        path: &Arc<Path>,
-        stores: &mut HashMap<Arc<Path>, RunStore>,
-    ) -> Result<(), CommitFailure> {
+    fn commit(&mut self, path: &Arc<Path>, stores: &mut Stores<'_>) -> Result<(), CommitFailure> {
         if !self.in_transaction.remove(path) {
             return Ok(());
         }
-        let Some(store) = stores.get_mut(path) else {
+        let Some((store, _)) = stores.open.get_mut(path) else {
             return Err(CommitFailure {
                 detail: "the store closed with writes uncommitted".into(),
                 not_writable: false,

@@ -100,7 +100,8 @@ impl HostSupervisor {
             .get(agent)
             .map(|slot| AgentStatus {
                 name: agent.to_owned(),
-                up: slot.actor.is_some(),
+                up: slot.down.is_none(),
+                awake: slot.actor.is_some(),
                 restarts: slot.total_restarts,
                 down: slot.down.clone(),
             })

@@ -4,6 +4,9 @@
 //! It decides nothing: the rules are consort-core's `directory`.
 
 use consort_core::Refusal;
+use consort_core::directory::Receipt;
+use consort_net::RunId;
+use ractor::{ActorRef, RpcReplyPort};
 use tracing::warn;
 
 use super::{HostSpec, HostSupervisor, SupervisorMsg, SupervisorState, answer};
@@ -61,47 +64,6 @@ impl HostSupervisor {
                     .clone()
                     .delivery_status(audience, agent, run, delivery_id),
             ),
-            SupervisorMsg::DeliverHere {
-                from,
-                agent,
-                run,
-                delivery_id,
-                text,
-                reply,
-            } => match Self::actor(state, &agent) {
-                // A delivery without a run would start one: a draining host starts none.
-                _ if run.is_none() && state.draining => answer(
-                    reply,
-                    consort_core::directory::Receipt::rejected(
-                        &delivery_id,
-                        &Self::draining_refusal_of(state),
-                    ),
-                ),
-                Some(actor) => tell(
-                    &actor,
-                    AgentMsg::Deliver {
-                        from,
-                        run,
-                        delivery_id,
-                        text,
-                        reply,
-                    },
-                ),
-                None => {
-                    let refusal = if state.slots.contains_key(&agent) {
-                        Refusal::AgentDown { callee: agent }
-                    } else {
-                        Refusal::UnknownAgent {
-                            callee: agent,
-                            allowed: Self::fleet_agents(&state.spec).join(", "),
-                        }
-                    };
-                    answer(
-                        reply,
-                        consort_core::directory::Receipt::rejected(&delivery_id, &refusal),
-                    );
-                }
-            },
             SupervisorMsg::Attention {
                 audience,
                 goal,
@@ -113,6 +75,49 @@ impl HostSupervisor {
                 answer(reply, (crate::run::now_ms(), reports));
             }
             _ => {}
+        }
+    }
+
+    /// A delivery into one of this host's agents (waking it if it sleeps).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn deliver_here(
+        myself: &ActorRef<SupervisorMsg>,
+        state: &mut SupervisorState,
+        from: String,
+        agent: String,
+        run: Option<RunId>,
+        delivery_id: String,
+        text: String,
+        reply: RpcReplyPort<Receipt>,
+    ) {
+        // A delivery without a run would start one: a draining host starts none.
+        if run.is_none() && state.draining {
+            let refusal = Self::draining_refusal_of(state);
+            answer(reply, Receipt::rejected(&delivery_id, &refusal));
+            return;
+        }
+        match Self::wake(myself, state, &agent).await {
+            Some(actor) => tell(
+                &actor,
+                AgentMsg::Deliver {
+                    from,
+                    run,
+                    delivery_id,
+                    text,
+                    reply,
+                },
+            ),
+            None => {
+                let refusal = if state.slots.contains_key(&agent) {
+                    Refusal::AgentDown { callee: agent }
+                } else {
+                    Refusal::UnknownAgent {
+                        callee: agent,
+                        allowed: Self::fleet_agents(&state.spec).join(", "),
+                    }
+                };
+                answer(reply, Receipt::rejected(&delivery_id, &refusal));
+            }
         }
     }
 }

@@ -235,7 +235,7 @@ fn the_writer_group_commits_across_agents_and_resumes_after_a_restart() {
 
 async fn group_commit_and_resume(url: PostgresUrl) {
     let backend = StoreBackend::Postgres(url.clone());
-    let writer = StoreWriter::start_on(&backend).await.unwrap();
+    let writer = StoreWriter::start_on(&backend, 1).await.unwrap();
     let agents = ["cfo", "cmo", "coo", "cto"];
     let mut stores = Vec::new();
     for agent in agents {
@@ -312,7 +312,7 @@ async fn group_commit_and_resume(url: PostgresUrl) {
     let expected_unsettled: usize = 4 * 8 + 1 - settled as usize;
     drop(stores);
     drop(writer);
-    let writer = StoreWriter::start_on(&backend).await.unwrap();
+    let writer = StoreWriter::start_on(&backend, 1).await.unwrap();
     let mut unsettled = 0;
     for agent in agents {
         let store = writer
@@ -360,7 +360,7 @@ async fn a_missing_url_variable_and_an_unreachable_server_are_typed_errors() {
     );
     // Port 1 on loopback: nothing listens there.
     let url = PostgresUrl::new("host=127.0.0.1 port=1 user=consort connect_timeout=2");
-    let unreachable = StoreWriter::start_on(&StoreBackend::Postgres(url.clone()))
+    let unreachable = StoreWriter::start_on(&StoreBackend::Postgres(url.clone()), 1)
         .await
         .unwrap_err();
     assert!(

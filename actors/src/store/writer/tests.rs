@@ -152,3 +152,45 @@ async fn a_store_that_is_not_open_takes_reads_but_not_writes() {
     append(&store, &id, "x").wait().await.unwrap();
     assert_ne!(writer.counts(), WriterCounts::default());
 }
+
+#[tokio::test]
+async fn more_stores_than_open_connections_all_write_and_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let writer = StoreWriter::start_with(2).unwrap();
+    let mut stores = Vec::new();
+    for name in ["a", "b", "c", "d", "e"] {
+        let path = dir.path().join(format!("{name}.db"));
+        stores.push(writer.open(&path, Durability::Normal).await.unwrap());
+        assert!(writer.counts().open <= 2, "{:?}", writer.counts());
+    }
+    let ids: Vec<RunId> = stores.iter().map(|_| RunId::random()).collect();
+    for (store, id) in stores.iter().zip(&ids) {
+        insert(store, id).await;
+    }
+    // Writes to every store queued at once: more stores in one batch than connections.
+    let pending: Vec<_> = stores
+        .iter()
+        .zip(&ids)
+        .map(|(store, id)| append(store, id, "kept"))
+        .collect();
+    for p in pending {
+        assert_eq!(
+            p.wait().await.unwrap().record.output.as_deref(),
+            Some("kept")
+        );
+    }
+    for (store, id) in stores.iter().zip(&ids) {
+        let run = store.run(id).await.unwrap().unwrap();
+        assert_eq!(run.output.as_deref(), Some("kept"));
+    }
+    let counts = writer.counts();
+    assert!(counts.open <= 2, "{counts:?}");
+    assert!(counts.opened > 5, "closed stores were reopened: {counts:?}");
+    // A closed store leaves no log behind: its last connection folded the WAL in.
+    let wal_files = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().ends_with("-wal"))
+        .count();
+    assert!(wal_files <= 2, "{wal_files} logs for 2 open stores");
+}
