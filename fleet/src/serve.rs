@@ -334,3 +334,31 @@ impl ServedHost {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_store_is_fleet_yamls_unless_the_flag_names_a_variable() {
+        assert!(matches!(
+            store_backend(&StoreConfig::Sqlite, None),
+            Ok(StoreBackend::Sqlite)
+        ));
+        let declared = StoreConfig::Postgres {
+            url_env: "CONSORT_TEST_UNSET_DECLARED_URL".into(),
+        };
+        let missing = store_backend(&declared, None).unwrap_err();
+        assert!(
+            matches!(&missing, ActorsError::StoreUrlMissing { var } if var == "CONSORT_TEST_UNSET_DECLARED_URL"),
+            "{missing}"
+        );
+        // The flag wins over fleet.yaml: its variable is the one read (any set variable holds
+        // a "URL" here; nothing connects).
+        let flagged = store_backend(&declared, Some("PATH")).unwrap();
+        assert!(matches!(flagged, StoreBackend::Postgres(_)));
+        let missing =
+            store_backend(&StoreConfig::Sqlite, Some("CONSORT_TEST_UNSET_FLAG_URL")).unwrap_err();
+        assert!(missing.to_string().contains("CONSORT_TEST_UNSET_FLAG_URL"));
+    }
+}
