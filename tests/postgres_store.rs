@@ -239,3 +239,97 @@ fn consort_dev_and_jobs_list_read_the_url_from_the_named_variable() {
         stderr(&missing)
     );
 }
+
+/// `consort serve` of a host whose fleet.yaml says `store: {kind: postgres, url_env: VAR}`:
+/// it serves from the database (the HTTP API's reads too), and a server that cannot be reached
+/// stops the start with an error naming the store.
+#[test]
+fn consort_serve_keeps_runs_where_fleet_yaml_says() {
+    let Some(server) = TestServer::start() else {
+        return;
+    };
+    let url = server.database("serve");
+    let fleet = Fleet::new();
+    fleet.agent("parent", PARENT);
+    fleet.agent("worker", QUICK_WORKER);
+    let keys = fleet.dir.path().join("keys");
+    let keygen = support::consort(&["keygen", "--out", path_str(&keys), "--name", "alpha"]);
+    assert!(keygen.status.success(), "keygen: {}", stderr(&keygen));
+    let public = String::from_utf8_lossy(&keygen.stdout).trim().to_owned();
+    let link_port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .expect("free port")
+        .port();
+    let fleet_file = fleet.dir.path().join("fleet.yaml");
+    std::fs::write(
+        &fleet_file,
+        format!(
+            "hosts:\n  - name: alpha\n    address: 127.0.0.1:{link_port}\n    public_key: \"{public}\"\n    agents: [agents]\n    store: {{kind: postgres, url_env: CONSORT_TEST_PG_URL}}\n"
+        ),
+    )
+    .expect("fleet.yaml");
+    let data = fleet.dir.path().join("alpha");
+    let serve = |pg_url: &str, log: &Path| {
+        std::process::Command::new(support::BIN)
+            .args(["serve", "--fleet", path_str(&fleet_file), "--host", "alpha"])
+            .args(["--data", path_str(&data)])
+            .env("CONSORT_TEST_PG_URL", pg_url)
+            .env("RUST_LOG", "info")
+            .env_remove("CONSORT_FAULT")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(log).expect("log"))
+            .spawn()
+            .expect("consort serve")
+    };
+
+    // Nothing listens on port 1: the start fails, and says which store.
+    let log = fleet.dir.path().join("unreachable.log");
+    let mut refused = serve("host=127.0.0.1 port=1 user=consort connect_timeout=2", &log);
+    let status = support::eventually("serve to give up", BOUND, || {
+        refused.try_wait().expect("wait")
+    });
+    assert!(!status.success());
+    let said = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(said.contains("PostgreSQL run store (connect)"), "{said}");
+
+    let log = fleet.dir.path().join("serve.log");
+    let mut host = serve(&url, &log);
+    let base = support::eventually("serve.json", BOUND, || {
+        let note: Value =
+            serde_json::from_str(&std::fs::read_to_string(data.join("serve.json")).ok()?).ok()?;
+        note["url"].as_str().map(str::to_owned)
+    });
+    let http = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("http");
+    let started: Value = http
+        .post(format!("{base}/runs"))
+        .json(&serde_json::json!({"agent": "parent", "input": "q3"}))
+        .send()
+        .and_then(|r| r.json())
+        .expect("run started");
+    let id = started["id"].as_str().expect("run id").to_owned();
+    let settled = support::eventually("the run to settle", BOUND, || {
+        let run: Value = http
+            .get(format!("{base}/runs/{id}?wait_ms=1000"))
+            .send()
+            .ok()?
+            .json()
+            .ok()?;
+        (run["status"] == "succeeded").then_some(run)
+    });
+    assert_eq!(settled["output"], "parent heard: worker: worked on q3");
+    let events: Value = http
+        .get(format!("{base}/runs/{id}/events"))
+        .send()
+        .and_then(|r| r.json())
+        .expect("events");
+    assert!(
+        events["events"].as_array().is_some_and(|e| e.len() >= 3),
+        "{events}"
+    );
+    let _ = host.kill();
+    let _ = host.wait();
+    assert!(!data.join("agents").join("parent").join("runs.db").exists());
+}
