@@ -11,9 +11,9 @@
 //! [`Inserted::Existing`]), an append's events, status and cost in one savepoint, listings in
 //! the same order (ids compare in byte order: `COLLATE "C"`) with the same cursors.
 //!
-//! Group commit: the store writer ([`writer`]) runs a batch of many agents' writes in one
-//! transaction, each write in a savepoint of its own, and commits once. Outside a batch a write
-//! is its own transaction.
+//! Group commit: the store writer (`postgres/writer.rs`) runs a batch of many agents' writes in
+//! one transaction, each write in a savepoint of its own, and commits once. Outside a batch a
+//! write is its own transaction.
 //!
 //! This module must never block an async worker: the client runs a small runtime of its own
 //! and must be used, and dropped, on the writer's thread or a blocking thread. It never keeps
