@@ -142,6 +142,8 @@ pub struct Database {
     url: PostgresUrl,
     statements: HashMap<String, Statement>,
     in_batch: bool,
+    /// Whether the tables are known to exist (they are never dropped: no need to ask again).
+    schema_seen: bool,
 }
 
 impl std::fmt::Debug for Database {
@@ -184,6 +186,7 @@ impl Database {
             url: url.clone(),
             statements: HashMap::new(),
             in_batch: false,
+            schema_seen: false,
         })
     }
 
@@ -192,7 +195,9 @@ impl Database {
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])
             .map_err(pg("schema"))?;
         tx.batch_execute(SCHEMA).map_err(pg("schema"))?;
-        tx.commit().map_err(pg("schema"))
+        tx.commit().map_err(pg("schema"))?;
+        self.schema_seen = true;
+        Ok(())
     }
 
     /// Whether the connection is gone (the server restarted or the network dropped it).
@@ -213,11 +218,15 @@ impl Database {
 
     /// Whether the tables exist (a database no host has written to yet has none).
     pub fn has_schema(&mut self) -> Result<bool, ActorsError> {
+        if self.schema_seen {
+            return Ok(true);
+        }
         let row = self
             .client
             .query_one("SELECT to_regclass('consort.runs') IS NOT NULL", &[])
             .map_err(pg("schema"))?;
-        row.try_get(0).map_err(pg("schema"))
+        self.schema_seen = row.try_get(0).map_err(pg("schema"))?;
+        Ok(self.schema_seen)
     }
 
     /// The agents that have runs here, sorted.

@@ -16,7 +16,10 @@
 //! after a crash finds exactly the agents with runs to resume. A data folder from before the
 //! markers (no `awake` folder) wakes every agent that has a store, once.
 //!
-//! This module decides nothing about runs and never touches a store.
+//! A host on PostgreSQL wakes instead the agents the database says hold unsettled runs: the
+//! database is shared with the hosts that fail over to one another, the markers are not.
+//!
+//! This module decides nothing about runs and never writes a store.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
