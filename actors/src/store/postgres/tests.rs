@@ -372,3 +372,71 @@ async fn a_missing_url_variable_and_an_unreachable_server_are_typed_errors() {
         "the URL is hidden"
     );
 }
+
+/// Not a check: how long the writer takes for 4,000 inserts of 8 agents queued at once (group
+/// commit) and for 400 inserts one at a time, on SQLite and on the test server (fsync off).
+/// `cargo test --release -p consort-actors --lib measure_the_writer -- --ignored --nocapture`
+/// (docs/BENCHMARKS.md).
+#[test]
+#[ignore = "a measurement, not a check"]
+fn measure_the_writer_on_both_backends() {
+    let Some(server) = TestServer::start() else {
+        return;
+    };
+    let url = PostgresUrl::new(server.database("measure"));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (name, backend) in [
+        ("sqlite", StoreBackend::Sqlite),
+        ("postgres", StoreBackend::Postgres(url)),
+    ] {
+        runtime.block_on(async {
+            let writer = StoreWriter::start_on(&backend, 128).await.unwrap();
+            let mut stores = Vec::new();
+            for a in 0..8 {
+                let agent = format!("a{a}");
+                let path = dir
+                    .path()
+                    .join(name)
+                    .join("agents")
+                    .join(&agent)
+                    .join("runs.db");
+                let store = writer.open(&path, Durability::Normal).await.unwrap();
+                stores.push((agent, store));
+            }
+            let started = std::time::Instant::now();
+            let mut pending = Vec::new();
+            for i in 0..4000 {
+                let (agent, store) = &stores[i % 8];
+                let new = new_run(agent, &RunId::random());
+                pending.push(store.write(move |s| s.insert_run(new)));
+            }
+            for p in pending {
+                p.wait().await.unwrap();
+            }
+            eprintln!(
+                "{name}: 4000 inserts of 8 agents queued at once: {:?}, {} commits",
+                started.elapsed(),
+                writer.counts().commits
+            );
+            let started = std::time::Instant::now();
+            for i in 0..400 {
+                let (agent, store) = &stores[i % 8];
+                let new = new_run(agent, &RunId::random());
+                store
+                    .write(move |s| s.insert_run(new))
+                    .wait()
+                    .await
+                    .unwrap();
+            }
+            eprintln!(
+                "{name}: 400 inserts one at a time: {:?} each",
+                started.elapsed() / 400
+            );
+        });
+    }
+}
