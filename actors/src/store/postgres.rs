@@ -321,16 +321,6 @@ impl Database {
         self.client.query(&statement, params).map_err(pg(store))
     }
 
-    fn execute(
-        &mut self,
-        store: &str,
-        sql: &str,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> Result<u64, ActorsError> {
-        let statement = self.prepared(store, sql)?;
-        self.client.execute(&statement, params).map_err(pg(store))
-    }
-
     fn prepared(&mut self, store: &str, sql: &str) -> Result<Statement, ActorsError> {
         if let Some(statement) = self.statements.get(sql) {
             return Ok(statement.clone());
@@ -462,11 +452,17 @@ impl RunLog for PostgresStore<'_> {
         );
         let parent_run = new.parent_run.as_ref().map(RunId::as_str);
         let agent = self.agent;
+        // The row and its first event in one statement (one round trip): the event is written
+        // for each row the insert returns, so for a new run only.
         let insert = format!(
-            "INSERT INTO consort.runs (agent, id, status, channel, parent_run, parent_agent, \
-             tool_use_id, hop_depth, input, chain, created_at_ms, principal, principal_roles, \
-             origin) VALUES ($1, $2, 'queued', $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
-             ON CONFLICT (agent, id) DO NOTHING RETURNING {RUN_COLUMNS}"
+            "WITH created AS (INSERT INTO consort.runs (agent, id, status, channel, parent_run, \
+             parent_agent, tool_use_id, hop_depth, input, chain, created_at_ms, principal, \
+             principal_roles, origin) \
+             VALUES ($1, $2, 'queued', $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+             ON CONFLICT (agent, id) DO NOTHING RETURNING {RUN_COLUMNS}), \
+             first_event AS (INSERT INTO consort.events (agent, run_id, seq, at_ms, kind, data) \
+             SELECT agent, id, 1, $10, $14, $15 FROM created) \
+             SELECT {RUN_COLUMNS} FROM created"
         );
         // The row, its first event and the read of the row that exists are one savepoint: the
         // primary key decides between a new run and a replayed one.
@@ -488,6 +484,8 @@ impl RunLog for PostgresStore<'_> {
                     &principal,
                     &roles,
                     &origin,
+                    &kind,
+                    &data,
                 ],
             )?;
             if rows.is_empty() {
@@ -495,12 +493,6 @@ impl RunLog for PostgresStore<'_> {
                     format!("SELECT {RUN_COLUMNS} FROM consort.runs WHERE agent = $1 AND id = $2");
                 return Ok((db.query(agent, &sql, &[&agent, &id])?, false));
             }
-            db.execute(
-                agent,
-                "INSERT INTO consort.events (agent, run_id, seq, at_ms, kind, data) \
-                 VALUES ($1, $2, 1, $3, $4, $5)",
-                &[&agent, &id, &now, &kind, &data],
-            )?;
             Ok((rows, true))
         })?;
         let record = self
@@ -520,8 +512,13 @@ impl RunLog for PostgresStore<'_> {
         let agent = self.agent;
         let label = self.label();
         let key = id.as_str();
+        // The update's events and the run's new state in one statement (one round trip); with
+        // no events the arrays are empty and nothing is inserted.
         let update_sql = format!(
-            "UPDATE consort.runs SET model_turns = model_turns + $3, tool_calls = tool_calls + $4, \
+            "WITH appended AS (INSERT INTO consort.events (agent, run_id, seq, at_ms, kind, data) \
+             SELECT $1, $2, s, $17, k, d FROM unnest($18::bigint[], $19::text[], $20::text[]) \
+             AS e(s, k, d)) \
+             UPDATE consort.runs SET model_turns = model_turns + $3, tool_calls = tool_calls + $4, \
              calls_placed = calls_placed + $5, input_tokens = input_tokens + $6, \
              output_tokens = output_tokens + $7, desc_model_turns = desc_model_turns + $8, \
              desc_tool_calls = desc_tool_calls + $9, desc_calls_placed = desc_calls_placed + $10, \
@@ -552,24 +549,14 @@ impl RunLog for PostgresStore<'_> {
                     detail: format!("run {id}: unknown status `{status_text}`"),
                 })?;
             let events = update.appended_events(status);
-            if !events.is_empty() {
-                let mut seqs = Vec::with_capacity(events.len());
-                let mut kinds = Vec::with_capacity(events.len());
-                let mut datas = Vec::with_capacity(events.len());
-                for event in &events {
-                    seq += 1;
-                    seqs.push(seq);
-                    kinds.push(event.kind().to_owned());
-                    datas.push(event.data().to_string());
-                }
-                // One statement for all of the update's events: one round trip.
-                db.execute(
-                    agent,
-                    "INSERT INTO consort.events (agent, run_id, seq, at_ms, kind, data) \
-                     SELECT $1, $2, s, $4, k, d FROM unnest($3::bigint[], $5::text[], $6::text[]) \
-                     AS e(s, k, d)",
-                    &[&agent, &key, &seqs, &now, &kinds, &datas],
-                )?;
+            let mut seqs = Vec::with_capacity(events.len());
+            let mut kinds = Vec::with_capacity(events.len());
+            let mut datas = Vec::with_capacity(events.len());
+            for event in &events {
+                seq += 1;
+                seqs.push(seq);
+                kinds.push(event.kind().to_owned());
+                datas.push(event.data().to_string());
             }
             let next = update.next_status(status);
             // As the SQLite store: output, error and settlement change only with the status.
@@ -598,6 +585,10 @@ impl RunLog for PostgresStore<'_> {
                     &output,
                     &error,
                     &settled,
+                    &now,
+                    &seqs,
+                    &kinds,
+                    &datas,
                 ],
             )?;
             Ok((rows, events, seq))
