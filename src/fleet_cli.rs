@@ -64,6 +64,10 @@ pub(crate) struct ServeArgs {
     /// Commit durability: normal (survives a process crash) or full (survives power loss).
     #[arg(long, default_value = "normal")]
     pub durability: String,
+    /// Keep the run stores in PostgreSQL, at the URL this environment variable holds (instead
+    /// of what fleet.yaml's `store:` for the host says).
+    #[arg(long, value_name = "VAR")]
+    pub store_url_env: Option<String>,
 }
 
 pub(crate) fn keygen(args: KeygenArgs) -> Result<ExitCode> {
@@ -124,6 +128,7 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<ExitCode> {
         auth: args.auth.as_deref().map(HostAuthConfig::load).transpose()?,
         allow_hosts: args.allow_hosts.clone(),
         http: HttpBounds::default(),
+        store_url_env: args.store_url_env.clone(),
     })
     .await
     .with_context(|| format!("cannot serve host `{}`", args.host))?;

@@ -205,6 +205,10 @@ struct DevArgs {
     /// or anonymous (the default). Every run it leads to acts for this origin.
     #[arg(long = "as", value_name = "PRINCIPAL", requires = "ask")]
     as_principal: Option<String>,
+    /// Keep the run stores in PostgreSQL, at the URL this environment variable holds (the
+    /// default is one SQLite file per agent under --data).
+    #[arg(long, value_name = "VAR")]
+    store_url_env: Option<String>,
     #[arg(long)]
     json: bool,
 }
@@ -239,9 +243,22 @@ struct Source {
     /// Read a (stopped or serving) host's data folder directly.
     #[arg(long)]
     data: Option<PathBuf>,
+    /// With --data: the host keeps its run stores in PostgreSQL, at the URL this environment
+    /// variable holds.
+    #[arg(long, value_name = "VAR", requires = "data")]
+    store_url_env: Option<String>,
 }
 
 impl Source {
+    /// The data folder `--data` names, with its stores where `--store-url-env` says.
+    fn folder(&self, dir: &Path) -> Result<DataFolder> {
+        let store = consort_fleet::store_backend(
+            &consort_config::StoreConfig::Sqlite,
+            self.store_url_env.as_deref(),
+        )?;
+        Ok(DataFolder::with_store(dir, &store))
+    }
+
     fn client(&self) -> Client {
         Client::new(&resolve_url(&self.at))
             .with_token(directory_cli::token_or_env(self.token.clone()))
@@ -394,12 +411,12 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                             })
                         })
                         .transpose()?;
-                    DataFolder::new(dir).runs_page(
-                        agent.as_deref(),
-                        cursor.as_ref(),
-                        None,
-                        page_size(limit),
-                    )?
+                    let data = source.folder(dir)?;
+                    // A blocking read (the PostgreSQL client must not run on an async worker).
+                    tokio::task::spawn_blocking(move || {
+                        data.runs_page(agent.as_deref(), cursor.as_ref(), None, page_size(limit))
+                    })
+                    .await??
                 }
                 None => {
                     source
@@ -429,11 +446,15 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             let id = RunId::parse(&run_id)?;
             let (run, events) = match &source.data {
                 Some(dir) => {
-                    let data = DataFolder::new(dir);
-                    let run = data
-                        .run(&id)?
-                        .ok_or_else(|| anyhow!("no run with id {id} in {}", dir.display()))?;
-                    (run, data.events(&id)?)
+                    let data = source.folder(dir)?;
+                    let key = id.clone();
+                    let (run, events) = tokio::task::spawn_blocking(move || {
+                        Ok::<_, consort_actors::ActorsError>((data.run(&key)?, data.events(&key)))
+                    })
+                    .await??;
+                    let run =
+                        run.ok_or_else(|| anyhow!("no run with id {id} in {}", dir.display()))?;
+                    (run, events?)
                 }
                 None => {
                     let client = source.client();
@@ -592,6 +613,10 @@ async fn dev(args: DevArgs) -> Result<ExitCode> {
         auth,
         allow_hosts: args.allow_hosts.clone(),
         http: HttpBounds::default(),
+        store: consort_fleet::store_backend(
+            &consort_config::StoreConfig::Sqlite,
+            args.store_url_env.as_deref(),
+        )?,
     })
     .await?;
     let url = format!("http://{}", dev.addr);
@@ -632,7 +657,8 @@ async fn dev(args: DevArgs) -> Result<ExitCode> {
         if run.status.is_settled() {
             break run;
         }
-        for blocked in produced(&dev.host, &started.id)?
+        for blocked in produced(&dev.host, &started.id)
+            .await?
             .into_iter()
             .filter(|r| r.status == RunStatus::Blocked)
         {
@@ -648,7 +674,7 @@ async fn dev(args: DevArgs) -> Result<ExitCode> {
         }
         while notices.try_recv().is_ok() {}
     };
-    let runs = produced(&dev.host, &started.id)?;
+    let runs = produced(&dev.host, &started.id).await?;
     if args.json {
         print_json(&json!({"run": run, "answer": run.output, "runs": runs}))?;
     } else {
@@ -705,8 +731,10 @@ async fn shutdown_signal() {
 }
 
 /// The root run and every run it produced, transitively, oldest first.
-fn produced(host: &consort_actors::Host, root: &RunId) -> Result<Vec<RunRecord>> {
-    let all = host.jobs(None)?;
+async fn produced(host: &consort_actors::Host, root: &RunId) -> Result<Vec<RunRecord>> {
+    // A blocking read (the PostgreSQL client must not run on an async worker).
+    let reader = host.clone();
+    let all = tokio::task::spawn_blocking(move || reader.jobs(None)).await??;
     let mut ids = vec![root.clone()];
     let mut out: Vec<RunRecord> = Vec::new();
     while let Some(id) = ids.pop() {

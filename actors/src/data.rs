@@ -1,15 +1,22 @@
-//! A host's data folder, read from outside the actors.
+//! A host's data folder and run stores, read from outside the actors.
 //!
-//! Layout: `<data>/agents/<agent>/runs.db`, one SQLite database per agent. [`DataFolder`]
-//! opens those databases read-only, so the HTTP API's reads, `consort jobs list --data DIR` on
-//! a stopped host and the embedding handle all read the same way without going through (or
-//! waiting on) an agent's mailbox. It never writes.
+//! Layout: `<data>/agents/<agent>/runs.db`, one SQLite database per agent, or, for a host whose
+//! store is PostgreSQL, the rows of each agent in that database (the data folder then keeps
+//! everything but the runs). [`DataFolder`] reads those stores only, so the HTTP API's reads,
+//! `consort jobs list --data DIR` on a stopped host and the embedding handle all read the same
+//! way without going through (or waiting on) an agent's mailbox. It never writes: SQLite files
+//! are opened read-only, and the PostgreSQL connection's transactions are read-only.
 //!
-//! A read-only store is kept open after a read, a few at a time (`IDLE_STORES`), for the next
-//! one: a burst of reads (every `Host::wait` looks at its run first) then does not open and
-//! parse each store again. Each statement still sees the latest commit.
+//! A read-only SQLite store is kept open after a read, a few at a time (`IDLE_STORES`), for
+//! the next one: a burst of reads (every `Host::wait` looks at its run first) then does not
+//! open and parse each store again. PostgreSQL reads share one connection, opened at the first
+//! read and opened again if it is lost. Each statement still sees the latest commit.
+//!
+//! Reads block: call them on a blocking thread. A PostgreSQL read called from async code
+//! anyway runs on a thread of its own (the client must never run on an async worker), and
+//! holds the caller until it is done.
 
-use std::ops::Deref;
+use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -18,7 +25,8 @@ use consort_net::RunId;
 use crate::ActorsError;
 use crate::page::{EventPage, RunCursor, RunPage, events_page, merge_runs};
 use crate::run::{EventRecord, RunRecord};
-use crate::store::RunStore;
+use crate::store::postgres::{Database, PostgresUrl};
+use crate::store::{RunLog, RunStore, StoreBackend};
 
 /// The most read-only stores kept open between reads, over all agents: each holds a file
 /// open, and a host with many agents must not hold one per agent.
@@ -29,6 +37,29 @@ const IDLE_STORES: usize = 32;
 pub struct DataFolder {
     root: PathBuf,
     idle: Arc<Mutex<Vec<(String, RunStore)>>>,
+    /// The PostgreSQL store, when the host keeps its runs there.
+    postgres: Option<Arc<PostgresReader>>,
+}
+
+/// The read-only connection to a PostgreSQL store, opened at the first read.
+struct PostgresReader {
+    url: PostgresUrl,
+    db: Mutex<Option<Database>>,
+}
+
+impl Drop for PostgresReader {
+    fn drop(&mut self) {
+        // The client closes by blocking on a runtime of its own, which must not happen on an
+        // async worker (where the last handle may well be dropped): it closes on a thread.
+        if let Some(db) = self.db.get_mut().ok().and_then(Option::take) {
+            let closing = std::thread::Builder::new()
+                .name("consort-store-close".into())
+                .spawn(move || drop(db));
+            if let Err(e) = closing {
+                tracing::warn!(error = %e, "a PostgreSQL connection was not closed cleanly");
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for DataFolder {
@@ -56,6 +87,15 @@ impl Deref for Loaned<'_> {
     }
 }
 
+impl DerefMut for Loaned<'_> {
+    fn deref_mut(&mut self) -> &mut RunStore {
+        // Taken only in `drop`.
+        self.store
+            .as_mut()
+            .unwrap_or_else(|| unreachable!("a loaned store is present until dropped"))
+    }
+}
+
 impl Drop for Loaned<'_> {
     fn drop(&mut self) {
         if let (Some(store), Ok(mut idle)) = (self.store.take(), self.folder.idle.lock())
@@ -67,12 +107,27 @@ impl Drop for Loaned<'_> {
 }
 
 impl DataFolder {
-    /// A data folder rooted at `root` (nothing is created until a store opens).
+    /// A data folder rooted at `root` whose run stores are SQLite files in it (nothing is
+    /// created until a store opens).
     pub fn new(root: impl Into<PathBuf>) -> Self {
         Self {
             root: root.into(),
             idle: Arc::default(),
+            postgres: None,
         }
+    }
+
+    /// A data folder rooted at `root` whose run stores are kept by `backend` (nothing is
+    /// opened or connected until the first read).
+    pub fn with_store(root: impl Into<PathBuf>, backend: &StoreBackend) -> Self {
+        let mut folder = Self::new(root);
+        if let StoreBackend::Postgres(url) = backend {
+            folder.postgres = Some(Arc::new(PostgresReader {
+                url: url.clone(),
+                db: Mutex::new(None),
+            }));
+        }
+        folder
     }
 
     /// The folder itself.
@@ -80,13 +135,25 @@ impl DataFolder {
         &self.root
     }
 
-    /// Where an agent's run store lives.
+    /// Where an agent's SQLite run store lives (for PostgreSQL, the path that names the
+    /// agent's store to the store writer; no file is there).
     pub fn store_path(&self, agent: &str) -> PathBuf {
         self.root.join("agents").join(agent).join("runs.db")
     }
 
+    /// Whether `agent` has a run store here (a SQLite file, or runs in PostgreSQL).
+    pub fn has_store(&self, agent: &str) -> Result<bool, ActorsError> {
+        match &self.postgres {
+            None => Ok(self.store_path(agent).is_file()),
+            Some(pg) => pg.with(|db| db.has_agent(agent)),
+        }
+    }
+
     /// Agents that have a run store here, sorted.
     pub fn agents(&self) -> Result<Vec<String>, ActorsError> {
+        if let Some(pg) = &self.postgres {
+            return pg.with(Database::agents);
+        }
         let dir = self.root.join("agents");
         if !self.root.is_dir() {
             return Err(ActorsError::Io {
@@ -122,11 +189,46 @@ impl DataFolder {
         })
     }
 
+    /// Runs `read` against `agent`'s store, whichever backend keeps it.
+    fn read<T: Send>(
+        &self,
+        agent: &str,
+        read: impl FnOnce(&mut dyn RunLog) -> Result<T, ActorsError> + Send,
+    ) -> Result<T, ActorsError> {
+        match &self.postgres {
+            None => read(&mut *self.open(agent)?),
+            Some(pg) => pg.with(|db| read(&mut db.store(agent))),
+        }
+    }
+
+    /// The agent whose store holds run `id`, if any.
+    fn agent_of_run(&self, id: &RunId) -> Result<Option<String>, ActorsError> {
+        if let Some(pg) = &self.postgres {
+            return pg.with(|db| db.agent_of_run(id));
+        }
+        for name in self.agents()? {
+            if self.open(&name)?.run(id)?.is_some() {
+                return Ok(Some(name));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The agents with runs that have not settled, for a PostgreSQL store (`None` for
+    /// SQLite): the store is shared with the hosts that fail over to one another, so what a
+    /// host must resume at start is in the database, not in its own data folder.
+    pub fn agents_with_unsettled_runs(&self) -> Result<Option<Vec<String>>, ActorsError> {
+        match &self.postgres {
+            None => Ok(None),
+            Some(pg) => pg.with(Database::agents_with_unsettled_runs).map(Some),
+        }
+    }
+
     /// Runs of every agent (or one), newest first.
     pub fn runs(&self, agent: Option<&str>) -> Result<Vec<RunRecord>, ActorsError> {
         let agents = match agent {
             Some(name) => {
-                if !self.store_path(name).is_file() {
+                if !self.has_store(name)? {
                     return Err(ActorsError::UnknownAgent(name.to_owned()));
                 }
                 vec![name.to_owned()]
@@ -135,7 +237,7 @@ impl DataFolder {
         };
         let mut runs = Vec::new();
         for name in agents {
-            runs.extend(self.open(&name)?.runs()?);
+            runs.extend(self.read(&name, |store| store.runs())?);
         }
         runs.sort_by(|a, b| b.created_at_ms.cmp(&a.created_at_ms).then(a.id.cmp(&b.id)));
         Ok(runs)
@@ -151,7 +253,7 @@ impl DataFolder {
         limit: usize,
     ) -> Result<RunPage, ActorsError> {
         let agents = match agent {
-            Some(name) if !self.store_path(name).is_file() => {
+            Some(name) if !self.has_store(name)? => {
                 return Ok(merge_runs(Vec::new(), limit));
             }
             Some(name) => vec![name.to_owned()],
@@ -159,10 +261,9 @@ impl DataFolder {
         };
         let mut runs = Vec::new();
         for name in agents {
-            runs.extend(
-                self.open(&name)?
-                    .runs_page(cursor, owner, limit.saturating_add(1))?,
-            );
+            runs.extend(self.read(&name, |store| {
+                store.runs_page(cursor, owner, limit.saturating_add(1))
+            })?);
         }
         Ok(merge_runs(runs, limit))
     }
@@ -175,68 +276,98 @@ impl DataFolder {
         after: u64,
         limit: usize,
     ) -> Result<Option<EventPage>, ActorsError> {
-        for name in self.agents()? {
-            let store = self.open(&name)?;
-            if store.run(id)?.is_some() {
-                let events = store.events_after(id, after, limit.saturating_add(1))?;
-                return Ok(Some(events_page(events, limit)));
-            }
-        }
-        Ok(None)
+        let Some(agent) = self.agent_of_run(id)? else {
+            return Ok(None);
+        };
+        let events = self.read(&agent, |store| {
+            store.events_after(id, after, limit.saturating_add(1))
+        })?;
+        Ok(Some(events_page(events, limit)))
     }
 
     /// How many of `agent`'s runs are in each status (zero for an agent without a store yet).
     pub fn status_counts(&self, agent: &str) -> Result<crate::run::RunCounts, ActorsError> {
-        if !self.store_path(agent).is_file() {
+        if !self.has_store(agent)? {
             return Ok(crate::run::RunCounts::default());
         }
-        self.open(agent)?.status_counts()
+        self.read(agent, |store| store.status_counts())
     }
 
     /// `agent`'s run that failed last, if any.
     pub fn last_failed(&self, agent: &str) -> Result<Option<RunRecord>, ActorsError> {
-        if !self.store_path(agent).is_file() {
+        if !self.has_store(agent)? {
             return Ok(None);
         }
-        self.open(agent)?.last_failed()
+        self.read(agent, |store| store.last_failed())
     }
 
     /// One run, wherever it is stored here.
     pub fn run(&self, id: &RunId) -> Result<Option<RunRecord>, ActorsError> {
-        for name in self.agents()? {
-            if let Some(run) = self.open(&name)?.run(id)? {
-                return Ok(Some(run));
-            }
+        match self.agent_of_run(id)? {
+            Some(agent) => self.read(&agent, |store| store.run(id)),
+            None => Ok(None),
         }
-        Ok(None)
     }
 
     /// One run of `agent` with its state-change sequence (its last event's number), read
     /// from that agent's store only; `None` when the agent stored no such run.
     pub fn run_of(&self, agent: &str, id: &RunId) -> Result<Option<(RunRecord, u64)>, ActorsError> {
-        if !self.store_path(agent).is_file() {
+        if !self.has_store(agent)? {
             return Ok(None);
         }
-        let store = self.open(agent)?;
-        match store.run(id)? {
+        self.read(agent, |store| match store.run(id)? {
             Some(run) => Ok(Some((run, store.last_seq(id)?))),
             None => Ok(None),
-        }
+        })
     }
 
     /// The event log of one run of `agent`.
     pub fn events_of(&self, agent: &str, id: &RunId) -> Result<Vec<EventRecord>, ActorsError> {
-        self.open(agent)?.events(id)
+        self.read(agent, |store| store.events(id))
     }
 
     /// One run's event log.
     pub fn events(&self, id: &RunId) -> Result<Vec<EventRecord>, ActorsError> {
-        for name in self.agents()? {
-            let store = self.open(&name)?;
-            if store.run(id)?.is_some() {
-                return store.events(id);
-            }
+        match self.agent_of_run(id)? {
+            Some(agent) => self.read(&agent, |store| store.events(id)),
+            None => Err(ActorsError::UnknownRun(id.to_string())),
         }
-        Err(ActorsError::UnknownRun(id.to_string()))
+    }
+}
+
+impl PostgresReader {
+    /// Runs `read` on the connection, opening it first if there is none (or it was lost). In
+    /// a tokio context (where the client's own runtime must not block) it runs on a scoped
+    /// thread of its own.
+    fn with<T: Send>(
+        &self,
+        read: impl FnOnce(&mut Database) -> Result<T, ActorsError> + Send,
+    ) -> Result<T, ActorsError> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return self.with_here(read);
+        }
+        std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .name("consort-store-read".into())
+                .spawn_scoped(scope, || self.with_here(read))
+                .map_err(|e| ActorsError::Actor(format!("a store read did not start: {e}")))?
+                .join()
+                .map_err(|_| ActorsError::Actor("a store read panicked".into()))?
+        })
+    }
+
+    fn with_here<T>(
+        &self,
+        read: impl FnOnce(&mut Database) -> Result<T, ActorsError>,
+    ) -> Result<T, ActorsError> {
+        let mut held = self
+            .db
+            .lock()
+            .map_err(|_| ActorsError::Actor("a PostgreSQL read panicked earlier".into()))?;
+        let db = match held.take() {
+            Some(db) if !db.is_closed() => db,
+            _ => Database::connect_read_only(&self.url)?,
+        };
+        read(held.insert(db))
     }
 }

@@ -331,7 +331,7 @@ pub fn offline_packet(
         let mut reports = Vec::new();
         for agent in agents {
             let mut work = consort_core::directory::WorkState::default();
-            if data.store_path(agent).is_file() {
+            if data.has_store(agent)? {
                 for run in data.runs(Some(agent))? {
                     if run.status.is_settled() {
                         if work.last_settled.is_none() {

@@ -48,6 +48,24 @@ pub enum ActorsError {
         /// What SQLite said.
         detail: String,
     },
+    /// The PostgreSQL run store could not be reached, or a statement on it failed. Nothing of
+    /// the failed write is in the store.
+    #[error("PostgreSQL run store ({store}): {source}")]
+    Postgres {
+        /// What was being reached: `connect`, or the agent whose store was read or written.
+        store: String,
+        #[source]
+        /// What the client or the server said.
+        source: postgres::Error,
+    },
+    /// The PostgreSQL run store's URL is read from an environment variable that is not set.
+    #[error(
+        "the PostgreSQL run store's URL is read from the environment variable {var}, which is not set (or not UTF-8)"
+    )]
+    StoreUrlMissing {
+        /// The variable's name.
+        var: String,
+    },
     /// No run with this id exists in the stores asked.
     #[error("no run with id {0}")]
     UnknownRun(String),

@@ -52,9 +52,9 @@ impl Host {
         parent: Option<ActorCell>,
     ) -> Result<(Self, tokio::task::JoinHandle<()>), ActorsError> {
         let (settled, _) = broadcast::channel(1024);
-        let data = DataFolder::new(spec.data_dir.clone());
+        let data = DataFolder::with_store(spec.data_dir.clone(), &spec.store);
         let agents = spec.agents.names();
-        let writer = StoreWriter::start_with(spec.max_open_stores)?;
+        let writer = StoreWriter::start_on(&spec.store, spec.max_open_stores).await?;
         let (supervisor, join) =
             spawn_supervisor(spec, settled.clone(), writer.clone(), parent).await?;
         Ok((
@@ -192,7 +192,7 @@ impl Host {
             if !self.agents.iter().any(|a| a == name) {
                 return Err(ActorsError::UnknownAgent(name.to_owned()));
             }
-            if !self.data.store_path(name).is_file() {
+            if !self.data.has_store(name)? {
                 return Ok(Vec::new());
             }
         }

@@ -56,8 +56,11 @@ pub struct HostSpec {
     pub agents: AgentSet,
     /// Agents of the fleet served by other hosts.
     pub remote_agents: Vec<String>,
-    /// The data folder (one run store per agent).
+    /// The data folder (one run store per agent, unless `store` keeps them elsewhere).
     pub data_dir: PathBuf,
+    /// Where the agents' run stores are kept: SQLite files in `data_dir` (the default) or a
+    /// PostgreSQL database.
+    pub store: crate::store::StoreBackend,
     /// Settings every agent actor is started with.
     pub options: AgentOptions,
     /// How often an agent actor may be restarted before it is left down.
@@ -90,6 +93,7 @@ impl HostSpec {
             agents,
             remote_agents: Vec::new(),
             data_dir: data_dir.into(),
+            store: crate::store::StoreBackend::default(),
             options: AgentOptions::default(),
             restart: RestartBudget::default(),
             store_probe: ProbeBackoff::default(),
@@ -538,7 +542,7 @@ impl Actor for HostSupervisor {
         let board = PresenceBoard::default();
         let fleet_agents: Arc<[String]> = Arc::from(Self::fleet_agents(&args.spec));
         let epoch_ms = crate::run::now_ms();
-        let data = DataFolder::new(args.spec.data_dir.clone());
+        let data = DataFolder::with_store(args.spec.data_dir.clone(), &args.spec.store);
         let markers = AwakeMarkers::new(data.root(), args.spec.options.durability);
         peers::write_snapshot(&data, &args.spec);
         let directory = DirectoryHost {

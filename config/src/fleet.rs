@@ -1,5 +1,6 @@
 //! `fleet.yaml`: the hosts of a fleet, their addresses and pinned keys, the agents each
-//! serves, the operators whose keys may send fleet commands, and the fleet's goals.
+//! serves, where each keeps its run stores (`store:`), the operators whose keys may send fleet
+//! commands, and the fleet's goals.
 //!
 //! Owns parsing and checking of the file (unique host names, addresses and keys; unique
 //! operator names and keys, none of them a host's key; well-formed ed25519 public keys) and
@@ -37,6 +38,22 @@ pub struct HostConfig {
     /// The folders listed under `agents`, absolute (resolved against the folder of
     /// `fleet.yaml`). Each is an agent folder or a folder of agent folders.
     pub agent_dirs: Vec<PathBuf>,
+    /// Where the host keeps its agents' run stores (`store:`; SQLite files when absent).
+    pub store: StoreConfig,
+}
+
+/// A host's `store:`: where its agents' runs are kept.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum StoreConfig {
+    /// `kind: sqlite` (the default): one SQLite file per agent in the host's data folder.
+    #[default]
+    Sqlite,
+    /// `kind: postgres`: one PostgreSQL database, whose connection URL is read from the
+    /// environment variable `url_env` when the host starts (never written in the file).
+    Postgres {
+        /// The environment variable that holds the connection URL.
+        url_env: String,
+    },
 }
 
 /// One operator of the fleet: a person (or system) whose key may send fleet commands
@@ -82,6 +99,67 @@ struct RawHost {
     address: Spanned<String>,
     public_key: Spanned<String>,
     agents: Option<Vec<Spanned<String>>>,
+    store: Option<Spanned<RawStore>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStore {
+    kind: Spanned<String>,
+    url_env: Option<Spanned<String>>,
+}
+
+/// Checks a host's `store:` (`key` is the path to it).
+fn convert_store(
+    ctx: Ctx<'_>,
+    raw: Option<Spanned<RawStore>>,
+    key: &KeyPath,
+) -> Result<StoreConfig, ConfigError> {
+    let Some(raw) = raw else {
+        return Ok(StoreConfig::Sqlite);
+    };
+    let at = Pos::of(&raw);
+    let raw = raw.value;
+    match (raw.kind.value.trim(), raw.url_env) {
+        ("sqlite", None) => Ok(StoreConfig::Sqlite),
+        ("sqlite", Some(var)) => Err(ctx.invalid(
+            Pos::of(&var),
+            &key.key("url_env"),
+            "`url_env` applies to `kind: postgres` only",
+        )),
+        ("postgres", None) => Err(ctx.invalid(
+            at,
+            key,
+            "a postgres store needs `url_env`: the environment variable that holds its \
+             connection URL (the URL itself is never written in fleet.yaml)",
+        )),
+        ("postgres", Some(var)) => {
+            let name = var.value.trim();
+            let first_ok = name
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+            if !first_ok || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Err(ctx.invalid(
+                    Pos::of(&var),
+                    &key.key("url_env"),
+                    format!(
+                        "`{name}` is not an environment variable name (letters, digits and `_`, \
+                         not starting with a digit); name the variable that holds the URL, \
+                         not the URL"
+                    ),
+                ));
+            }
+            Ok(StoreConfig::Postgres {
+                url_env: name.to_owned(),
+            })
+        }
+        (other, _) => Err(ctx.invalid(
+            Pos::of(&raw.kind),
+            &key.key("kind"),
+            format!("unknown store kind `{other}`; expected `sqlite` or `postgres`"),
+        )),
+    }
 }
 
 #[derive(Deserialize)]
@@ -177,6 +255,7 @@ impl FleetConfig {
                     return Err(ctx.invalid(at, &key.key(field), msg));
                 }
             }
+            let store = convert_store(ctx, h.store, &key.key("store"))?;
             let entries = h.agents.unwrap_or_default();
             dir_positions.push(entries.iter().map(Pos::of).collect());
             let agent_dirs = entries.into_iter().map(|e| base.join(e.value)).collect();
@@ -185,6 +264,7 @@ impl FleetConfig {
                 address,
                 public_key,
                 agent_dirs,
+                store,
             });
         }
         let operators = convert_operators(ctx, raw.operators.unwrap_or_default(), &hosts)?;
@@ -377,6 +457,66 @@ mod tests {
             } => (line, column, key, message),
             other => panic!("expected Invalid, got {other}"),
         }
+    }
+
+    fn one_host_with(store: &str) -> String {
+        format!(
+            "hosts:\n  - name: alpha\n    address: 127.0.0.1:7401\n    public_key: \"{KEY_A}\"\n{store}"
+        )
+    }
+
+    #[test]
+    fn a_hosts_store_is_sqlite_unless_it_says_postgres() {
+        let (_t, r) = fleet(&one_host_with(""));
+        assert_eq!(r.unwrap().hosts[0].store, StoreConfig::Sqlite);
+        let (_t, r) = fleet(&one_host_with("    store: {kind: sqlite}\n"));
+        assert_eq!(r.unwrap().hosts[0].store, StoreConfig::Sqlite);
+        let (_t, r) = fleet(&one_host_with(
+            "    store:\n      kind: postgres\n      url_env: CONSORT_PG_URL\n",
+        ));
+        assert_eq!(
+            r.unwrap().hosts[0].store,
+            StoreConfig::Postgres {
+                url_env: "CONSORT_PG_URL".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_bad_store_names_its_line_and_key() {
+        let cases = [
+            (
+                "    store: {kind: mysql}\n",
+                (5, "hosts[0].store.kind", "unknown store kind `mysql`"),
+            ),
+            (
+                "    store: {kind: postgres}\n",
+                (5, "hosts[0].store", "needs `url_env`"),
+            ),
+            (
+                "    store:\n      kind: postgres\n      url_env: postgresql://me@db/consort\n",
+                (
+                    7,
+                    "hosts[0].store.url_env",
+                    "not an environment variable name",
+                ),
+            ),
+            (
+                "    store:\n      kind: sqlite\n      url_env: CONSORT_PG_URL\n",
+                (7, "hosts[0].store.url_env", "`kind: postgres` only"),
+            ),
+        ];
+        for (store, (line, key, message)) in cases {
+            let (_t, r) = fleet(&one_host_with(store));
+            let (at, _column, found_key, found) = invalid(r.unwrap_err());
+            assert_eq!((at, found_key.as_str()), (line, key), "{store}: {found}");
+            assert!(found.contains(message), "{store}: {found}");
+        }
+        // An unknown field under `store:` is refused too.
+        let (_t, r) = fleet(&one_host_with(
+            "    store: {kind: postgres, url: \"postgresql://db\"}\n",
+        ));
+        assert!(r.is_err());
     }
 
     #[test]

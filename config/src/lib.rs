@@ -1,7 +1,8 @@
 //! consort-config: the declarations an operator writes, read and checked.
 //!
 //! This crate owns `agent.yaml` (one agent: its peers, model, tools and env), `fleet.yaml`
-//! (hosts, their keys and the agents each serves, and the operators' keys), the goals that scope the peer directory
+//! (hosts, their keys, the agents each serves and where it stores their runs, and the
+//! operators' keys), the goals that scope the peer directory
 //! (`goals`: named sets of agents that may see each other, and the directory's settings;
 //! declared in fleet.yaml or in the `goals.yaml` of a `consort dev` folder), the
 //! tool-visibility declarations of agent.yaml (`visibility`) and the host auth file of HTTP
@@ -25,7 +26,7 @@ pub use agent::{
     ToolKind, ToolStep, check_name,
 };
 pub use error::ConfigError;
-pub use fleet::{FleetConfig, HostConfig, OperatorConfig};
+pub use fleet::{FleetConfig, HostConfig, OperatorConfig, StoreConfig};
 pub use goals::{DirectorySettings, GoalConfig, GoalsConfig, load_dev_goals};
 pub use host_auth::{
     AnonymousAccess, HostAuthConfig, IdentityHookConfig, TokenConfig, TokenSecret,

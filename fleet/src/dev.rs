@@ -2,7 +2,8 @@
 //!
 //! [`DevHost::start`] loads the folders (each an agent folder or a folder of agent folders),
 //! starts the host and binds its HTTP API. It writes `<data>/serve.json` with the API's URL so
-//! other commands run in the same folder find the host without flags. It never decides call
+//! other commands run in the same folder find the host without flags. Its run stores are SQLite
+//! files in the data folder unless [`DevOptions::store`] says PostgreSQL. It never decides call
 //! rules; it only wires parts together.
 
 use std::net::SocketAddr;
@@ -37,6 +38,8 @@ pub struct DevOptions {
     pub allow_hosts: Vec<String>,
     /// Bounds on the API's connections and requests.
     pub http: HttpBounds,
+    /// Where the agents' run stores are kept (SQLite files in `data_dir` by default).
+    pub store: consort_actors::store::StoreBackend,
 }
 
 /// A host serving its API.
@@ -60,6 +63,7 @@ impl DevHost {
             .as_ref()
             .map_or_else(HostAuth::none, HostAuth::new);
         let mut spec = HostSpec::new(agents, options.data_dir.clone());
+        spec.store = options.store.clone();
         spec.directory = crate::directory_spec(&goals, Default::default());
         spec.options = options.agent_options;
         // What an origin (`api:<name>`) holds here bounds what a called agent acts with.

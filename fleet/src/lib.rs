@@ -23,7 +23,7 @@ pub use auth::HostAuth;
 pub use client::Client;
 pub use error::FleetError;
 pub use remote::{FleetMap, LinkRemote};
-pub use serve::{Prepared, ServeOptions, ServedHost, default_key_path, prepare};
+pub use serve::{Prepared, ServeOptions, ServedHost, default_key_path, prepare, store_backend};
 
 /// The directory a host serves, from the fleet's goals and where each agent lives.
 pub(crate) fn directory_spec(

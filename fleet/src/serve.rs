@@ -16,6 +16,11 @@
 //! The host key lives, unless `--key` says otherwise, at `keys/<host>.key` next to
 //! `fleet.yaml` ([`default_key_path`]), as written by `consort keygen --out keys --name <host>`.
 //!
+//! The host's run stores are where fleet.yaml's `store:` for it says (SQLite files in the data
+//! folder by default, or a PostgreSQL database whose URL an environment variable holds;
+//! [`store_backend`]); a URL that is missing or a server that cannot be reached stops the start
+//! with an error.
+//!
 //! It must not decide call rules or verify envelopes itself; it only wires parts together.
 
 use std::collections::BTreeMap;
@@ -26,8 +31,10 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tracing::info;
 
-use consort_actors::{AgentOptions, DataFolder, Host, HostSpec};
-use consort_config::{AgentSet, FleetConfig};
+use consort_actors::store::StoreBackend;
+use consort_actors::store::postgres::PostgresUrl;
+use consort_actors::{ActorsError, AgentOptions, DataFolder, Host, HostSpec};
+use consort_config::{AgentSet, FleetConfig, StoreConfig};
 use consort_net::{HostKey, KeyRing, LinkConfig, LinkEndpoint, OperatorAccess, PublicKey};
 
 use crate::FleetError;
@@ -44,6 +51,22 @@ pub fn default_key_path(fleet_file: &Path, host: &str) -> PathBuf {
         .unwrap_or_else(|| Path::new("."))
         .join("keys")
         .join(format!("{host}.key"))
+}
+
+/// The store backend of a host: `url_env` (the CLI's `--store-url-env`) when given, a
+/// PostgreSQL store whose URL that variable holds; else what fleet.yaml's `store:` says. The
+/// URL is read from the environment here, at start: a missing one is
+/// [`ActorsError::StoreUrlMissing`].
+pub fn store_backend(
+    declared: &StoreConfig,
+    url_env: Option<&str>,
+) -> Result<StoreBackend, ActorsError> {
+    let var = match (url_env, declared) {
+        (Some(var), _) => var,
+        (None, StoreConfig::Postgres { url_env }) => url_env,
+        (None, StoreConfig::Sqlite) => return Ok(StoreBackend::Sqlite),
+    };
+    PostgresUrl::from_env(var).map(StoreBackend::Postgres)
 }
 
 /// How to serve one host of a fleet.
@@ -70,6 +93,9 @@ pub struct ServeOptions {
     pub allow_hosts: Vec<String>,
     /// Bounds on the API's connections and requests.
     pub http: HttpBounds,
+    /// The environment variable holding a PostgreSQL URL for this host's run stores, instead
+    /// of what fleet.yaml's `store:` says; `None` keeps fleet.yaml's.
+    pub store_url_env: Option<String>,
 }
 
 /// A fleet host serving its link and its API.
@@ -105,6 +131,8 @@ pub struct Prepared {
     pub goals: consort_config::GoalsConfig,
     /// The fleet's operators: name -> key (fleet.yaml's `operators:`).
     pub operators: KeyRing,
+    /// Where this host keeps its run stores (fleet.yaml's `store:`).
+    pub store: StoreConfig,
 }
 
 /// Reads fleet.yaml and the key of `host`; every error names the file (and line) at fault.
@@ -183,6 +211,7 @@ pub fn prepare(
         link_addr: me.address,
         goals: fleet.declared_goals().clone(),
         operators,
+        store: me.store.clone(),
     })
 }
 
@@ -205,6 +234,7 @@ impl ServedHost {
             &options.host,
             options.key_file.as_deref(),
         )?;
+        let store = store_backend(&prepared.store, options.store_url_env.as_deref())?;
         let deepest = prepared
             .local
             .agents
@@ -224,7 +254,7 @@ impl ServedHost {
         let inbound = Arc::new(
             Inbound::new(
                 map.clone(),
-                DataFolder::new(options.data_dir.clone()),
+                DataFolder::with_store(options.data_dir.clone(), &store),
                 options.agent_options.reply_cap,
             )
             .with_limits(limits)
@@ -253,6 +283,7 @@ impl ServedHost {
         let remote = LinkRemote::new(map.clone(), prepared.key, endpoint.clone());
 
         let mut spec = HostSpec::new(prepared.local, options.data_dir.clone());
+        spec.store = store;
         spec.remote_agents = prepared.remote_agents;
         spec.host_name = options.host.clone();
         spec.directory = crate::directory_spec(&prepared.goals, map.placements.clone());
@@ -301,5 +332,33 @@ impl ServedHost {
             endpoint,
             server,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_store_is_fleet_yamls_unless_the_flag_names_a_variable() {
+        assert!(matches!(
+            store_backend(&StoreConfig::Sqlite, None),
+            Ok(StoreBackend::Sqlite)
+        ));
+        let declared = StoreConfig::Postgres {
+            url_env: "CONSORT_TEST_UNSET_DECLARED_URL".into(),
+        };
+        let missing = store_backend(&declared, None).unwrap_err();
+        assert!(
+            matches!(&missing, ActorsError::StoreUrlMissing { var } if var == "CONSORT_TEST_UNSET_DECLARED_URL"),
+            "{missing}"
+        );
+        // The flag wins over fleet.yaml: its variable is the one read (any set variable holds
+        // a "URL" here; nothing connects).
+        let flagged = store_backend(&declared, Some("PATH")).unwrap();
+        assert!(matches!(flagged, StoreBackend::Postgres(_)));
+        let missing =
+            store_backend(&StoreConfig::Sqlite, Some("CONSORT_TEST_UNSET_FLAG_URL")).unwrap_err();
+        assert!(missing.to_string().contains("CONSORT_TEST_UNSET_FLAG_URL"));
     }
 }

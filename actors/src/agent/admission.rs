@@ -21,7 +21,7 @@ use super::{AgentActor, AgentMsg, AgentState, refused, tell};
 use crate::ActorsError;
 use crate::fault::{self, Point};
 use crate::run::{Channel, RunRecord, now_ms};
-use crate::store::{Inserted, NewRun, RunStore};
+use crate::store::{Inserted, NewRun, RunLog};
 use crate::visibility::{Identity, Origin};
 
 impl AgentActor {
@@ -273,7 +273,7 @@ impl AgentActor {
 
 /// The writer thread's side of an arriving call: replay check, inbound guards, insert.
 fn admit(
-    store: &mut RunStore,
+    store: &mut dyn RunLog,
     gate: &InboundGate,
     known_children: Option<u64>,
     parent: &RunId,

@@ -51,7 +51,7 @@ use crate::model::{Model, ModelError, ModelReply};
 use crate::routing::SupervisorMsg;
 use crate::run::{Channel, RunRecord};
 use crate::script::ScriptModel;
-use crate::store::{Durability, RunStore, StoreWriter};
+use crate::store::{Durability, StoreWriter};
 use crate::tools::{Tool, ToolError};
 use crate::visibility::{Identity, ProbeCache, RoleGrants};
 
@@ -473,9 +473,9 @@ impl AgentActor {
                 // while the WAL is folded. A store not written since needs none.
                 if state.commits.issued() > state.checkpointed {
                     state.checkpointed = state.commits.issued();
-                    let (path, agent) = (state.store.path().to_owned(), state.config.name.clone());
+                    let (store, agent) = (state.store.clone(), state.config.name.clone());
                     tokio::task::spawn_blocking(move || {
-                        if let Err(e) = RunStore::checkpoint_file(&path) {
+                        if let Err(e) = store.checkpoint() {
                             warn!(%agent, error = %e, "checkpoint failed");
                         }
                     });

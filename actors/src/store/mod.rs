@@ -1,20 +1,23 @@
-//! The per-agent run store: one SQLite database (WAL) per agent.
+//! The per-agent run store: the [`RunLog`] interface, and its embedded default, one SQLite
+//! database (WAL) per agent ([`RunStore`]). The other backend, a PostgreSQL database shared by
+//! many agents (and by hosts that fail over to one another), is [`postgres`].
 //!
-//! Each agent's runs and their append-only event logs live in the agent's own database under
-//! the host's data folder; nothing is shared between agents. Every change to a run (its events,
-//! its status, its cost) is written in one savepoint through [`RunStore::append`], so a crash
-//! never leaves a status without the event that explains it. The unique key on the run id,
-//! written in the same savepoint as the run's first event, is what turns a replayed call into
-//! "the run already exists" (the child run id is derived from the parent run and the tool use).
+//! Each agent's runs and their append-only event logs live in the agent's own store; nothing
+//! is shared between agents. Every change to a run (its events, its status, its cost) is
+//! written in one savepoint through [`RunLog::append`], so a crash never leaves a status
+//! without the event that explains it. The unique key on the run id, written in the same
+//! savepoint as the run's first event, is what turns a replayed call into "the run already
+//! exists" (the child run id is derived from the parent run and the tool use). Both backends
+//! keep these guarantees, and list runs and events in the same order with the same cursors.
 //!
-//! [`RunStore`] is the synchronous store over one connection. Inside a host no async code
-//! calls it: [`StoreWriter`] owns the connections on a thread of its own,
-//! commits many runs' appends together and answers each once committed; an agent actor holds
-//! an [`AgentStore`] handle. Inspection (the CLI, the HTTP API's reads) opens a store
-//! read-only on a blocking thread.
+//! A store is synchronous. Inside a host no async code calls it: [`StoreWriter`] owns the
+//! connections on a thread of its own, commits many runs' appends together and answers each
+//! once committed; an agent actor holds an [`AgentStore`] handle and hands it closures over
+//! `&mut dyn RunLog`. Inspection (the CLI, the HTTP API's reads) reads through
+//! [`crate::DataFolder`] on a blocking thread.
 //!
-//! [`RunStore::probe_writable`] tells whether a store that could not be written (a full disk, a
-//! file-size limit) takes writes again.
+//! [`RunStore::probe_writable`] tells whether a SQLite store that could not be written (a full
+//! disk, a file-size limit) takes writes again.
 //!
 //! The store decides nothing: it never checks consent or guards, it only records.
 
@@ -147,7 +150,96 @@ pub struct Applied {
     pub last_seq: u64,
 }
 
-/// One agent's run store.
+/// An agent's run log: what every store backend offers, whatever keeps it (a SQLite file of
+/// the agent's own, rows of a PostgreSQL database shared with other agents).
+///
+/// Each write ([`RunLog::insert_run`], [`RunLog::append`]) is atomic: one savepoint, nested in
+/// the writer's batch transaction when there is one (so a failing write rolls back alone), its
+/// own transaction otherwise. Listings are newest first by creation time, then by run id in
+/// byte order; events are in sequence order. Reads take `&mut self` because a database client
+/// is used exclusively while a statement runs.
+///
+/// A store records; it never checks consent or guards.
+pub trait RunLog {
+    /// Creates the run, or finds the run that already has this id
+    /// ([`Inserted::Existing`], nothing written: a replayed call).
+    ///
+    /// The run row and its first event are one transaction: a run that exists always has a log.
+    fn insert_run(&mut self, new: NewRun) -> Result<Inserted, ActorsError>;
+
+    /// Applies one change to a run atomically and returns the run as it now stands.
+    fn apply(&mut self, id: &RunId, update: Transition) -> Result<RunRecord, ActorsError> {
+        self.append(id, update).map(|applied| applied.record)
+    }
+
+    /// As [`RunLog::apply`], and also returns every event appended (the update's, with the
+    /// status changes the store derived), so a live view can fold exactly what was written.
+    fn append(&mut self, id: &RunId, update: Transition) -> Result<Applied, ActorsError>;
+
+    /// One run, if it exists here.
+    fn run(&mut self, id: &RunId) -> Result<Option<RunRecord>, ActorsError>;
+
+    /// The chain of hops that led to a run (empty for a root run).
+    fn chain(&mut self, id: &RunId) -> Result<Vec<Hop>, ActorsError>;
+
+    /// All runs, newest first.
+    fn runs(&mut self) -> Result<Vec<RunRecord>, ActorsError>;
+
+    /// Up to `limit` runs after `cursor` in listing order (newest first), only those acting for
+    /// `owner` when it is given: one page of a listing (see [`crate::page`]).
+    fn runs_page(
+        &mut self,
+        cursor: Option<&crate::page::RunCursor>,
+        owner: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>, ActorsError>;
+
+    /// Runs that have not settled yet (what a restarted host resumes).
+    fn unsettled(&mut self) -> Result<Vec<RunRecord>, ActorsError>;
+
+    /// How many runs have not settled (what admission counts); an index lookup, not a scan
+    /// of the rows.
+    fn count_unsettled(&mut self) -> Result<usize, ActorsError>;
+
+    /// How many runs are in each status: one grouped count over the status index, not a read
+    /// of the rows. A status this build does not know is not counted.
+    fn status_counts(&mut self) -> Result<crate::run::RunCounts, ActorsError>;
+
+    /// The run that failed last (by settlement time), if any failed.
+    fn last_failed(&mut self) -> Result<Option<RunRecord>, ActorsError>;
+
+    /// How many distinct child runs this store has accepted for one parent run.
+    fn count_children(&mut self, parent: &RunId) -> Result<u64, ActorsError>;
+
+    /// The sequence number of a run's last event (0 for a run without events): its
+    /// state-change sequence, which only moves forward.
+    fn last_seq(&mut self, id: &RunId) -> Result<u64, ActorsError>;
+
+    /// A run's event log, in order.
+    fn events(&mut self, id: &RunId) -> Result<Vec<EventRecord>, ActorsError> {
+        self.events_after(id, 0, usize::MAX)
+    }
+
+    /// Up to `limit` events of a run whose sequence number is above `after`, oldest first.
+    fn events_after(
+        &mut self,
+        id: &RunId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<EventRecord>, ActorsError>;
+}
+
+/// Which store backend a host keeps its agents' runs in.
+#[derive(Clone, Debug, Default)]
+pub enum StoreBackend {
+    /// One SQLite file per agent under the host's data folder (the embedded default).
+    #[default]
+    Sqlite,
+    /// One PostgreSQL database for every agent (see [`postgres`]).
+    Postgres(postgres::PostgresUrl),
+}
+
+/// One agent's SQLite run store (the embedded default backend).
 pub struct RunStore {
     conn: Connection,
     path: PathBuf,
@@ -169,10 +261,53 @@ impl RunStore {
         ActorsError::sqlite(&self.path, source)
     }
 
-    /// Creates the run, or finds the run that already has this id.
-    ///
-    /// The run row and its first event are one transaction: a run that exists always has a log.
-    pub fn insert_run(&mut self, new: NewRun) -> Result<Inserted, ActorsError> {
+    /// Opens the writer's batch transaction: the appends that follow, each in its own
+    /// savepoint, commit together in [`RunStore::commit_batch`].
+    pub(crate) fn begin_batch(&self) -> rusqlite::Result<()> {
+        self.conn.execute_batch("BEGIN IMMEDIATE")
+    }
+
+    /// Commits the batch transaction; if the commit fails, rolls it back so the connection is
+    /// usable again, and says why.
+    pub(crate) fn commit_batch(&self) -> rusqlite::Result<()> {
+        self.conn.execute_batch("COMMIT").inspect_err(|_| {
+            // Nothing of the batch stays; the askers hear that the commit failed.
+            let _already_ended = self.conn.execute_batch("ROLLBACK");
+        })
+    }
+
+    fn select_runs(
+        &self,
+        filter: &str,
+        params: &[&dyn rusqlite::ToSql],
+    ) -> Result<Vec<RunRecord>, ActorsError> {
+        let sql = format!(
+            "SELECT {} FROM runs WHERE {filter} ORDER BY created_at_ms DESC, id",
+            self.columns()
+        );
+        self.query_runs(&sql, params)
+    }
+
+    /// The runs a `SELECT` of [`Self::columns`] finds, decoded.
+    fn query_runs(
+        &self,
+        sql: &str,
+        params: &[&dyn rusqlite::ToSql],
+    ) -> Result<Vec<RunRecord>, ActorsError> {
+        let mut stmt = self.conn.prepare_cached(sql).map_err(|e| self.err(e))?;
+        let raws = stmt
+            .query_map(params, rows::raw_run)
+            .map_err(|e| self.err(e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.err(e))?;
+        raws.into_iter()
+            .map(|raw| rows::decode(&self.path, raw))
+            .collect()
+    }
+}
+
+impl RunLog for RunStore {
+    fn insert_run(&mut self, new: NewRun) -> Result<Inserted, ActorsError> {
         if let Some(existing) = self.run(&new.id)? {
             return Ok(Inserted::Existing(existing));
         }
@@ -241,14 +376,7 @@ impl RunStore {
         })
     }
 
-    /// Applies one change to a run atomically and returns the run as it now stands.
-    pub fn apply(&mut self, id: &RunId, update: Transition) -> Result<RunRecord, ActorsError> {
-        self.append(id, update).map(|applied| applied.record)
-    }
-
-    /// As [`RunStore::apply`], and also returns every event appended (the update's, with the
-    /// status changes the store derived), so a live view can fold exactly what was written.
-    pub fn append(&mut self, id: &RunId, update: Transition) -> Result<Applied, ActorsError> {
+    fn append(&mut self, id: &RunId, update: Transition) -> Result<Applied, ActorsError> {
         let path = self.path.clone();
         let e = |source| ActorsError::sqlite(&path, source);
         let now = now_ms();
@@ -339,23 +467,7 @@ impl RunStore {
         })
     }
 
-    /// Opens the writer's batch transaction: the appends that follow, each in its own
-    /// savepoint, commit together in [`RunStore::commit_batch`].
-    pub(crate) fn begin_batch(&self) -> rusqlite::Result<()> {
-        self.conn.execute_batch("BEGIN IMMEDIATE")
-    }
-
-    /// Commits the batch transaction; if the commit fails, rolls it back so the connection is
-    /// usable again, and says why.
-    pub(crate) fn commit_batch(&self) -> rusqlite::Result<()> {
-        self.conn.execute_batch("COMMIT").inspect_err(|_| {
-            // Nothing of the batch stays; the askers hear that the commit failed.
-            let _already_ended = self.conn.execute_batch("ROLLBACK");
-        })
-    }
-
-    /// One run, if it exists here.
-    pub fn run(&self, id: &RunId) -> Result<Option<RunRecord>, ActorsError> {
+    fn run(&mut self, id: &RunId) -> Result<Option<RunRecord>, ActorsError> {
         let sql = format!("SELECT {} FROM runs WHERE id = ?1", self.columns());
         let row = self
             .conn
@@ -366,8 +478,7 @@ impl RunStore {
         row.map(|raw| rows::decode(&self.path, raw)).transpose()
     }
 
-    /// The chain of hops that led to a run (empty for a root run).
-    pub fn chain(&self, id: &RunId) -> Result<Vec<Hop>, ActorsError> {
+    fn chain(&mut self, id: &RunId) -> Result<Vec<Hop>, ActorsError> {
         let text: Option<String> = query_one(
             &self.conn,
             "SELECT chain FROM runs WHERE id = ?1",
@@ -383,15 +494,12 @@ impl RunStore {
         })
     }
 
-    /// All runs, newest first.
-    pub fn runs(&self) -> Result<Vec<RunRecord>, ActorsError> {
+    fn runs(&mut self) -> Result<Vec<RunRecord>, ActorsError> {
         self.select_runs("1 = 1", params![])
     }
 
-    /// Up to `limit` runs after `cursor` in listing order (newest first), only those acting for
-    /// `owner` when it is given: one page of a listing (see [`crate::page`]).
-    pub fn runs_page(
-        &self,
+    fn runs_page(
+        &mut self,
         cursor: Option<&crate::page::RunCursor>,
         owner: Option<&str>,
         limit: usize,
@@ -412,17 +520,14 @@ impl RunStore {
         self.query_runs(&sql, params![ms, id, owner, limit])
     }
 
-    /// Runs that have not settled yet (what a restarted host resumes).
-    pub fn unsettled(&self) -> Result<Vec<RunRecord>, ActorsError> {
+    fn unsettled(&mut self) -> Result<Vec<RunRecord>, ActorsError> {
         self.select_runs(
             "status IN ('queued', 'running', 'waiting', 'blocked')",
             params![],
         )
     }
 
-    /// How many runs have not settled (what admission counts); an index lookup, not a scan
-    /// of the rows.
-    pub fn count_unsettled(&self) -> Result<usize, ActorsError> {
+    fn count_unsettled(&mut self) -> Result<usize, ActorsError> {
         let n: i64 = query_one(
             &self.conn,
             "SELECT COUNT(*) FROM runs WHERE status IN ('queued', 'running', 'waiting', 'blocked')",
@@ -433,9 +538,7 @@ impl RunStore {
         Ok(n.max(0) as usize)
     }
 
-    /// How many runs are in each status: one grouped count over the status index, not a read
-    /// of the rows. A status this build does not know is not counted.
-    pub fn status_counts(&self) -> Result<crate::run::RunCounts, ActorsError> {
+    fn status_counts(&mut self) -> Result<crate::run::RunCounts, ActorsError> {
         let mut stmt = self
             .conn
             .prepare_cached("SELECT status, COUNT(*) FROM runs GROUP BY status")
@@ -456,8 +559,7 @@ impl RunStore {
         Ok(counts)
     }
 
-    /// The run that failed last (by settlement time), if any failed.
-    pub fn last_failed(&self) -> Result<Option<RunRecord>, ActorsError> {
+    fn last_failed(&mut self) -> Result<Option<RunRecord>, ActorsError> {
         let sql = format!(
             "SELECT {} FROM runs WHERE status = 'failed'              ORDER BY settled_at_ms DESC, created_at_ms DESC, id LIMIT 1",
             self.columns()
@@ -472,8 +574,7 @@ impl RunStore {
         raw.map(|raw| rows::decode(&self.path, raw)).transpose()
     }
 
-    /// How many distinct child runs this store has accepted for one parent run.
-    pub fn count_children(&self, parent: &RunId) -> Result<u64, ActorsError> {
+    fn count_children(&mut self, parent: &RunId) -> Result<u64, ActorsError> {
         let n: i64 = query_one(
             &self.conn,
             "SELECT COUNT(*) FROM runs WHERE parent_run = ?1",
@@ -484,38 +585,7 @@ impl RunStore {
         Ok(n.max(0) as u64)
     }
 
-    fn select_runs(
-        &self,
-        filter: &str,
-        params: &[&dyn rusqlite::ToSql],
-    ) -> Result<Vec<RunRecord>, ActorsError> {
-        let sql = format!(
-            "SELECT {} FROM runs WHERE {filter} ORDER BY created_at_ms DESC, id",
-            self.columns()
-        );
-        self.query_runs(&sql, params)
-    }
-
-    /// The runs a `SELECT` of [`Self::columns`] finds, decoded.
-    fn query_runs(
-        &self,
-        sql: &str,
-        params: &[&dyn rusqlite::ToSql],
-    ) -> Result<Vec<RunRecord>, ActorsError> {
-        let mut stmt = self.conn.prepare_cached(sql).map_err(|e| self.err(e))?;
-        let raws = stmt
-            .query_map(params, rows::raw_run)
-            .map_err(|e| self.err(e))?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| self.err(e))?;
-        raws.into_iter()
-            .map(|raw| rows::decode(&self.path, raw))
-            .collect()
-    }
-
-    /// The sequence number of a run's last event (0 for a run without events): its
-    /// state-change sequence, which only moves forward.
-    pub fn last_seq(&self, id: &RunId) -> Result<u64, ActorsError> {
+    fn last_seq(&mut self, id: &RunId) -> Result<u64, ActorsError> {
         let seq: i64 = self
             .conn
             .prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?1")
@@ -524,14 +594,8 @@ impl RunStore {
         Ok(u64::try_from(seq).unwrap_or(0))
     }
 
-    /// A run's event log, in order.
-    pub fn events(&self, id: &RunId) -> Result<Vec<EventRecord>, ActorsError> {
-        self.events_after(id, 0, usize::MAX)
-    }
-
-    /// Up to `limit` events of a run whose sequence number is above `after`, oldest first.
-    pub fn events_after(
-        &self,
+    fn events_after(
+        &mut self,
         id: &RunId,
         after: u64,
         limit: usize,
@@ -593,6 +657,7 @@ fn query_one<T>(
     conn.prepare_cached(sql)?.query_row(params, f)
 }
 
+pub mod postgres;
 mod probe;
 mod rows;
 mod schema;

@@ -113,13 +113,13 @@ fn commit_unchanged(path: &Path) -> Result<(), ActorsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Durability;
+    use crate::store::{Durability, RunLog};
 
     #[test]
     fn a_store_with_room_passes_and_leaves_nothing_behind() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("runs.db");
-        let store = RunStore::open(&path, Durability::Normal).unwrap();
+        let mut store = RunStore::open(&path, Durability::Normal).unwrap();
         RunStore::probe_writable(&path).unwrap();
         let names: Vec<String> = std::fs::read_dir(dir.path())
             .unwrap()
@@ -129,7 +129,7 @@ mod tests {
         // The store still opens and reads as before.
         assert!(store.runs().unwrap().is_empty());
         drop(store);
-        let reopened = RunStore::open(&path, Durability::Normal).unwrap();
+        let mut reopened = RunStore::open(&path, Durability::Normal).unwrap();
         assert!(reopened.runs().unwrap().is_empty());
     }
 

@@ -1,6 +1,7 @@
-//! Rows of the runs table to [`RunRecord`]s: column order, the raw row, and its decoding.
+//! Rows of the runs table to [`RunRecord`]s: column order, the raw row (read from SQLite or
+//! from PostgreSQL, in the same column order), and its decoding.
 //!
-//! Decoding never trusts the file: an unknown status or channel, a bad run id or roles that do
+//! Decoding never trusts the database: an unknown status or channel, a bad run id or roles that do
 //! not parse become [`ActorsError::CorruptStore`] naming the store, never a panic.
 
 use std::path::Path;
@@ -52,6 +53,34 @@ pub(super) fn raw_run(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRun> {
         principal_roles: row.get(19)?,
         descendants: [cost(20)?, cost(21)?, cost(22)?, cost(23)?, cost(24)?],
         origin: row.get(25)?,
+    })
+}
+
+/// A PostgreSQL row of the run columns (`postgres::RUN_COLUMNS`, the same order as
+/// SQLite's) as a raw run.
+pub(super) fn raw_pg_run(row: &::postgres::Row) -> Result<RawRun, ::postgres::Error> {
+    let cost = |i: usize| -> Result<u64, ::postgres::Error> {
+        Ok(row.try_get::<_, i64>(i)?.max(0) as u64)
+    };
+    Ok(RawRun {
+        id: row.try_get(0)?,
+        agent: row.try_get(1)?,
+        status: row.try_get(2)?,
+        channel: row.try_get(3)?,
+        parent_run: row.try_get(4)?,
+        parent_agent: row.try_get(5)?,
+        tool_use_id: row.try_get(6)?,
+        hop_depth: row.try_get(7)?,
+        input: row.try_get(8)?,
+        output: row.try_get(9)?,
+        error: row.try_get(10)?,
+        created_at_ms: row.try_get(11)?,
+        settled_at_ms: row.try_get(12)?,
+        cost: [cost(13)?, cost(14)?, cost(15)?, cost(16)?, cost(17)?],
+        principal: row.try_get(18)?,
+        principal_roles: row.try_get(19)?,
+        descendants: [cost(20)?, cost(21)?, cost(22)?, cost(23)?, cost(24)?],
+        origin: row.try_get(25)?,
     })
 }
 

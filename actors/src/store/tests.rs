@@ -66,7 +66,7 @@ fn apply_writes_events_status_and_cost_together() {
         .map(|e| e.kind())
         .collect();
     assert_eq!(kinds, ["created", "answer", "status"]);
-    let reader = RunStore::open_read_only(&path).unwrap();
+    let mut reader = RunStore::open_read_only(&path).unwrap();
     assert_eq!(
         reader.run(&id).unwrap().unwrap().status,
         RunStatus::Succeeded
@@ -99,7 +99,7 @@ fn principal_is_stored_and_old_stores_keep_working() {
     )
     .unwrap();
     drop(conn);
-    let read_only = RunStore::open_read_only(&old).unwrap();
+    let mut read_only = RunStore::open_read_only(&old).unwrap();
     assert_eq!(read_only.runs().unwrap()[0].principal, "agent:cmo");
     drop(read_only);
     let mut store = RunStore::open(&old, Durability::Normal).unwrap();
@@ -183,14 +183,14 @@ fn origin_is_stored_and_old_stores_read_it_as_documented() {
     )
     .unwrap();
     drop(conn);
-    let origin_of = |store: &RunStore, id: &RunId| store.run(id).unwrap().unwrap().origin;
-    let read_only = RunStore::open_read_only(&old).unwrap();
-    assert_eq!(origin_of(&read_only, &root), "api:alice");
-    assert_eq!(origin_of(&read_only, &child), "unknown");
+    let origin_of = |store: &mut RunStore, id: &RunId| store.run(id).unwrap().unwrap().origin;
+    let mut read_only = RunStore::open_read_only(&old).unwrap();
+    assert_eq!(origin_of(&mut read_only, &root), "api:alice");
+    assert_eq!(origin_of(&mut read_only, &child), "unknown");
     drop(read_only);
 
     let mut store = RunStore::open(&old, Durability::Normal).unwrap();
-    assert_eq!(origin_of(&store, &child), "unknown");
+    assert_eq!(origin_of(&mut store, &child), "unknown");
     let mut called = new_run(RunId::random());
     called.channel = Channel::Agent("assistant".into());
     called.parent_run = Some(root);
@@ -204,7 +204,7 @@ fn origin_is_stored_and_old_stores_read_it_as_documented() {
     store.insert_run(called).unwrap();
     drop(store);
     // Another process (a restart) reads the same origin back.
-    let reopened = RunStore::open(&old, Durability::Normal).unwrap();
+    let mut reopened = RunStore::open(&old, Durability::Normal).unwrap();
     let record = reopened.run(&id).unwrap().unwrap();
     assert_eq!(record.origin, "api:bob");
     assert_eq!(record.origin, provisional.origin);

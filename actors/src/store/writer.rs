@@ -37,7 +37,7 @@ use tracing::{error, warn};
 
 use consort_net::{Hop, RunId};
 
-use super::{Durability, RunStore};
+use super::{Durability, RunLog, RunStore, StoreBackend};
 use crate::ActorsError;
 use crate::run::RunRecord;
 
@@ -51,16 +51,16 @@ pub const DEFAULT_MAX_OPEN: usize = 128;
 
 /// What a job's answer needs once its store's transaction has ended: `Ok` when it committed
 /// (or there was nothing to commit), else why the commit failed.
-type Deliver = Box<dyn FnOnce(Result<(), &CommitFailure>) + Send>;
+pub(super) type Deliver = Box<dyn FnOnce(Result<(), &CommitFailure>) + Send>;
 
 /// Why a batch's transaction did not commit, told to every job of the batch.
 #[derive(Debug)]
-struct CommitFailure {
+pub(super) struct CommitFailure {
     /// What SQLite said.
-    detail: String,
+    pub(super) detail: String,
     /// Whether the store could not be written (a full disk, a file-size limit): the jobs'
     /// errors say so, so the supervisor can tell it from other failures.
-    not_writable: bool,
+    pub(super) not_writable: bool,
 }
 
 impl CommitFailure {
@@ -80,9 +80,9 @@ impl CommitFailure {
 }
 
 /// The work of one job, run on the writer thread against its store.
-type Work = Box<dyn FnOnce(Result<&mut RunStore, ActorsError>) -> Deliver + Send>;
+pub(super) type Work = Box<dyn FnOnce(Result<&mut dyn RunLog, ActorsError>) -> Deliver + Send>;
 
-enum Job {
+pub(super) enum Job {
     /// Register a store for writing and open it (creating it if needed); the writer keeps it
     /// registered until [`Job::Close`] and reopens its connection whenever a job needs it.
     Open {
@@ -107,13 +107,15 @@ enum Job {
 pub struct StoreWriter {
     jobs: mpsc::Sender<Job>,
     counts: Arc<Counts>,
+    /// Whether the stores are SQLite files (they have a WAL to checkpoint).
+    sqlite: bool,
 }
 
 /// What the writer has done since it started (for benchmarks and tests).
 #[derive(Debug, Default)]
-struct Counts {
-    writes: AtomicU64,
-    commits: AtomicU64,
+pub(super) struct Counts {
+    pub(super) writes: AtomicU64,
+    pub(super) commits: AtomicU64,
     open: AtomicU64,
     opened: AtomicU64,
 }
@@ -155,7 +157,47 @@ impl StoreWriter {
             .map_err(|e| {
                 ActorsError::Actor(format!("the store writer thread did not start: {e}"))
             })?;
-        Ok(Self { jobs, counts })
+        Ok(Self {
+            jobs,
+            counts,
+            sqlite: true,
+        })
+    }
+
+    /// Starts the writer thread of `backend`: for SQLite as [`StoreWriter::start_with`]; for
+    /// PostgreSQL (one connection for every store, `max_open` does not apply) it connects and
+    /// creates the schema if it is missing before it returns, so a server that cannot be
+    /// reached is an error here, at start, not at the first write.
+    pub async fn start_on(backend: &StoreBackend, max_open: usize) -> Result<Self, ActorsError> {
+        let StoreBackend::Postgres(url) = backend else {
+            return Self::start_with(max_open);
+        };
+        let (jobs, queue) = mpsc::channel();
+        let counts = Arc::new(Counts::default());
+        let thread_counts = counts.clone();
+        let (connected, connecting) = oneshot::channel();
+        let url = url.clone();
+        // The client blocks: it connects and lives on the writer's thread, never on a worker.
+        std::thread::Builder::new()
+            .name("consort-store".into())
+            .spawn(move || match super::postgres::Database::connect(&url) {
+                Ok(db) => {
+                    let _ = connected.send(Ok(()));
+                    super::postgres::writer::run(db, &queue, &thread_counts);
+                }
+                Err(e) => {
+                    let _ = connected.send(Err(e));
+                }
+            })
+            .map_err(|e| {
+                ActorsError::Actor(format!("the store writer thread did not start: {e}"))
+            })?;
+        connecting.await.map_err(|_| gone())??;
+        Ok(Self {
+            jobs,
+            counts,
+            sqlite: false,
+        })
     }
 
     /// Writes run and commits made so far: `writes / commits` is the group commit's batch.
@@ -193,7 +235,7 @@ impl StoreWriter {
     pub async fn read<T: Send + 'static>(
         &self,
         path: &Path,
-        read: impl FnOnce(&mut RunStore) -> Result<T, ActorsError> + Send + 'static,
+        read: impl FnOnce(&mut dyn RunLog) -> Result<T, ActorsError> + Send + 'static,
     ) -> Result<T, ActorsError> {
         self.submit(Arc::from(path), false, read).wait().await
     }
@@ -206,7 +248,7 @@ impl StoreWriter {
         &self,
         path: Arc<Path>,
         writes: bool,
-        f: impl FnOnce(&mut RunStore) -> Result<T, ActorsError> + Send + 'static,
+        f: impl FnOnce(&mut dyn RunLog) -> Result<T, ActorsError> + Send + 'static,
     ) -> Pending<T> {
         let (answer, answered) = oneshot::channel();
         let sent = self.submit_then(path, writes, f, move |result| {
@@ -224,7 +266,7 @@ impl StoreWriter {
         &self,
         path: Arc<Path>,
         writes: bool,
-        f: impl FnOnce(&mut RunStore) -> Result<T, ActorsError> + Send + 'static,
+        f: impl FnOnce(&mut dyn RunLog) -> Result<T, ActorsError> + Send + 'static,
         then: impl FnOnce(Result<T, ActorsError>) + Send + 'static,
     ) -> Result<(), ActorsError> {
         let store_path = path.to_path_buf();
@@ -259,7 +301,7 @@ impl AgentStore {
     /// it lets anything out of the host that depends on the write.
     pub fn write<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut RunStore) -> Result<T, ActorsError> + Send + 'static,
+        f: impl FnOnce(&mut dyn RunLog) -> Result<T, ActorsError> + Send + 'static,
     ) -> Pending<T> {
         self.writer.submit(self.path.clone(), true, f)
     }
@@ -269,7 +311,7 @@ impl AgentStore {
     /// actor goes on with its other work while a commit is out.
     pub fn write_then<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut RunStore) -> Result<T, ActorsError> + Send + 'static,
+        f: impl FnOnce(&mut dyn RunLog) -> Result<T, ActorsError> + Send + 'static,
         then: impl FnOnce(Result<T, ActorsError>) + Send + 'static,
     ) -> Result<(), ActorsError> {
         self.writer.submit_then(self.path.clone(), true, f, then)
@@ -278,7 +320,7 @@ impl AgentStore {
     /// Runs any read against the store, after the writes sent before it.
     pub async fn read<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut RunStore) -> Result<T, ActorsError> + Send + 'static,
+        f: impl FnOnce(&mut dyn RunLog) -> Result<T, ActorsError> + Send + 'static,
     ) -> Result<T, ActorsError> {
         self.writer.submit(self.path.clone(), false, f).wait().await
     }
@@ -298,6 +340,17 @@ impl AgentStore {
     /// Runs that have not settled.
     pub async fn unsettled(&self) -> Result<Vec<RunRecord>, ActorsError> {
         self.read(|store| store.unsettled()).await
+    }
+
+    /// Folds the store's write-ahead log into its database (SQLite, see
+    /// [`RunStore::checkpoint_file`]); nothing to do for PostgreSQL, whose server does it.
+    /// Blocking: run it off the async workers.
+    pub fn checkpoint(&self) -> Result<(), ActorsError> {
+        if self.writer.sqlite {
+            RunStore::checkpoint_file(&self.path)
+        } else {
+            Ok(())
+        }
     }
 
     /// Lets the writer close the connection once the jobs sent before are done.
@@ -490,11 +543,11 @@ impl Batch<'_> {
                                 }
                             }
                         }
-                        guarded(work, Ok(store))
+                        guarded(work, Ok(store as &mut dyn RunLog))
                     }
                     Ok(None) if writes => guarded(work, Err(not_open(&path))),
                     Ok(None) => match RunStore::open_read_only(&path) {
-                        Ok(mut store) => guarded(work, Ok(&mut store)),
+                        Ok(mut store) => guarded(work, Ok(&mut store as &mut dyn RunLog)),
                         Err(e) => guarded(work, Err(e)),
                     },
                     // A registered store that could not be opened again: the job says why.
@@ -556,7 +609,7 @@ impl Batch<'_> {
 
 /// Runs a job's work; a panic in it (a bug, never input) is logged and the job's asker sees
 /// the writer's answer channel close instead of the thread dying with every store.
-fn guarded(work: Work, store: Result<&mut RunStore, ActorsError>) -> Option<Deliver> {
+pub(super) fn guarded(work: Work, store: Result<&mut dyn RunLog, ActorsError>) -> Option<Deliver> {
     match std::panic::catch_unwind(AssertUnwindSafe(|| work(store))) {
         Ok(deliver) => Some(deliver),
         Err(_) => {
@@ -566,7 +619,7 @@ fn guarded(work: Work, store: Result<&mut RunStore, ActorsError>) -> Option<Deli
     }
 }
 
-fn not_open(path: &Path) -> ActorsError {
+pub(super) fn not_open(path: &Path) -> ActorsError {
     ActorsError::Commit {
         path: PathBuf::from(path),
         detail: "the store is not open for writing".into(),

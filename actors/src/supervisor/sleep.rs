@@ -16,7 +16,10 @@
 //! after a crash finds exactly the agents with runs to resume. A data folder from before the
 //! markers (no `awake` folder) wakes every agent that has a store, once.
 //!
-//! This module decides nothing about runs and never touches a store.
+//! A host on PostgreSQL wakes instead the agents the database says hold unsettled runs: the
+//! database is shared with the hosts that fail over to one another, the markers are not.
+//!
+//! This module decides nothing about runs and never writes a store.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -58,6 +61,22 @@ impl AwakeMarkers {
         served: impl Iterator<Item = &'a String>,
     ) -> Vec<String> {
         let served: Vec<&String> = served.collect();
+        // A PostgreSQL store may hold runs another host left (a failover): what to resume is
+        // in the database, not in this host's markers.
+        match data.agents_with_unsettled_runs() {
+            Ok(None) => {}
+            Ok(Some(unsettled)) => {
+                return served
+                    .into_iter()
+                    .filter(|n| unsettled.contains(n))
+                    .cloned()
+                    .collect();
+            }
+            Err(e) => {
+                warn!(error = %e, "the run store could not say which agents hold unsettled runs; waking every agent");
+                return served.into_iter().cloned().collect();
+            }
+        }
         match std::fs::read_dir(&self.dir) {
             Ok(entries) => {
                 let marked: std::collections::HashSet<String> = entries

@@ -20,7 +20,6 @@ use tracing::{Instrument, debug, info_span, warn};
 
 use consort_actors::directory::WaitRequest;
 use consort_actors::run::now_ms;
-use consort_actors::store::RunStore;
 use consort_actors::supervisor::SupervisorMsg;
 use consort_actors::{CallOutcome, DataFolder, RunRecord, RunStatus};
 use consort_core::Refusal;
@@ -544,17 +543,13 @@ impl Inbound {
     }
 
     /// Run `child` as local agent `callee`'s store holds it, read on a blocking thread (opening
-    /// and querying SQLite would stall this tokio worker). A store that cannot be read holds
-    /// nothing to tell the asking host.
+    /// and querying the store would stall this tokio worker). A store that cannot be read
+    /// holds nothing to tell the asking host.
     async fn stored_run(&self, callee: &str, child: &RunId) -> Option<RunRecord> {
-        let path = self.data.store_path(callee);
-        let id = child.clone();
-        let read = tokio::task::spawn_blocking(move || {
-            RunStore::open_read_only(&path).and_then(|store| store.run(&id))
-        })
-        .await;
+        let (data, agent, id) = (self.data.clone(), callee.to_owned(), child.clone());
+        let read = tokio::task::spawn_blocking(move || data.run_of(&agent, &id)).await;
         match read {
-            Ok(Ok(run)) => run,
+            Ok(Ok(run)) => run.map(|(run, _seq)| run),
             Ok(Err(error)) => {
                 debug!(agent = %callee, %error, "run store not readable");
                 None

@@ -252,6 +252,7 @@ async fn run(root: &std::path::Path) -> Result<()> {
                 auth: None,
                 allow_hosts: Vec::new(),
                 http: Default::default(),
+                store_url_env: None,
             })
             .await
             .with_context(|| format!("starting {host}"))?,
@@ -966,6 +967,7 @@ async fn start_pair(
                 auth: None,
                 allow_hosts: Vec::new(),
                 http: Default::default(),
+                store_url_env: None,
             }),
         )
         .await

@@ -57,6 +57,7 @@ pub(crate) async fn scale_bench(root: &std::path::Path, n: usize) -> Result<()> 
         auth: None,
         allow_hosts: Vec::new(),
         http: Default::default(),
+        store: Default::default(),
     })
     .await
     .context("starting the host")?;

@@ -8,7 +8,7 @@ use consort_net::RunId;
 use super::{AgentStore, Pending, StoreWriter, WriterCounts};
 use crate::ActorsError;
 use crate::run::Channel;
-use crate::store::{Applied, Durability, Inserted, NewRun, RunStore};
+use crate::store::{Applied, Durability, Inserted, NewRun, RunLog, RunStore};
 use crate::visibility::Identity;
 
 fn new_run(id: &RunId) -> NewRun {
@@ -66,7 +66,7 @@ async fn appends_of_many_runs_commit_together_and_each_is_answered_after_its_com
         let applied = p.wait().await.unwrap();
         assert_eq!(applied.record.status, RunStatus::Succeeded);
         // Answered means committed: another connection sees it.
-        let other = RunStore::open_read_only(&path).unwrap();
+        let mut other = RunStore::open_read_only(&path).unwrap();
         assert_eq!(
             other.run(&applied.record.id).unwrap().unwrap().status,
             RunStatus::Succeeded
