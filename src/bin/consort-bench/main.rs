@@ -164,8 +164,14 @@ async fn main() -> Result<()> {
             None => 2000,
         };
         anyhow::ensure!(agents >= 1, "N must be at least 1");
+        let runs = match std::env::args().nth(3) {
+            Some(n) => n
+                .parse()
+                .context("usage: consort-bench agents [N] [RUNS]")?,
+            None => 1,
+        };
         let root = std::env::temp_dir().join(format!("consort-bench-{}", std::process::id()));
-        let result = scale::scale_bench(&root, agents).await;
+        let result = scale::scale_bench(&root, agents, runs).await;
         let _ = std::fs::remove_dir_all(&root);
         return result;
     }

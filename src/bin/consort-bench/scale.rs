@@ -2,7 +2,8 @@
 //! cost: the host's start time, the process's RSS and open files once it serves, and the ack
 //! latency of a call to an agent no call has touched yet (a cold agent), against the targets
 //! of a host meant to hold 100,000 agents (start ≤ 2 s, RSS ≤ 1 GiB, ≤ 1,024 open files, cold
-//! ack p50 ≤ 5 ms). It times only; it must not be run as a test.
+//! ack p50 ≤ 5 ms). With RUNS, the agent folders are written once and RUNS hosts start in turn,
+//! each on a data folder of its own. It times only; it must not be run as a test.
 
 use std::time::{Duration, Instant};
 
@@ -44,14 +45,24 @@ fn write_agents(root: &std::path::Path, n: usize) -> Result<Vec<String>> {
     Ok(names)
 }
 
-/// Runs the scale rows for `n` agents under `root`.
-pub(crate) async fn scale_bench(root: &std::path::Path, n: usize) -> Result<()> {
+/// Runs the scale rows for `n` agents under `root`, `runs` times.
+pub(crate) async fn scale_bench(root: &std::path::Path, n: usize, runs: usize) -> Result<()> {
     let names = write_agents(root, n)?;
+    for run in 1..=runs.max(1) {
+        println!("run {run} of {runs}:");
+        one_host(root, &names, &root.join(format!("data-{run}"))).await?;
+    }
+    Ok(())
+}
+
+/// Starts one host on `data` serving the agents under `root`, measures it, stops it.
+async fn one_host(root: &std::path::Path, names: &[String], data: &std::path::Path) -> Result<()> {
+    let n = names.len();
     let baseline_files = open_files();
     let started = Instant::now();
     let host = DevHost::start(DevOptions {
         dirs: vec![root.join("agents")],
-        data_dir: root.join("data"),
+        data_dir: data.to_path_buf(),
         listen: "127.0.0.1:0".parse()?,
         agent_options: AgentOptions::default(),
         auth: None,
@@ -106,5 +117,8 @@ pub(crate) async fn scale_bench(root: &std::path::Path, n: usize) -> Result<()> 
         percentile(&latencies, 0.99)
     );
     println!("| open files after the calls | {files_after} | ≤ 1,024 |");
+    drop(host);
+    // Let the stopped host's actors and store connections go before the next one starts.
+    tokio::time::sleep(Duration::from_millis(500)).await;
     Ok(())
 }
