@@ -36,6 +36,18 @@ pub struct RunCursor {
 }
 
 impl RunCursor {
+    /// What a store's query bounds a page with: the creation time and id to continue after
+    /// (`i64::MAX` and the empty id for the first page, so that every run qualifies).
+    pub(crate) fn sql_bounds(cursor: Option<&Self>) -> (i64, &str) {
+        match cursor {
+            Some(c) => (
+                i64::try_from(c.created_at_ms).unwrap_or(i64::MAX),
+                c.id.as_str(),
+            ),
+            None => (i64::MAX, ""),
+        }
+    }
+
     /// The cursor after `run`.
     pub fn after(run: &RunRecord) -> Self {
         Self {

@@ -505,13 +505,7 @@ impl RunLog for RunStore {
         limit: usize,
     ) -> Result<Vec<RunRecord>, ActorsError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let (ms, id) = match cursor {
-            Some(c) => (
-                i64::try_from(c.created_at_ms).unwrap_or(i64::MAX),
-                c.id.as_str(),
-            ),
-            None => (i64::MAX, ""),
-        };
+        let (ms, id) = crate::page::RunCursor::sql_bounds(cursor);
         let sql = format!(
             "SELECT {} FROM runs WHERE (created_at_ms < ?1 OR (created_at_ms = ?1 AND id > ?2)) \
              AND (?3 IS NULL OR principal = ?3) ORDER BY created_at_ms DESC, id LIMIT ?4",

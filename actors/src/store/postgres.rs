@@ -637,13 +637,7 @@ impl RunLog for PostgresStore<'_> {
         limit: usize,
     ) -> Result<Vec<RunRecord>, ActorsError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let (ms, id) = match cursor {
-            Some(c) => (
-                i64::try_from(c.created_at_ms).unwrap_or(i64::MAX),
-                c.id.as_str(),
-            ),
-            None => (i64::MAX, ""),
-        };
+        let (ms, id) = crate::page::RunCursor::sql_bounds(cursor);
         self.select_runs(
             "AND (created_at_ms < $2 OR (created_at_ms = $2 AND id > $3)) \
              AND ($4::text IS NULL OR principal = $4) ORDER BY created_at_ms DESC, id LIMIT $5",
