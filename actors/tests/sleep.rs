@@ -249,3 +249,51 @@ async fn a_data_folder_without_markers_wakes_every_agent_with_a_store() {
     assert_eq!(done.status, RunStatus::Succeeded, "{done:?}");
     host.stop();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_that_retire_between_every_call_lose_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let agents = tmp.path().join("agents");
+    write(
+        &agents,
+        "caller",
+        "name: caller\nagents: {can_call: [callee]}\nmodel:\n  script:\n    - call: [{agent: callee, input: \"{input}\"}]\n    - answer: \"got {reply.callee}\"\n",
+    );
+    write(
+        &agents,
+        "callee",
+        "name: callee\nagents: {accept_from: [caller]}\nmodel:\n  script:\n    - answer: \"echo {input}\"\n",
+    );
+    let set = AgentSet::load(std::slice::from_ref(&agents)).unwrap();
+    let mut spec = HostSpec::new(set, tmp.path().join("data"));
+    // Retired at every timer tick they are idle at: sleep and wake race the runs all along.
+    spec.options.idle_after = Some(Duration::ZERO);
+    spec.checkpoint_every = Duration::from_millis(5);
+    spec.watch_config = None;
+    let (host, _join) = Host::spawn(spec).await.unwrap();
+    for round in 0..10 {
+        let mut runs = Vec::new();
+        for i in 0..8 {
+            let input = format!("r{round}.{i}");
+            runs.push((
+                input.clone(),
+                host.start_run("caller", &input, Channel::Api)
+                    .await
+                    .unwrap(),
+            ));
+        }
+        for (input, run) in runs {
+            let done = host.wait(&run.id, Duration::from_secs(20)).await.unwrap();
+            assert_eq!(done.status, RunStatus::Succeeded, "{done:?}");
+            assert_eq!(done.output, Some(format!("got echo {input}")));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let all = host.agent_status().await.unwrap();
+    assert!(all.iter().all(|s| s.up && s.restarts == 0), "{all:?}");
+    assert_eq!(host.jobs(None).unwrap().len(), 160);
+    // They did sleep and wake between rounds: each wake opens the agent's store again.
+    let opened = host.store_counts().opened;
+    assert!(opened >= 10, "stores opened {opened} times in 10 rounds");
+    host.stop();
+}
