@@ -169,8 +169,18 @@ pub(crate) fn parse_bytes<T: DeserializeOwned>(
         }
     };
 
-    // Pass 1: is it YAML at all? Duplicate keys pass through here so that the schema pass can
-    // report them with their key path.
+    // The typed parse first: a file that reads is read once. Only a file that does not (or
+    // one with no document at all, which a struct of optional keys would take for an empty
+    // mapping) is parsed again into a tree with positions, to say where and why.
+    if !is_empty_document(text)
+        && let Ok(value) =
+            serde_saphyr::from_str_with_options::<T>(text, options(DuplicateKeyPolicy::Error))
+    {
+        return Ok(value);
+    }
+
+    // Is it YAML at all? Duplicate keys pass through here so that the schema pass can report
+    // them with their key path.
     let tree: Spanned<Node> =
         match serde_saphyr::from_str_with_options(text, options(DuplicateKeyPolicy::PassThrough)) {
             Ok(t) => t,
@@ -201,9 +211,17 @@ pub(crate) fn parse_bytes<T: DeserializeOwned>(
         }
     }
 
-    // Pass 2: the real shape.
+    // The real shape again, for its error with the tree's positions.
     serde_saphyr::from_str_with_options::<T>(text, options(DuplicateKeyPolicy::Error))
         .map_err(|e| schema_error(ctx, unwrap_error(&e), &tree))
+}
+
+/// Whether `text` holds no YAML document: only blank lines, comments and document markers.
+fn is_empty_document(text: &str) -> bool {
+    text.lines().all(|line| {
+        let line = line.trim();
+        line.is_empty() || line.starts_with('#') || line == "---" || line == "..."
+    })
 }
 
 /// The error a formatter should describe: without snippet and alias wrappers.
