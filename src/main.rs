@@ -167,8 +167,13 @@ enum RunsCommand {
     /// Show one run with its events.
     Show {
         run_id: String,
+        /// Follow the run live: print each event as it is stored, until the run settles
+        /// (needs a running host; not with --data).
+        #[arg(short = 'f', long)]
+        follow: bool,
         #[command(flatten)]
         source: Source,
+        /// JSON; with --follow, one JSON object per line (`{"event": …}`, then `{"run": …}`).
         #[arg(long)]
         json: bool,
     },
@@ -439,6 +444,48 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             command:
                 RunsCommand::Show {
                     run_id,
+                    follow: true,
+                    source,
+                    json,
+                },
+        } => {
+            let id = RunId::parse(&run_id)?;
+            if source.data.is_some() {
+                bail!(
+                    "--follow reads a running host's live stream; drop --data (a data folder is read as it stands)"
+                );
+            }
+            let client = source.client();
+            // An unknown or hidden run fails here, before anything is printed.
+            let run = client.run(id.as_str()).await?;
+            if !json {
+                println!(
+                    "run {} of {}: events as they are stored, until it settles",
+                    run.id, run.agent
+                );
+                println!("events:");
+            }
+            let settled = client
+                .follow_events(id.as_str(), 0, |event| {
+                    if json {
+                        println!("{}", json!({"event": event}));
+                    } else {
+                        println!("{}", output::event_line(&event));
+                    }
+                })
+                .await?;
+            if json {
+                println!("{}", json!({"run": settled}));
+            } else {
+                print!("\n{}", output::run_fields(&settled));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Runs {
+            command:
+                RunsCommand::Show {
+                    run_id,
+                    follow: false,
                     source,
                     json,
                 },

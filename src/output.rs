@@ -82,6 +82,22 @@ fn tree_summary(cost: &consort_actors::Cost) -> String {
 }
 
 pub(crate) fn run_detail(run: &RunRecord, events: &[EventRecord]) -> String {
+    let mut out = run_fields(run);
+    out.push_str("\nevents:\n");
+    for e in events {
+        out.push_str(&event_line(e));
+        out.push('\n');
+    }
+    out
+}
+
+/// One event of a run's log as `runs show` prints it.
+pub(crate) fn event_line(e: &EventRecord) -> String {
+    format!("  {:>3}  {:<18} {}", e.seq, e.kind(), e.data())
+}
+
+/// A run's fields, one per line, without its events.
+pub(crate) fn run_fields(run: &RunRecord) -> String {
     let mut out = String::new();
     let mut field = |k: &str, v: String| out.push_str(&format!("{k:<12}{v}\n"));
     field("run", run.id.to_string());
@@ -128,10 +144,6 @@ pub(crate) fn run_detail(run: &RunRecord, events: &[EventRecord]) -> String {
             t.input_tokens + t.output_tokens
         ),
     );
-    out.push_str("\nevents:\n");
-    for e in events {
-        out.push_str(&format!("  {:>3}  {:<18} {}\n", e.seq, e.kind(), e.data()));
-    }
     out
 }
 

@@ -15,6 +15,7 @@ use consort_net::RunId;
 
 use crate::ActorsError;
 use crate::data::DataFolder;
+use crate::feed::RunFeed;
 use crate::run::{Channel, EventRecord, RunRecord};
 use crate::store::{StoreWriter, WriterCounts};
 use crate::supervisor::{AgentStatus, HostSpec, Reloaded, SupervisorMsg, spawn_supervisor};
@@ -29,6 +30,7 @@ pub struct Host {
     supervisor: ActorRef<SupervisorMsg>,
     data: DataFolder,
     settled: broadcast::Sender<RunRecord>,
+    feed: RunFeed,
     agents: Vec<String>,
     writer: StoreWriter,
 }
@@ -52,16 +54,18 @@ impl Host {
         parent: Option<ActorCell>,
     ) -> Result<(Self, tokio::task::JoinHandle<()>), ActorsError> {
         let (settled, _) = broadcast::channel(1024);
+        let feed = RunFeed::default();
         let data = DataFolder::with_store(spec.data_dir.clone(), &spec.store);
         let agents = spec.agents.names();
         let writer = StoreWriter::start_on(&spec.store, spec.max_open_stores).await?;
         let (supervisor, join) =
-            spawn_supervisor(spec, settled.clone(), writer.clone(), parent).await?;
+            spawn_supervisor(spec, settled.clone(), feed.clone(), writer.clone(), parent).await?;
         Ok((
             Self {
                 supervisor,
                 data,
                 settled,
+                feed,
                 agents,
                 writer,
             },
@@ -163,6 +167,12 @@ impl Host {
     /// Notices of every run that settles on this host.
     pub fn subscribe(&self) -> broadcast::Receiver<RunRecord> {
         self.settled.subscribe()
+    }
+
+    /// The host's run feed: a notice for every committed change of a run, for followers
+    /// that then read the store (see [`crate::feed`]).
+    pub fn feed(&self) -> &RunFeed {
+        &self.feed
     }
 
     /// The run with this id from any local agent's store; `None` when no store holds it.

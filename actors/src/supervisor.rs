@@ -37,6 +37,7 @@ use crate::ActorsError;
 use crate::agent::{AgentActor, AgentArgs, AgentMsg, AgentOptions, tell};
 use crate::data::DataFolder;
 use crate::directory::{self, DirectoryHost, DirectorySpec, Outbox};
+use crate::feed::RunFeed;
 use crate::model::Model;
 use crate::presence::PresenceBoard;
 use crate::restart::{ProbeBackoff, RestartBudget};
@@ -140,6 +141,8 @@ pub struct SupervisorState {
     writer: StoreWriter,
     /// Each agent's open runs, kept by the agent actors, read for presence.
     board: PresenceBoard,
+    /// Where the agent actors announce each committed change of a run.
+    feed: RunFeed,
     /// When this host process started its supervisor, Unix milliseconds.
     epoch_ms: u64,
     /// What directory requests are answered from.
@@ -221,6 +224,7 @@ impl HostSupervisor {
             fleet_agents: state.fleet_agents.clone(),
             options: state.spec.options.clone(),
             board: state.board.clone(),
+            feed: state.feed.clone(),
             goals: state
                 .spec
                 .directory
@@ -500,6 +504,8 @@ pub struct SupervisorArgs {
     pub spec: HostSpec,
     /// Where every settled run is announced.
     pub settled: broadcast::Sender<RunRecord>,
+    /// Where every committed change of a run is announced.
+    pub feed: RunFeed,
     /// The host's store writer.
     pub writer: StoreWriter,
 }
@@ -570,6 +576,7 @@ impl Actor for HostSupervisor {
             last_checkpoint: Instant::now(),
             writer: args.writer,
             board,
+            feed: args.feed,
             epoch_ms,
             directory,
             fleet_agents,
@@ -961,12 +968,14 @@ impl HostSupervisor {
 pub async fn spawn_supervisor(
     spec: HostSpec,
     settled: broadcast::Sender<RunRecord>,
+    feed: RunFeed,
     writer: StoreWriter,
     parent: Option<ActorCell>,
 ) -> Result<(ActorRef<SupervisorMsg>, tokio::task::JoinHandle<()>), ActorsError> {
     let args = SupervisorArgs {
         spec,
         settled,
+        feed,
         writer,
     };
     let spawned = match parent {

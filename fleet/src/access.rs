@@ -110,6 +110,12 @@ impl Scope {
             Self::OwnedBy(owner) => Some(owner),
         }
     }
+
+    /// Whether a listing in this scope shows a run that acts for `principal` (what a live
+    /// listing checks for each run that changes).
+    pub fn shows(&self, principal: &str) -> bool {
+        self.owner().is_none_or(|owner| owner == principal)
+    }
 }
 
 /// The principal anonymous runs act for.
@@ -191,6 +197,17 @@ pub fn listing_scope(requester: &Requester) -> Scope {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_listing_shows_all_runs_to_an_operator_and_their_own_to_anyone_else() {
+        let operator_scope = listing_scope(&operator());
+        assert!(operator_scope.shows("api:alice") && operator_scope.shows(ANONYMOUS));
+        let alice_scope = listing_scope(&alice());
+        assert!(alice_scope.shows("api:alice"));
+        assert!(!alice_scope.shows("api:bob") && !alice_scope.shows(ANONYMOUS));
+        let anonymous_scope = listing_scope(&Requester::Anonymous);
+        assert!(anonymous_scope.shows(ANONYMOUS) && !anonymous_scope.shows("api:alice"));
+    }
 
     const OPEN: AnonymousAccess = AnonymousAccess::Runs;
     const SHUT: AnonymousAccess = AnonymousAccess::Refuse;

@@ -4,9 +4,9 @@
 //! |-----------------------------|-------------------------------------------------------|
 //! | `POST /runs`                | `{agent, input}` → the stored run (201); the run acts for the `Authorization: Bearer` token's principal |
 //! | `GET /runs/{id}`            | one run; `?wait_ms=N` waits up to N ms for it to settle |
-//! | `GET /runs/{id}/events`     | a page of its event log: `?after=SEQ&limit=N` → `{events, next_after}` |
+//! | `GET /runs/{id}/events`     | a page of its event log: `?after=SEQ&limit=N` → `{events, next_after}`; `?follow=1` streams it live until the run settles (see [`follow`]) |
 //! | `POST /runs/{id}/approve`   | `{approve: bool}`: an operator's decision             |
-//! | `GET /jobs`                 | a page of runs, newest first: `?agent=&cursor=&limit=N` → `{runs, next}` |
+//! | `GET /jobs`                 | a page of runs, newest first: `?agent=&cursor=&limit=N` → `{runs, next}`; `?follow=1` streams every run that changes from then on |
 //! | `GET /agents`               | the agents served, whether each is up, and why not    |
 //! | `POST /reload`              | `{}`: re-read every agent.yaml now, restart agents that are down: `{changed, revived}` |
 //!
@@ -41,6 +41,9 @@ use consort_core::directory::{Audience, ExcerptSource, WaitUntil};
 use consort_net::RunId;
 
 use crate::access::{self, Action, Denial, Requester};
+use follow::StreamSlots;
+
+mod follow;
 use crate::auth::HostAuth;
 use crate::listener::{HostCheck, HttpBounds};
 
@@ -78,6 +81,7 @@ struct JobsQuery {
     agent: Option<String>,
     cursor: Option<String>,
     limit: Option<usize>,
+    follow: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -85,6 +89,7 @@ struct JobsQuery {
 struct EventsQuery {
     after: Option<u64>,
     limit: Option<usize>,
+    follow: Option<String>,
 }
 
 /// An API error: a status, a stable code and a message for people.
@@ -220,6 +225,8 @@ fn parse_run_id(text: &str) -> Result<RunId, ApiError> {
 pub struct ApiState {
     pub host: Host,
     pub auth: Arc<HostAuth>,
+    /// The budget of live streams.
+    streams: StreamSlots,
 }
 
 /// Who a request is: its identity (what a run it starts acts for) and the requester the
@@ -323,6 +330,12 @@ impl FromRef<ApiState> for Host {
     }
 }
 
+impl FromRef<ApiState> for StreamSlots {
+    fn from_ref(state: &ApiState) -> Self {
+        state.streams.clone()
+    }
+}
+
 impl FromRef<ApiState> for Arc<HostAuth> {
     fn from_ref(state: &ApiState) -> Self {
         state.auth.clone()
@@ -352,7 +365,11 @@ pub(crate) fn router(
         .route("/directory/delivery", get(delivery_status))
         .route("/reload", post(reload))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
-        .with_state(ApiState { host, auth })
+        .with_state(ApiState {
+            host,
+            auth,
+            streams: StreamSlots::new(bounds.max_streams),
+        })
         .layer(DefaultBodyLimit::max(bounds.max_body_bytes))
         .layer(RequestBodyTimeoutLayer::new(bounds.body_timeout))
         .layer(middleware::from_fn_with_state(Arc::new(hosts), front_door))
@@ -626,6 +643,7 @@ async fn get_run(
 async fn get_events(
     State(host): State<Host>,
     State(auth): State<Arc<HostAuth>>,
+    State(streams): State<StreamSlots>,
     headers: HeaderMap,
     Path(id): Path<String>,
     query: Result<Query<EventsQuery>, QueryRejection>,
@@ -633,6 +651,22 @@ async fn get_events(
     let Query(q) = query?;
     let id = parse_run_id(&id)?;
     visible_run(&host, &auth, &headers, &id).await?;
+    if follow::wants_follow(q.follow.as_deref())? {
+        if q.limit.is_some() {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_query",
+                "a live stream sends every event; drop `limit` or `follow`",
+            ));
+        }
+        // A client that reconnects says where it was; `after` wins when both are given.
+        let resumed = headers
+            .get("last-event-id")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        let after = q.after.or(resumed).unwrap_or(0);
+        return Ok(follow::run_events(host, id, after, streams.take()?));
+    }
     let limit = page_size(q.limit);
     let after = q.after.unwrap_or(0);
     let page = blocking(&host, move |h| h.events_page(&id, after, limit)).await?;
@@ -668,11 +702,28 @@ async fn approve(
 async fn jobs(
     State(host): State<Host>,
     State(auth): State<Arc<HostAuth>>,
+    State(streams): State<StreamSlots>,
     headers: HeaderMap,
     query: Result<Query<JobsQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let who = allowed(&auth, &headers, Action::ListRuns).await?;
     let Query(q) = query?;
+    if follow::wants_follow(q.follow.as_deref())? {
+        if q.cursor.is_some() || q.limit.is_some() {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_query",
+                "a live stream sends every run that changes; read pages without `follow`, then follow",
+            ));
+        }
+        if let Some(agent) = &q.agent
+            && !host.agents().iter().any(|a| a == agent)
+        {
+            return Err(ActorsError::UnknownAgent(agent.clone()).into());
+        }
+        let scope = access::listing_scope(&who);
+        return Ok(follow::jobs(&host, q.agent, scope, streams.take()?));
+    }
     let cursor = match q.cursor.as_deref() {
         None | Some("") => None,
         Some(text) => Some(RunCursor::parse(text).ok_or_else(|| {

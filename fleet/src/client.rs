@@ -2,7 +2,8 @@
 //!
 //! [`Client`] mirrors the routes of [`crate::api`] with typed requests and answers; an API
 //! error comes back as [`FleetError::Api`] with the host's code and message. The client holds
-//! no state beyond the base URL and a connection pool.
+//! no state beyond the base URL and a connection pool. [`Client::follow_events`] reads a live
+//! stream (`sse`) and reopens it where it broke.
 
 use std::time::Duration;
 
@@ -18,6 +19,20 @@ use consort_core::directory::{
 };
 
 use crate::FleetError;
+use sse::{SseEvent, SseParser};
+
+mod sse;
+
+/// How long [`Client::follow_events`] keeps reopening a stream that broke before giving up.
+const RECONNECT_FOR: Duration = Duration::from_secs(60);
+
+/// How one opening of a live stream of events ended.
+enum FollowEnd {
+    /// The run settled: the stream's last event.
+    Settled(Box<RunRecord>),
+    /// The connection ended before the run settled.
+    Broken(String),
+}
 
 /// A client of one host's API.
 #[derive(Clone, Debug)]
@@ -235,6 +250,123 @@ impl Client {
         }
     }
 
+    /// Follows the run's event log live: calls `on_event` with each event stored after
+    /// `after` (a sequence number; 0 for the whole log), in order, and returns the run once it
+    /// has settled. A stream that breaks (the host restarted, the network dropped) is opened
+    /// again from the last event seen, for up to a minute without an answer, so no event is
+    /// missed and none is given twice.
+    pub async fn follow_events(
+        &self,
+        id: &str,
+        after: u64,
+        mut on_event: impl FnMut(EventRecord),
+    ) -> Result<RunRecord, FleetError> {
+        let mut after = after;
+        let mut broken_since: Option<tokio::time::Instant> = None;
+        let mut pause = Duration::from_millis(200);
+        loop {
+            let seen = after;
+            let detail = match self.follow_once(id, &mut after, &mut on_event).await {
+                Ok(FollowEnd::Settled(run)) => return Ok(*run),
+                Ok(FollowEnd::Broken(detail)) => detail,
+                Err(FleetError::Unreachable { detail, .. }) => detail,
+                Err(other) => return Err(other),
+            };
+            if after > seen {
+                broken_since = None;
+                pause = Duration::from_millis(200);
+            }
+            let since = *broken_since.get_or_insert_with(tokio::time::Instant::now);
+            if since.elapsed() >= RECONNECT_FOR {
+                return Err(FleetError::Unreachable {
+                    url: self.base.clone(),
+                    detail: format!(
+                        "the live stream of run {id} broke and could not be reopened: {detail}"
+                    ),
+                });
+            }
+            tracing::debug!(
+                run_id = id,
+                after,
+                "live stream broke ({detail}); reopening"
+            );
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(5));
+        }
+    }
+
+    /// Opens the stream once and reads it until the run settles or the connection ends.
+    async fn follow_once(
+        &self,
+        id: &str,
+        after: &mut u64,
+        on_event: &mut impl FnMut(EventRecord),
+    ) -> Result<FollowEnd, FleetError> {
+        let req = self
+            .http
+            .get(self.url(&format!("/runs/{id}/events")))
+            .query(&[("follow", "1".to_owned()), ("after", after.to_string())])
+            .header(reqwest::header::ACCEPT, "text/event-stream");
+        let mut resp = self
+            .authorized(req)
+            .send()
+            .await
+            .map_err(|e| self.unreachable(&e))?;
+        let status = resp.status();
+        if !status.is_success() {
+            let text = resp.text().await.map_err(|e| self.unreachable(&e))?;
+            return Err(api_error(status.as_u16(), text));
+        }
+        let mut parser = SseParser::default();
+        loop {
+            let chunk = match resp.chunk().await {
+                Ok(Some(chunk)) => chunk,
+                Ok(None) => return Ok(FollowEnd::Broken("the host closed the stream".into())),
+                Err(e) => return Ok(FollowEnd::Broken(e.to_string())),
+            };
+            let events = parser.push(&chunk).map_err(|_| FleetError::BadResponse {
+                url: self.base.clone(),
+                detail: "the live stream sent a line longer than 16 MiB".into(),
+            })?;
+            for event in events {
+                match event.kind.as_str() {
+                    "event" => {
+                        let record: EventRecord = self.decode(&event)?;
+                        if record.seq > *after {
+                            *after = record.seq;
+                            on_event(record);
+                        }
+                    }
+                    "end" => return Ok(FollowEnd::Settled(Box::new(self.decode(&event)?))),
+                    "error" => {
+                        let error: Value = self.decode(&event)?;
+                        return Err(FleetError::Api {
+                            status: 500,
+                            code: error["code"].as_str().unwrap_or("unknown").to_owned(),
+                            message: error["message"].as_str().unwrap_or("").to_owned(),
+                        });
+                    }
+                    // Kinds a newer host may add are not this client's to act on.
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    fn decode<T: DeserializeOwned>(&self, event: &SseEvent) -> Result<T, FleetError> {
+        serde_json::from_str(&event.data).map_err(|e| FleetError::BadResponse {
+            url: self.base.clone(),
+            detail: format!("a live `{}` event: {e}", event.kind),
+        })
+    }
+
+    fn unreachable(&self, e: &reqwest::Error) -> FleetError {
+        FleetError::Unreachable {
+            url: self.base.clone(),
+            detail: e.to_string(),
+        }
+    }
+
     /// One page of runs, newest first, of one agent or of all: those after `cursor` (the
     /// `next` of the previous page), at most `limit` (the host's default when `None`). The
     /// host lists every run for an operator and a principal's own runs for anyone else.
@@ -301,23 +433,29 @@ impl Client {
             detail: e.to_string(),
         })?;
         if !status.is_success() {
-            let parsed: Option<Value> = serde_json::from_str(&text).ok();
-            let error = parsed.as_ref().and_then(|v| v.get("error"));
-            return Err(FleetError::Api {
-                status: status.as_u16(),
-                code: error
-                    .and_then(|e| e["code"].as_str())
-                    .unwrap_or("unknown")
-                    .to_owned(),
-                message: error
-                    .and_then(|e| e["message"].as_str())
-                    .map(str::to_owned)
-                    .unwrap_or(text),
-            });
+            return Err(api_error(status.as_u16(), text));
         }
         serde_json::from_str(&text).map_err(|e| FleetError::BadResponse {
             url: self.base.clone(),
             detail: e.to_string(),
         })
+    }
+}
+
+/// The typed error for an answer with a failing status: the host's code and message when the
+/// body is the API's error JSON, the body itself otherwise.
+fn api_error(status: u16, text: String) -> FleetError {
+    let parsed: Option<Value> = serde_json::from_str(&text).ok();
+    let error = parsed.as_ref().and_then(|v| v.get("error"));
+    FleetError::Api {
+        status,
+        code: error
+            .and_then(|e| e["code"].as_str())
+            .unwrap_or("unknown")
+            .to_owned(),
+        message: error
+            .and_then(|e| e["message"].as_str())
+            .map(str::to_owned)
+            .unwrap_or(text),
     }
 }

@@ -43,6 +43,8 @@ pub struct HttpBounds {
     pub body_timeout: Duration,
     /// The largest request body accepted.
     pub max_body_bytes: usize,
+    /// Live streams (`follow=1`) open at once; each also holds one of `max_connections`.
+    pub max_streams: usize,
 }
 
 impl Default for HttpBounds {
@@ -52,6 +54,7 @@ impl Default for HttpBounds {
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
             max_body_bytes: 1024 * 1024,
+            max_streams: 64,
         }
     }
 }

@@ -136,13 +136,25 @@ impl Served {
         env: &[(&str, &str)],
         args: &[&str],
     ) -> Self {
+        Self::start_listening(dirs, data, env, args, "127.0.0.1:0")
+    }
+
+    /// As [`Served::start_with`], on the address `listen` (to restart a host where its
+    /// clients expect it).
+    pub(crate) fn start_listening(
+        dirs: &[PathBuf],
+        data: &Path,
+        env: &[(&str, &str)],
+        args: &[&str],
+        listen: &str,
+    ) -> Self {
         let mut cmd = Command::new(BIN);
         cmd.arg("dev");
         for d in dirs {
             cmd.arg(d);
         }
         cmd.args(args);
-        cmd.args(["--data", path_str(data), "--listen", "127.0.0.1:0"])
+        cmd.args(["--data", path_str(data), "--listen", listen])
             .env_remove("CONSORT_FAULT")
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())

@@ -268,6 +268,7 @@ impl AgentState {
         let at_ms = record.settled_at_ms.unwrap_or_else(crate::run::now_ms);
         self.board
             .saw(&self.config.name, &run, record.status, at_ms);
+        self.feed.publish(record, applied.last_seq);
         if applied.record.status.is_settled() {
             self.views.remove(&run);
             self.records.remove(&run);
@@ -290,6 +291,7 @@ impl AgentState {
         let id = record.id.clone();
         self.board
             .saw(&self.config.name, &id, record.status, record.created_at_ms);
+        self.feed.publish(&record, events.len() as u64);
         self.views.insert(id.clone(), RunView::from_events(events));
         self.records.insert(id, record);
     }

@@ -226,6 +226,8 @@ pub(crate) struct AgentArgs {
     pub options: AgentOptions,
     /// The host's presence board, kept up to date as this agent's commits land.
     pub board: crate::PresenceBoard,
+    /// The host's run feed, told of every commit of this agent's runs.
+    pub feed: crate::RunFeed,
     /// The goals this agent belongs to (it is offered `list_peers` when there are any).
     pub goals: Vec<String>,
 }
@@ -330,6 +332,7 @@ impl Actor for AgentActor {
             commits: commits::Commits::default(),
             just_settled: HashMap::new(),
             board: args.board,
+            feed: args.feed,
             goals: args.goals,
             last_active: Instant::now(),
             checkpointed: 0,

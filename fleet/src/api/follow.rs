@@ -1,0 +1,282 @@
+//! The API's live streams: server-sent events over the host's run feed.
+//!
+//! | route                                        | events                                  |
+//! |----------------------------------------------|-----------------------------------------|
+//! | `GET /runs/{id}/events?follow=1[&after=SEQ]` | `event` (one row of the events page, `id:` its sequence number), then one `end` (the settled run) |
+//! | `GET /jobs?follow=1[&agent=A]`               | `run` (a run as `GET /jobs` lists it) for every run stored or changed after the stream opened; `lagged` (`{"missed": N}`) when the follower fell behind and should read `GET /jobs` again |
+//!
+//! A stream of events reads the store, never the feed: a notice of the run feed
+//! ([`consort_actors::feed`]) only wakes it to read what follows the last sequence number it
+//! sent, and it reads again every [`REREAD_EVERY`] in case a notice came before its commit. So
+//! a follower that falls behind, or a client that reconnects with `Last-Event-ID`, misses
+//! nothing and gets nothing twice. A stream of runs sends what the feed carries, filtered by
+//! the same listing scope as `GET /jobs` (an operator sees every run, anyone else their own).
+//!
+//! Each stream is one task that ends when its client goes, when its run settles, or when the
+//! host stops; a comment line (`: keepalive`) every [`KEEPALIVE`] keeps proxies from closing a
+//! quiet one. At most [`crate::listener::HttpBounds::max_streams`] are open at once per host;
+//! one more is answered 503 `too_many_streams`. This module decides nothing about who may
+//! follow what: the handlers in `api` check access before a stream starts.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::HeaderValue;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, mpsc};
+
+use consort_actors::page::PAGE_MAX;
+use consort_actors::{Host, RunChange, RunRecord};
+use consort_net::RunId;
+
+use super::ApiError;
+use crate::access::Scope;
+
+/// How often a quiet stream sends a comment line.
+pub(crate) const KEEPALIVE: Duration = Duration::from_secs(15);
+/// How often a stream of events reads the store even without a notice.
+pub(crate) const REREAD_EVERY: Duration = Duration::from_secs(2);
+/// Events buffered for a client that reads slowly; a stream that is further behind waits.
+const BUFFERED: usize = 64;
+
+/// The host's budget of open streams.
+#[derive(Clone)]
+pub(crate) struct StreamSlots(Arc<Semaphore>);
+
+impl StreamSlots {
+    pub(crate) fn new(max: usize) -> Self {
+        Self(Arc::new(Semaphore::new(max.max(1))))
+    }
+
+    /// A slot for one more stream, or the answer to give when all are taken.
+    pub(crate) fn take(&self) -> Result<OwnedSemaphorePermit, ApiError> {
+        self.0.clone().try_acquire_owned().map_err(|_| {
+            ApiError::new(
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                "too_many_streams",
+                "this host has as many live streams open as it serves; close one or read the pages instead",
+            )
+        })
+    }
+}
+
+/// Whether `follow=` asks for a stream: `1`/`true` yes, `0`/`false`/absent no.
+pub(crate) fn wants_follow(value: Option<&str>) -> Result<bool, ApiError> {
+    match value {
+        None | Some("0" | "false") => Ok(false),
+        Some("1" | "true") => Ok(true),
+        Some(other) => Err(ApiError::new(
+            axum::http::StatusCode::BAD_REQUEST,
+            "bad_follow",
+            format!("follow `{other}` is not one of: 1, true, 0, false"),
+        )),
+    }
+}
+
+/// Streams the event log of `id` from after `after`, then the settled run.
+pub(crate) fn run_events(
+    host: Host,
+    id: RunId,
+    after: u64,
+    slot: OwnedSemaphorePermit,
+) -> Response {
+    // Subscribe before the first read: a change between the two is not missed.
+    let changes = host.feed().subscribe();
+    let (tx, rx) = mpsc::channel(BUFFERED);
+    let span = tracing::debug_span!("follow_run", run_id = %id);
+    tokio::spawn(tracing::Instrument::instrument(
+        async move {
+            let _slot = slot;
+            follow_run(&host, &id, after, changes, &tx).await;
+        },
+        span,
+    ));
+    stream_response(rx)
+}
+
+/// Streams every run stored or changed from now on that `scope` shows, of `agent` or of all.
+pub(crate) fn jobs(
+    host: &Host,
+    agent: Option<String>,
+    scope: Scope,
+    slot: OwnedSemaphorePermit,
+) -> Response {
+    let changes = host.feed().subscribe();
+    let (tx, rx) = mpsc::channel(BUFFERED);
+    tokio::spawn(async move {
+        let _slot = slot;
+        follow_jobs(changes, agent.as_deref(), &scope, &tx).await;
+    });
+    stream_response(rx)
+}
+
+fn stream_response(mut rx: mpsc::Receiver<Event>) -> Response {
+    let stream = futures_util::stream::poll_fn(move |cx| {
+        rx.poll_recv(cx).map(|e| e.map(Ok::<_, Infallible>))
+    });
+    let sse: Sse<_> = Sse::new(stream);
+    let mut response = sse
+        .keep_alive(KeepAlive::new().interval(KEEPALIVE).text("keepalive"))
+        .into_response();
+    // Proxies that buffer responses would hold the events back.
+    response
+        .headers_mut()
+        .insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
+
+/// Why a stream stopped before its natural end.
+enum Stop {
+    /// The client went away.
+    ClientGone,
+}
+
+async fn send(tx: &mpsc::Sender<Event>, event: Event) -> Result<(), Stop> {
+    tx.send(event).await.map_err(|_| Stop::ClientGone)
+}
+
+fn json_event(kind: &str, data: &impl serde::Serialize) -> Event {
+    Event::default()
+        .event(kind)
+        .json_data(data)
+        .unwrap_or_else(|e| {
+            Event::default()
+                .event("error")
+                .data(json!({"code": "internal", "message": e.to_string()}).to_string())
+        })
+}
+
+async fn follow_run(
+    host: &Host,
+    id: &RunId,
+    mut after: u64,
+    mut changes: broadcast::Receiver<RunChange>,
+    tx: &mpsc::Sender<Event>,
+) {
+    loop {
+        // The run is read before its events: if it had settled, its log was complete then,
+        // so the events read next are all there is.
+        let run = match read_run(host, id).await {
+            Ok(run) => run,
+            Err(message) => {
+                let _ = send(tx, error_event(&message)).await;
+                return;
+            }
+        };
+        match send_events_after(host, id, &mut after, tx).await {
+            Ok(()) => {}
+            Err(SendError::Client(Stop::ClientGone)) => return,
+            Err(SendError::Store(message)) => {
+                let _ = send(tx, error_event(&message)).await;
+                return;
+            }
+        }
+        if run.status.is_settled() {
+            let _ = send(tx, json_event("end", &run)).await;
+            return;
+        }
+        if !wait_for_change(&mut changes, id, tx).await {
+            return;
+        }
+    }
+}
+
+enum SendError {
+    Client(Stop),
+    Store(String),
+}
+
+/// Sends every stored event of `id` after `after`, moving `after` past each one sent.
+async fn send_events_after(
+    host: &Host,
+    id: &RunId,
+    after: &mut u64,
+    tx: &mpsc::Sender<Event>,
+) -> Result<(), SendError> {
+    loop {
+        let (reader, key, from) = (host.clone(), id.clone(), *after);
+        let page = tokio::task::spawn_blocking(move || reader.events_page(&key, from, PAGE_MAX))
+            .await
+            .map_err(|e| SendError::Store(format!("a store read did not finish: {e}")))?
+            .map_err(|e| SendError::Store(e.to_string()))?;
+        for record in &page.events {
+            let event = json_event("event", record).id(record.seq.to_string());
+            send(tx, event).await.map_err(SendError::Client)?;
+            *after = record.seq;
+        }
+        if page.next_after.is_none() || page.events.is_empty() {
+            return Ok(());
+        }
+    }
+}
+
+/// Waits for a notice about `id`, a lag, or the re-read interval. `false` when the stream
+/// should end: the client went away or the host stopped.
+async fn wait_for_change(
+    changes: &mut broadcast::Receiver<RunChange>,
+    id: &RunId,
+    tx: &mpsc::Sender<Event>,
+) -> bool {
+    let deadline = tokio::time::Instant::now() + REREAD_EVERY;
+    loop {
+        tokio::select! {
+            () = tx.closed() => return false,
+            () = tokio::time::sleep_until(deadline) => return true,
+            notice = changes.recv() => match notice {
+                Ok(change) if change.id() == id => return true,
+                Ok(_) => {}
+                // Fell behind: whatever was missed is in the store.
+                Err(RecvError::Lagged(_)) => return true,
+                Err(RecvError::Closed) => return false,
+            },
+        }
+    }
+}
+
+async fn read_run(host: &Host, id: &RunId) -> Result<RunRecord, String> {
+    let (reader, key) = (host.clone(), id.clone());
+    tokio::task::spawn_blocking(move || reader.run(&key))
+        .await
+        .map_err(|e| format!("a store read did not finish: {e}"))?
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("run {id} is no longer stored on this host"))
+}
+
+fn error_event(message: &str) -> Event {
+    tracing::warn!("a live stream ended on an error: {message}");
+    Event::default()
+        .event("error")
+        .data(json!({"code": "stream_failed", "message": message}).to_string())
+}
+
+async fn follow_jobs(
+    mut changes: broadcast::Receiver<RunChange>,
+    agent: Option<&str>,
+    scope: &Scope,
+    tx: &mpsc::Sender<Event>,
+) {
+    loop {
+        let notice = tokio::select! {
+            () = tx.closed() => return,
+            notice = changes.recv() => notice,
+        };
+        let event = match notice {
+            Ok(change) => {
+                let run = &change.record;
+                if agent.is_some_and(|a| a != run.agent) || !scope.shows(&run.principal) {
+                    continue;
+                }
+                json_event("run", run.as_ref())
+            }
+            Err(RecvError::Lagged(missed)) => json_event("lagged", &json!({"missed": missed})),
+            Err(RecvError::Closed) => return,
+        };
+        if send(tx, event).await.is_err() {
+            return;
+        }
+    }
+}
