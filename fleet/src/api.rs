@@ -9,6 +9,7 @@
 //! | `GET /jobs`                 | a page of runs, newest first: `?agent=&cursor=&limit=N` → `{runs, next}`; `?follow=1` streams every run that changes from then on |
 //! | `GET /agents`               | the agents served, whether each is up, and why not    |
 //! | `POST /reload`              | `{}`: re-read every agent.yaml now, restart agents that are down: `{changed, revived}` |
+//! | `GET /openapi.json`         | this table and the rest, machine-readable: generated from the routes ([`openapi`]) |
 //!
 //! Who may call which route is [`crate::access`]'s decision, from the requester that
 //! [`HostAuth`] establishes; which requests reach a handler at all (the `Host` and `Origin`
@@ -17,6 +18,9 @@
 //!
 //! Every error is JSON, `{"error": {"code", "message"}}`, with a 4xx status for bad requests.
 //! Handlers only translate HTTP to calls on [`Host`]; they decide nothing about runs.
+
+// `#[utoipa::path]` expands `params(Query)` into fully qualified paths.
+#![allow(unused_qualifications)]
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,11 +31,13 @@ use axum::http::header::{AUTHORIZATION, CONTENT_TYPE, HOST, ORIGIN};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tower_http::timeout::RequestBodyTimeoutLayer;
+use utoipa::{IntoParams, OpenApi as _, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use consort_actors::directory::{DeliveryRequest, WaitRequest};
 use consort_actors::page::{RunCursor, page_size};
@@ -42,8 +48,10 @@ use consort_net::RunId;
 
 use crate::access::{self, Action, Denial, Requester};
 use follow::StreamSlots;
+use openapi::{AgentStatusDoc, ErrorDoc, EventPageDoc, ReloadedDoc, RunDoc, RunPageDoc};
 
 mod follow;
+mod openapi;
 use crate::auth::HostAuth;
 use crate::listener::{HostCheck, HttpBounds};
 
@@ -53,10 +61,12 @@ const MAX_WAIT_MS: u64 = 600_000;
 const MAX_INPUT_BYTES: usize = 256 * 1024;
 
 /// The body of `POST /runs`.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct StartRun {
+    /// An agent this host serves.
     pub agent: String,
+    /// What the run is asked (not empty, at most 256 KiB).
     pub input: String,
     /// `api` (default) or `cli`.
     #[serde(default)]
@@ -64,31 +74,45 @@ pub(crate) struct StartRun {
 }
 
 /// The body of `POST /runs/{id}/approve`.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Decision {
+    /// `true` runs the gated tool, `false` refuses it.
     pub approve: bool,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct WaitQuery {
+    /// Wait up to this many milliseconds (at most 600,000) for the run to settle.
     wait_ms: Option<u64>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct JobsQuery {
+    /// Only this agent's runs.
     agent: Option<String>,
+    /// The `next` of the previous page.
     cursor: Option<String>,
+    /// Runs per page: 100 unless given, at most 1,000.
     limit: Option<usize>,
+    /// `1`: stream every run stored or changed from now on (`text/event-stream`, events `run`
+    /// and `lagged`) instead of a page.
     follow: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct EventsQuery {
+    /// Events after this sequence number (0: from the first).
     after: Option<u64>,
+    /// Events per page: 100 unless given, at most 1,000.
     limit: Option<usize>,
+    /// `1`: stream the log live (`text/event-stream`: `event` per event, then `end` with the
+    /// settled run) instead of a page.
     follow: Option<String>,
 }
 
@@ -227,6 +251,18 @@ pub struct ApiState {
     pub auth: Arc<HostAuth>,
     /// The budget of live streams.
     streams: StreamSlots,
+    /// This API's description, as served.
+    description: ApiDescription,
+}
+
+/// The OpenAPI document of the routes, serialized once when the router is built.
+#[derive(Clone)]
+struct ApiDescription(Arc<str>);
+
+impl FromRef<ApiState> for ApiDescription {
+    fn from_ref(state: &ApiState) -> Self {
+        state.description.clone()
+    }
 }
 
 /// Who a request is: its identity (what a run it starts acts for) and the requester the
@@ -350,39 +386,79 @@ pub(crate) fn router(
     hosts: HostCheck,
     bounds: &HttpBounds,
 ) -> Router {
-    Router::new()
-        .route("/runs", post(start_run))
-        .route("/runs/{id}", get(get_run))
-        .route("/runs/{id}/events", get(get_events))
-        .route("/runs/{id}/approve", post(approve))
-        .route("/jobs", get(jobs))
-        .route("/agents", get(agents))
-        .route("/directory", get(directory))
-        .route("/directory/observe", get(observe))
-        .route("/directory/wait", get(wait_peer))
-        .route("/directory/attention", get(attention))
-        .route("/directory/deliver", post(deliver))
-        .route("/directory/delivery", get(delivery_status))
-        .route("/reload", post(reload))
+    let (routes, description) = documented_routes().split_for_parts();
+    // The document is built from static parts; failing to serialize it would be a bug in them.
+    let description = description.to_pretty_json().unwrap_or_else(|e| {
+        format!(r#"{{"error": "the API description did not serialize: {e}"}}"#)
+    });
+    routes
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .with_state(ApiState {
             host,
             auth,
             streams: StreamSlots::new(bounds.max_streams),
+            description: ApiDescription(description.into()),
         })
         .layer(DefaultBodyLimit::max(bounds.max_body_bytes))
         .layer(RequestBodyTimeoutLayer::new(bounds.body_timeout))
         .layer(middleware::from_fn_with_state(Arc::new(hosts), front_door))
 }
 
-#[derive(Deserialize)]
+/// Every route of the API with its description: the only place routes are added, so none can
+/// be missing from `/openapi.json` (see [`openapi`]).
+fn documented_routes() -> OpenApiRouter<ApiState> {
+    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .routes(routes!(start_run))
+        .routes(routes!(get_run))
+        .routes(routes!(get_events))
+        .routes(routes!(approve))
+        .routes(routes!(jobs))
+        .routes(routes!(agents))
+        .routes(routes!(reload))
+        .routes(routes!(directory))
+        .routes(routes!(observe))
+        .routes(routes!(wait_peer))
+        .routes(routes!(attention))
+        .routes(routes!(deliver))
+        .routes(routes!(delivery_status))
+        .routes(routes!(openapi_json))
+}
+
+/// `GET /openapi.json`: this API's description, to anyone who reaches the API (it names
+/// routes, not data).
+#[utoipa::path(
+    get, path = "/openapi.json", tag = "host",
+    summary = "This API's description (OpenAPI 3.1)",
+    responses((status = 200, description = "the OpenAPI document", body = serde_json::Value)),
+)]
+async fn openapi_json(State(description): State<ApiDescription>) -> Response {
+    (
+        [(CONTENT_TYPE, "application/json")],
+        description.0.to_string(),
+    )
+        .into_response()
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct DirectoryQuery {
+    /// The goal; the caller's only one when absent.
     goal: Option<String>,
 }
 
 /// `GET /directory?goal=G`: the peer directory as the caller may see it. The caller's scope
 /// comes from its credentials ([`HostAuth::audience`]); a caller without one gets a packet of
 /// zero rows that names the scope gap, with status 200 (the packet is the answer).
+#[utoipa::path(
+    get, path = "/directory", tag = "directory",
+    summary = "The peer directory of a goal",
+    params(DirectoryQuery),
+    responses(
+        (status = 200, description = "the directory packet: a row per registered agent, or a `scope_gap` when the caller's scope cannot be established", body = serde_json::Value),
+        (status = 400, description = "a malformed query or body", body = ErrorDoc),
+    ),
+    security((), ("bearer" = []))
+)]
 async fn directory(
     State(host): State<Host>,
     State(auth): State<Arc<HostAuth>>,
@@ -405,16 +481,31 @@ async fn audience(auth: &HostAuth, headers: &HeaderMap) -> Audience {
     auth.audience(&identity)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct ObserveQuery {
+    /// The agent observed.
     agent: String,
+    /// One of its runs.
     run: Option<String>,
+    /// `events` (default) or `output`: where an excerpt comes from.
     source: Option<String>,
+    /// Lines of excerpt, 1 to 100 (20 unless given).
     lines: Option<usize>,
 }
 
 /// `GET /directory/observe?agent=A[&run=R][&source=events|output][&lines=N]`: typed state
 /// first; an excerpt only of a run the caller may read (an operator's, here).
+#[utoipa::path(
+    get, path = "/directory/observe", tag = "directory",
+    summary = "Observe an agent and one of its runs",
+    params(ObserveQuery),
+    responses(
+        (status = 200, description = "typed state first; an excerpt only of a run the caller may read", body = serde_json::Value),
+        (status = 400, description = "a malformed query or body", body = ErrorDoc),
+    ),
+    security((), ("bearer" = []))
+)]
 async fn observe(
     State(host): State<Host>,
     State(auth): State<Arc<HostAuth>>,
@@ -441,13 +532,20 @@ async fn observe(
     Ok(Json(observation).into_response())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct WaitPeerQuery {
+    /// The agent whose run is waited on.
     agent: String,
+    /// The run.
     run: String,
+    /// `settled` (default), `blocked` or `changed`.
     until: Option<String>,
+    /// With `changed`: a change after this event.
     after_seq: Option<u64>,
+    /// The incarnation the wait is pinned to (the agent's current one when absent).
     incarnation: Option<String>,
+    /// How long to wait (30,000 unless given, at most 600,000).
     timeout_ms: Option<u64>,
 }
 
@@ -455,6 +553,17 @@ struct WaitPeerQuery {
 /// [&incarnation=I][&timeout_ms=T]`: a wait pinned to the agent's incarnation; the answer
 /// names the pin and how it ended (`matched`, `replaced`, `not_running`, `unknown_run`,
 /// `unreachable`, `timeout`). A caller that may not wait on the run gets 403 with the gap.
+#[utoipa::path(
+    get, path = "/directory/wait", tag = "directory",
+    summary = "Wait on a run, pinned to its agent's incarnation",
+    params(WaitPeerQuery),
+    responses(
+        (status = 200, description = "how the wait ended: `matched`, `replaced`, `not_running`, `unknown_run`, `unreachable` or `timeout`", body = serde_json::Value),
+        (status = 400, description = "a malformed query or body", body = ErrorDoc),
+        (status = 403, description = "the caller may not wait on this run (the scope gap)", body = ErrorDoc),
+    ),
+    security((), ("bearer" = []))
+)]
 async fn wait_peer(
     State(host): State<Host>,
     State(auth): State<Arc<HostAuth>>,
@@ -492,13 +601,19 @@ async fn wait_peer(
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 struct DeliverBody {
+    /// The peer agent.
     agent: String,
+    /// A run of the peer's to deliver into; a new run when absent.
     run: Option<String>,
+    /// The message.
     message: String,
+    /// The sender's id for this delivery: the same id never delivers twice.
     delivery_id: String,
+    /// How long to wait for the receipt (10,000 unless given).
     timeout_ms: Option<u64>,
+    /// How long to watch for activity after the receipt (at most 60,000).
     window_ms: Option<u64>,
 }
 
@@ -506,6 +621,16 @@ struct DeliverBody {
 /// message into a run (or a new run) of `agent`, from the caller (an operator here). The answer
 /// is the outcome: `active`, `stalled` (enqueued, nothing followed in the window: never
 /// success), `rejected` with its code, or `timeout` (no receipt in time; nothing is resent).
+#[utoipa::path(
+    post, path = "/directory/deliver", tag = "directory",
+    summary = "Deliver a message to a peer agent",
+    request_body = DeliverBody,
+    responses(
+        (status = 200, description = "the outcome: `active`, `stalled`, `rejected` (with its code) or `timeout`", body = serde_json::Value),
+        (status = 400, description = "a malformed query or body", body = ErrorDoc),
+    ),
+    security((), ("bearer" = []))
+)]
 async fn deliver(
     State(host): State<Host>,
     State(auth): State<Arc<HostAuth>>,
@@ -528,16 +653,30 @@ async fn deliver(
     Ok(Json(host.deliver(audience, request).await?).into_response())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct DeliveryStatusQuery {
+    /// The peer agent.
     agent: String,
+    /// The delivery id.
     id: String,
+    /// The run it was delivered into.
     run: Option<String>,
 }
 
 /// `GET /directory/delivery?agent=A&id=ID[&run=R]`: the receipt of the caller's earlier
 /// delivery (`enqueued` where it landed, `unknown_delivery` when it is not there): what a sender
 /// reads after a `timeout` instead of sending again.
+#[utoipa::path(
+    get, path = "/directory/delivery", tag = "directory",
+    summary = "The receipt of an earlier delivery",
+    params(DeliveryStatusQuery),
+    responses(
+        (status = 200, description = "`enqueued` where it landed, or `unknown_delivery`", body = serde_json::Value),
+        (status = 400, description = "a malformed query or body", body = ErrorDoc),
+    ),
+    security((), ("bearer" = []))
+)]
 async fn delivery_status(
     State(host): State<Host>,
     State(auth): State<Arc<HostAuth>>,
@@ -551,6 +690,16 @@ async fn delivery_status(
 }
 
 /// `GET /directory/attention[?goal=G]`: what in the goal needs a decision, from typed facts.
+#[utoipa::path(
+    get, path = "/directory/attention", tag = "directory",
+    summary = "What in a goal needs a decision",
+    params(DirectoryQuery),
+    responses(
+        (status = 200, description = "the attention rollup", body = serde_json::Value),
+        (status = 400, description = "a malformed query or body", body = ErrorDoc),
+    ),
+    security((), ("bearer" = []))
+)]
 async fn attention(
     State(host): State<Host>,
     State(auth): State<Arc<HostAuth>>,
@@ -563,6 +712,23 @@ async fn attention(
     Ok(Json(host.attention(audience, goal).await?).into_response())
 }
 
+#[utoipa::path(
+    post, path = "/runs", tag = "runs",
+    summary = "Start a run",
+    description = "Starts a run of `agent` on `input`, acting for the bearer token's principal (anonymous without one), and answers at once with the stored run.",
+    request_body = StartRun,
+    responses(
+        (status = 201, description = "the run, as stored", body = RunDoc),
+        (status = 400, description = "a malformed query or body", body = ErrorDoc),
+        (status = 401, description = "no known bearer token, on a host that refuses anonymous callers", body = ErrorDoc),
+        (status = 404, description = "no such agent here", body = ErrorDoc),
+        (status = 409, description = "refused: the agent is down or at its admission limit (the refusal's code)", body = ErrorDoc),
+        (status = 413, description = "input or body too large", body = ErrorDoc),
+        (status = 429, description = "the principal's share of the agent is taken", body = ErrorDoc),
+        (status = 503, description = "draining, or the store could not be written", body = ErrorDoc),
+    ),
+    security((), ("bearer" = []))
+)]
 async fn start_run(
     State(host): State<Host>,
     State(auth): State<Arc<HostAuth>>,
@@ -620,6 +786,16 @@ async fn start_run(
     Ok((StatusCode::CREATED, Json(run)).into_response())
 }
 
+#[utoipa::path(
+    get, path = "/runs/{id}", tag = "runs",
+    summary = "Read a run",
+    params(("id" = String, Path, description = "The run id: `run_` and 32 hex digits"), WaitQuery),
+    responses(
+        (status = 200, description = "the run", body = RunDoc),
+        (status = 400, description = "a malformed query or body", body = ErrorDoc), (status = 401, description = "no known bearer token, on a host that refuses anonymous callers", body = ErrorDoc), (status = 404, description = "no such run that this caller may see", body = ErrorDoc),
+    ),
+    security((), ("bearer" = []))
+)]
 async fn get_run(
     State(host): State<Host>,
     State(auth): State<Arc<HostAuth>>,
@@ -640,6 +816,20 @@ async fn get_run(
     Ok(Json(run).into_response())
 }
 
+#[utoipa::path(
+    get, path = "/runs/{id}/events", tag = "runs",
+    summary = "Read or follow a run's event log",
+    params(("id" = String, Path, description = "The run id: `run_` and 32 hex digits"), EventsQuery),
+    responses(
+        (status = 200, description = "a page of events, oldest first; with `follow=1` a stream of server-sent events", content(
+            (EventPageDoc = "application/json"),
+            (String = "text/event-stream"),
+        )),
+        (status = 400, description = "a malformed query or body", body = ErrorDoc), (status = 401, description = "no known bearer token, on a host that refuses anonymous callers", body = ErrorDoc), (status = 404, description = "no such run that this caller may see", body = ErrorDoc),
+        (status = 503, description = "too many live streams open", body = ErrorDoc),
+    ),
+    security((), ("bearer" = []))
+)]
 async fn get_events(
     State(host): State<Host>,
     State(auth): State<Arc<HostAuth>>,
@@ -673,6 +863,20 @@ async fn get_events(
     Ok(Json(page).into_response())
 }
 
+#[utoipa::path(
+    post, path = "/runs/{id}/approve", tag = "runs",
+    summary = "Approve or deny a blocked run's gated tool",
+    params(("id" = String, Path, description = "The run id: `run_` and 32 hex digits")),
+    request_body = Decision,
+    responses(
+        (status = 200, description = "the run after the decision", body = RunDoc),
+        (status = 400, description = "a malformed query or body", body = ErrorDoc), (status = 401, description = "no known bearer token, on a host that refuses anonymous callers", body = ErrorDoc),
+        (status = 403, description = "this caller may not decide this gate (four eyes)", body = ErrorDoc),
+        (status = 404, description = "no such run that this caller may see", body = ErrorDoc),
+        (status = 409, description = "the run is not waiting on an approval", body = ErrorDoc),
+    ),
+    security((), ("bearer" = []))
+)]
 async fn approve(
     State(host): State<Host>,
     State(auth): State<Arc<HostAuth>>,
@@ -699,6 +903,22 @@ async fn approve(
     Ok(Json(run).into_response())
 }
 
+#[utoipa::path(
+    get, path = "/jobs", tag = "runs",
+    summary = "List or follow runs",
+    description = "Runs newest first: every run for an operator, the caller's own for anyone else.",
+    params(JobsQuery),
+    responses(
+        (status = 200, description = "a page of runs; with `follow=1` a stream of server-sent events", content(
+            (RunPageDoc = "application/json"),
+            (String = "text/event-stream"),
+        )),
+        (status = 400, description = "a malformed query or body", body = ErrorDoc), (status = 401, description = "no known bearer token, on a host that refuses anonymous callers", body = ErrorDoc),
+        (status = 404, description = "no such agent here", body = ErrorDoc),
+        (status = 503, description = "too many live streams open", body = ErrorDoc),
+    ),
+    security((), ("bearer" = []))
+)]
 async fn jobs(
     State(host): State<Host>,
     State(auth): State<Arc<HostAuth>>,
@@ -743,6 +963,15 @@ async fn jobs(
     Ok(Json(page).into_response())
 }
 
+#[utoipa::path(
+    get, path = "/agents", tag = "host",
+    summary = "The agents served",
+    responses(
+        (status = 200, description = "each agent: up, awake, restarts, and why it is down", body = Vec<AgentStatusDoc>),
+        (status = 401, description = "no known bearer token, on a host that refuses anonymous callers", body = ErrorDoc),
+    ),
+    security((), ("bearer" = []))
+)]
 async fn agents(
     State(host): State<Host>,
     State(auth): State<Arc<HostAuth>>,
@@ -752,6 +981,18 @@ async fn agents(
     Ok(Json(host.agent_status().await?).into_response())
 }
 
+#[utoipa::path(
+    post, path = "/reload", tag = "host",
+    summary = "Re-read every agent.yaml",
+    description = "Operators only: re-reads every agent.yaml now and starts again the agents that are down. Send `{}`.",
+    responses(
+        (status = 200, description = "what changed and what was revived", body = ReloadedDoc),
+        (status = 401, description = "no known bearer token, on a host that refuses anonymous callers", body = ErrorDoc),
+        (status = 403, description = "not an operator", body = ErrorDoc),
+        (status = 422, description = "an agent.yaml does not read (file, line and key named)", body = ErrorDoc),
+    ),
+    security((), ("bearer" = []))
+)]
 async fn reload(
     State(host): State<Host>,
     State(auth): State<Arc<HostAuth>>,
