@@ -32,6 +32,8 @@ pub struct Host {
     settled: broadcast::Sender<RunRecord>,
     feed: RunFeed,
     agents: Vec<String>,
+    /// Each agent's `description` from its agent.yaml as the host started, in `agents` order.
+    descriptions: std::sync::Arc<[String]>,
     writer: StoreWriter,
 }
 
@@ -57,6 +59,16 @@ impl Host {
         let feed = RunFeed::default();
         let data = DataFolder::with_store(spec.data_dir.clone(), &spec.store);
         let agents = spec.agents.names();
+        let descriptions = agents
+            .iter()
+            .map(|name| {
+                spec.agents
+                    .agents
+                    .get(name)
+                    .map(|c| c.description.clone())
+                    .unwrap_or_default()
+            })
+            .collect();
         let writer = StoreWriter::start_on(&spec.store, spec.max_open_stores).await?;
         let (supervisor, join) =
             spawn_supervisor(spec, settled.clone(), feed.clone(), writer.clone(), parent).await?;
@@ -67,6 +79,7 @@ impl Host {
                 settled,
                 feed,
                 agents,
+                descriptions,
                 writer,
             },
             join,
@@ -81,6 +94,15 @@ impl Host {
     /// The agents this host serves.
     pub fn agents(&self) -> &[String] {
         &self.agents
+    }
+
+    /// Each agent this host serves with the `description` of its agent.yaml as the host started
+    /// (empty where it has none).
+    pub fn described_agents(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.agents
+            .iter()
+            .map(String::as_str)
+            .zip(self.descriptions.iter().map(String::as_str))
     }
 
     /// Writes and commits of the host's store writer so far: `writes / commits` is how many

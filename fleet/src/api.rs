@@ -34,6 +34,7 @@ use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use tower_http::limit::RequestBodyLimit;
 use tower_http::timeout::RequestBodyTimeoutLayer;
 use utoipa::{IntoParams, OpenApi as _, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
@@ -51,6 +52,7 @@ use follow::StreamSlots;
 use openapi::{AgentStatusDoc, ErrorDoc, EventPageDoc, ReloadedDoc, RunDoc, RunPageDoc};
 
 mod follow;
+mod mcp;
 mod openapi;
 use crate::auth::HostAuth;
 use crate::listener::{HostCheck, HttpBounds};
@@ -386,7 +388,15 @@ pub(crate) fn router(
     hosts: HostCheck,
     bounds: &HttpBounds,
 ) -> Router {
-    let (routes, description) = documented_routes().split_for_parts();
+    let (routes, mut description) = documented_routes().split_for_parts();
+    openapi::add_mcp_route(&mut description);
+    let routes = routes.route_service(
+        "/mcp",
+        RequestBodyLimit::new(
+            mcp::service(host.clone(), auth.clone()),
+            bounds.max_body_bytes,
+        ),
+    );
     // The document is built from static parts; failing to serialize it would be a bug in them.
     let description = description.to_pretty_json().unwrap_or_else(|e| {
         format!(r#"{{"error": "the API description did not serialize: {e}"}}"#)

@@ -29,9 +29,40 @@ use utoipa::{Modify, OpenApi, ToSchema};
         (name = "runs", description = "Runs: start, read, follow, decide"),
         (name = "host", description = "The host: its agents, reloading their config, this description"),
         (name = "directory", description = "The peer directory: presence, observation, pinned waits, deliveries"),
+        (name = "mcp", description = "The host's agents as MCP tools"),
     ),
 )]
 pub(crate) struct ApiDoc;
+
+/// Adds `/mcp` (served by the MCP SDK's own service, so no handler carries its attribute) with
+/// what an HTTP client needs to know of it; the MCP messages themselves are the MCP
+/// specification's.
+pub(crate) fn add_mcp_route(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::path::{HttpMethod, OperationBuilder};
+    use utoipa::openapi::request_body::RequestBodyBuilder;
+    use utoipa::openapi::security::SecurityRequirement;
+    use utoipa::openapi::{ContentBuilder, Response};
+    let operation = OperationBuilder::new()
+        .tag("mcp")
+        .summary(Some("MCP: this host's agents as tools (`ask_<agent>`)"))
+        .description(Some(
+            "A Model Context Protocol server over streamable HTTP, stateless: `tools/list` names one tool per agent, `tools/call` starts a run that acts for the bearer token's principal and answers with its output once it settles.",
+        ))
+        .request_body(Some(
+            RequestBodyBuilder::new()
+                .description(Some("one JSON-RPC 2.0 message of the MCP protocol"))
+                .content("application/json", ContentBuilder::new().build())
+                .required(Some(utoipa::openapi::Required::True))
+                .build(),
+        ))
+        .response("200", Response::new("the JSON-RPC answer (JSON, or a server-sent event stream)"))
+        .response("202", Response::new("a notification, accepted"))
+        .response("401", Response::new("no known bearer token, on a host that refuses anonymous callers"))
+        .securities(Some([SecurityRequirement::default(), SecurityRequirement::new("bearer", Vec::<String>::new())]))
+        .build();
+    doc.paths
+        .add_path_operation("/mcp", vec![HttpMethod::Post], operation);
+}
 
 /// Adds the bearer scheme the routes' `security` names.
 struct BearerScheme;
