@@ -1,0 +1,146 @@
+// Drives the dashboard of a serving `consort dev` in Debian's headless Chromium, as a person
+// would: `node tests/browser/dashboard.mjs URL` (tests/dashboard.rs starts the host, on the
+// marketing-finance example plus an `auditor` agent whose tool needs an approval, and has run
+// the example's question once).
+//
+// It checks that the page loads with no error and no blocked resource, shows the cmo and cfo
+// runs and the call edge between them, shows a run started through the API without a reload,
+// and that approving on the page unblocks a gated run, which then settles.
+//
+// CONSORT_CHROMIUM names the browser (default /usr/bin/chromium); DASHBOARD_SCREENSHOTS=DIR
+// writes dashboard.png there. Exits 0 with "dashboard: all checks passed", else 1.
+
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { chromium } from "playwright-core";
+
+const url = process.argv[2];
+if (!url) {
+  console.error("usage: node dashboard.mjs URL");
+  process.exit(2);
+}
+const executablePath = process.env.CONSORT_CHROMIUM || "/usr/bin/chromium";
+const shots = process.env.DASHBOARD_SCREENSHOTS;
+// Generous: a loaded 2-core machine runs the host, its build and the browser at once.
+const WAIT_MS = 60_000;
+
+function check(condition, what) {
+  if (!condition) throw new Error(`check failed: ${what}`);
+  console.log(`ok: ${what}`);
+}
+
+async function api(path, init = {}) {
+  const response = await fetch(url + path, {
+    ...init,
+    headers: { "Content-Type": "application/json", ...(init.headers || {}) },
+  });
+  const body = await response.json();
+  if (!response.ok) throw new Error(`${path}: HTTP ${response.status} ${JSON.stringify(body)}`);
+  return body;
+}
+
+const profile = mkdtempSync(join(tmpdir(), "consort-chromium-"));
+let browser;
+let failed = false;
+try {
+  // A persistent context on a fresh, empty profile folder: nothing from another run.
+  browser = await chromium.launchPersistentContext(profile, {
+    executablePath,
+    headless: true,
+    args: [
+      "--headless",
+      "--no-sandbox",
+      "--disable-gpu",
+      "--disable-quic",
+      "--no-first-run",
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--disable-sync",
+    ],
+    viewport: { width: 1400, height: 1000 },
+  });
+  const page = await browser.newPage();
+  page.setDefaultTimeout(WAIT_MS);
+  const problems = [];
+  page.on("console", (message) => {
+    // The page asks for event streams first and polls where the host answers 400 or 404:
+    // Chromium logs those answers, and they are expected.
+    const probe = (message.location().url || "").includes("follow=1");
+    if (message.type() === "error" && !probe) {
+      problems.push(`console: ${message.text()} (${message.location().url})`);
+    }
+  });
+  page.on("pageerror", (error) => problems.push(`page error: ${error.message}`));
+  page.on("requestfailed", (request) => {
+    // A stream or poll cut short by the page itself (an abort on navigation) is not a problem.
+    const why = request.failure()?.errorText || "";
+    if (!why.includes("ERR_ABORTED")) problems.push(`request failed: ${request.url()} ${why}`);
+  });
+
+  // The page loads (through the redirect from /) and shows the example's two runs.
+  const response = await page.goto(url + "/", { waitUntil: "load" });
+  check(response.ok(), `the page loads (HTTP ${response.status()})`);
+  check(page.url().endsWith("/ui/"), "GET / leads to /ui/");
+  const csp = (await response.allHeaders())["content-security-policy"] || "";
+  check(csp.includes("script-src 'self'"), "the page is served with a strict CSP");
+  await page.evaluate(() => {
+    window.__consortNotReloaded = true;
+  });
+  await page.locator('#runs tr[data-agent="cmo"][data-status="succeeded"]').first().waitFor();
+  await page.locator('#runs tr[data-agent="cfo"][data-status="succeeded"]').first().waitFor();
+  check(true, "the runs table shows the cmo and cfo runs, succeeded");
+  const cfoRow = page.locator('#runs tr[data-agent="cfo"]').first();
+  check((await cfoRow.textContent()).includes("agent:cmo"), "the cfo run's channel is agent:cmo");
+
+  // The fleet: one host, both agents up.
+  await page.locator('#agents tr[data-agent="cfo"][data-up="true"]').waitFor();
+  await page.locator('#agents tr[data-agent="cmo"][data-up="true"]').waitFor();
+  check(true, "the fleet shows cmo and cfo up");
+
+  // The call edge: selecting the cmo run shows its tree, cmo -> cfo, with the cfo's cost.
+  await page.locator('#runs tr[data-agent="cmo"]').first().click();
+  const edge = page.locator('#tree li[data-agent="cmo"] > ul > li[data-agent="cfo"]');
+  await edge.waitFor();
+  check(true, "the call tree shows the edge cmo -> cfo");
+  check((await edge.textContent()).includes("tree 3/1/0/0"), "the cfo node shows its tree cost");
+  await page.locator('#events tr[data-kind="call_placed"]').waitFor();
+  check(true, "the cmo run's event log shows its call");
+
+  // A run started through the API appears without a reload, blocked on its gate.
+  const started = await api("/runs", {
+    method: "POST",
+    body: JSON.stringify({ agent: "auditor", input: "2026-08" }),
+  });
+  const row = page.locator(`#runs tr[data-run-id="${started.id}"]`);
+  await row.waitFor();
+  check(true, "a run started through the API appears without a reload");
+  await page.locator(`#runs tr[data-run-id="${started.id}"][data-status="blocked"]`).waitFor();
+  const approve = page.locator(`#approvals button[data-approve="${started.id}"]`);
+  await approve.waitFor();
+  await page.locator(`#approvals tr[data-run-id="${started.id}"]`, { hasText: "ledger" }).waitFor();
+  check(true, "the approvals list shows the run waiting on its ledger tool");
+  if (shots) {
+    await page.screenshot({ path: join(shots, "dashboard.png"), fullPage: true });
+    console.log(`wrote ${join(shots, "dashboard.png")}`);
+  }
+
+  // Approving on the page unblocks the run, which then settles.
+  await approve.click();
+  await page.locator(`#runs tr[data-run-id="${started.id}"][data-status="succeeded"]`).waitFor();
+  check(true, "approving on the page unblocks the run, which succeeds");
+  await page.locator(`#approvals tr[data-run-id="${started.id}"]`).waitFor({ state: "detached" });
+  check(true, "the run left the approvals list");
+  const settled = await api(`/runs/${started.id}`);
+  check(settled.status === "succeeded", `the host says the run succeeded (${settled.status})`);
+  check(await page.evaluate(() => window.__consortNotReloaded === true), "the page never reloaded");
+  check(problems.length === 0, `no console error or failed request (${problems.join("; ")})`);
+  console.log("dashboard: all checks passed");
+} catch (error) {
+  failed = true;
+  console.error(`dashboard: ${error.stack || error}`);
+} finally {
+  await browser?.close().catch(() => {});
+  rmSync(profile, { recursive: true, force: true });
+}
+process.exit(failed ? 1 : 0);
