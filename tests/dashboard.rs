@@ -318,6 +318,23 @@ fn across_hosts_the_fleet_shows_links_and_the_tree_names_the_remote_callee() {
     assert_eq!(beta_tree["root"]["host"], "beta");
 }
 
+/// Skips a test that needs a tool which is missing, saying why, unless
+/// `CONSORT_BROWSER_TESTS=required`, where it fails.
+fn missing_tool(why: &str) {
+    assert!(
+        std::env::var("CONSORT_BROWSER_TESTS").as_deref() != Ok("required"),
+        "CONSORT_BROWSER_TESTS=required, but the dashboard's browser tests cannot run: {why}"
+    );
+    eprintln!("skipping a browser test of the dashboard: {why}");
+}
+
+fn has_node() -> bool {
+    Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|out| out.status.success())
+}
+
 /// What the browser test needs, or why it cannot run here.
 fn browser_tools() -> Result<(PathBuf, PathBuf), String> {
     let chromium = PathBuf::from(
@@ -326,8 +343,7 @@ fn browser_tools() -> Result<(PathBuf, PathBuf), String> {
     if !chromium.exists() {
         return Err(format!("no Chromium at {}", chromium.display()));
     }
-    let node = Command::new("node").arg("--version").output();
-    if !node.is_ok_and(|out| out.status.success()) {
+    if !has_node() {
         return Err("no `node` on PATH".into());
     }
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
@@ -344,16 +360,9 @@ fn browser_tools() -> Result<(PathBuf, PathBuf), String> {
 fn the_page_in_a_real_browser_shows_runs_live_and_approves_a_gate() {
     let (chromium, dir) = match browser_tools() {
         Ok(found) => found,
-        Err(why) => {
-            assert!(
-                std::env::var("CONSORT_BROWSER_TESTS").as_deref() != Ok("required"),
-                "CONSORT_BROWSER_TESTS=required, but the browser test cannot run: {why}"
-            );
-            eprintln!("skipping the browser test of the dashboard: {why}");
-            return;
-        }
+        Err(why) => return missing_tool(&why),
     };
-    let (_fleet, served) = dev(&[("auditor", AUDITOR)], &[]);
+    let (_fleet, served) = dev(&[("auditor", AUDITOR), ("pushy", PUSHY)], &[]);
     // The README's first command, through the API.
     let answer = served.run_wait("cmo", "What did we spend in August?");
     assert_eq!(answer["status"], "succeeded", "{answer}");
@@ -364,6 +373,9 @@ fn the_page_in_a_real_browser_shows_runs_live_and_approves_a_gate() {
             .contains("48250.00 USD"),
         "{answer}"
     );
+    // One refused call, for the refusals panel.
+    let pushy = served.run_wait("pushy", "go");
+    assert_eq!(pushy["status"], "succeeded", "{pushy}");
 
     let mut node = Command::new("node");
     node.arg(dir.join("dashboard.mjs"))
@@ -398,4 +410,24 @@ fn the_page_in_a_real_browser_shows_runs_live_and_approves_a_gate() {
         .unwrap_or(Value::Null);
     assert_eq!(decided["data"]["approved"], true, "{events}");
     assert_eq!(decided["data"]["by"], "operator", "{events}");
+}
+
+#[test]
+fn the_page_s_stream_reader_follows_the_event_stream_contract() {
+    if !has_node() {
+        return missing_tool("no `node` on PATH");
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
+    let out = Command::new("node")
+        .args(["--test", "sse.test.mjs"])
+        .current_dir(&dir)
+        .output()
+        .expect("run node --test");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("# fail 0"),
+        "the stream reader's tests failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

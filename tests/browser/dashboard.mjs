@@ -1,7 +1,7 @@
 // Drives the dashboard of a serving `consort dev` in Debian's headless Chromium, as a person
 // would: `node tests/browser/dashboard.mjs URL` (tests/dashboard.rs starts the host, on the
-// marketing-finance example plus an `auditor` agent whose tool needs an approval, and has run
-// the example's question once).
+// marketing-finance example plus an `auditor` agent whose tool needs an approval and a `pushy`
+// agent whose call the cfo refuses, and has run the example's question and pushy once).
 //
 // It checks that the page loads with no error and no blocked resource, shows the cmo and cfo
 // runs and the call edge between them, shows a run started through the API without a reload,
@@ -107,6 +107,11 @@ try {
   await page.locator('#events tr[data-kind="call_placed"]').waitFor();
   check(true, "the cmo run's event log shows its call");
 
+  // The refusals panel: the pushy agent's call to the cfo, which does not accept it.
+  await page.locator('#refusals tr[data-code="not_accepted"]').waitFor();
+  check((await page.locator("#refusals-recent").textContent()).includes("pushy → cfo"),
+    "the refusals panel counts the not_accepted call of pushy to cfo");
+
   // A run started through the API appears without a reload, blocked on its gate.
   const started = await api("/runs", {
     method: "POST",
@@ -120,6 +125,8 @@ try {
   await approve.waitFor();
   await page.locator(`#approvals tr[data-run-id="${started.id}"]`, { hasText: "ledger" }).waitFor();
   check(true, "the approvals list shows the run waiting on its ledger tool");
+  await page.locator('#agents tr[data-agent="auditor"]', { hasText: "0/0/0/1/0/0" }).waitFor();
+  check(true, "the fleet's run counts show the auditor's run blocked");
   if (shots) {
     await page.screenshot({ path: join(shots, "dashboard.png"), fullPage: true });
     console.log(`wrote ${join(shots, "dashboard.png")}`);

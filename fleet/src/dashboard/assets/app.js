@@ -199,6 +199,19 @@ function runsChanged() {
   renderRuns();
   refreshGates();
   if (state.selected) scheduleTree();
+  scheduleFleet();
+}
+
+// The fleet's run counts follow the runs: read again soon after they change (at most every
+// half second), besides the regular poll.
+let fleetDue = false;
+function scheduleFleet() {
+  if (fleetDue) return;
+  fleetDue = true;
+  setTimeout(() => {
+    fleetDue = false;
+    loadFleet();
+  }, 500);
 }
 
 function renderRuns() {

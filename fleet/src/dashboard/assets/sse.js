@@ -15,6 +15,8 @@ export async function* sseMessages(body, signal) {
       buffer += value;
       let newline;
       while ((newline = buffer.search(/\r\n|\r|\n/)) >= 0) {
+        // A "\r" that ends the chunk may be the first half of a "\r\n": wait for the rest.
+        if (newline === buffer.length - 1 && buffer.endsWith("\r")) break;
         const line = buffer.slice(0, newline);
         buffer = buffer.slice(newline + (buffer.startsWith("\r\n", newline) ? 2 : 1));
         if (line === "") {
