@@ -356,6 +356,42 @@ fn browser_tools() -> Result<(PathBuf, PathBuf), String> {
     Ok((chromium, dir))
 }
 
+/// Runs `tests/browser/dashboard.mjs URL MODE` and fails with its output unless every check
+/// passed.
+fn drive_page(chromium: &Path, dir: &Path, url: &str, mode: &str) {
+    let mut node = Command::new("node");
+    node.arg(dir.join("dashboard.mjs"))
+        .args([url, mode])
+        .current_dir(dir)
+        .env("CONSORT_CHROMIUM", chromium);
+    if let Ok(shots) = std::env::var("DASHBOARD_SCREENSHOTS") {
+        node.env("DASHBOARD_SCREENSHOTS", shots);
+    }
+    let out = node.output().expect("run node");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("dashboard: all checks passed"),
+        "the browser test failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+}
+
+#[test]
+fn the_page_of_a_serve_host_shows_its_link_and_the_callee_on_the_other_host() {
+    let (chromium, dir) = match browser_tools() {
+        Ok(found) => found,
+        Err(why) => return missing_tool(&why),
+    };
+    let mut fleet = ServeFleet::example(|_| {});
+    fleet.start("alpha");
+    fleet.start("beta");
+    let id = fleet.start_run("alpha", "cmo", "2026-08");
+    let run = fleet.wait_settled("alpha", &id, Duration::from_secs(60));
+    assert_eq!(run["status"], "succeeded", "{run}");
+    drive_page(&chromium, &dir, fleet.url("alpha"), "fleet");
+}
+
 #[test]
 fn the_page_in_a_real_browser_shows_runs_live_and_approves_a_gate() {
     let (chromium, dir) = match browser_tools() {
@@ -377,22 +413,7 @@ fn the_page_in_a_real_browser_shows_runs_live_and_approves_a_gate() {
     let pushy = served.run_wait("pushy", "go");
     assert_eq!(pushy["status"], "succeeded", "{pushy}");
 
-    let mut node = Command::new("node");
-    node.arg(dir.join("dashboard.mjs"))
-        .arg(&served.url)
-        .current_dir(&dir)
-        .env("CONSORT_CHROMIUM", &chromium);
-    if let Ok(shots) = std::env::var("DASHBOARD_SCREENSHOTS") {
-        node.env("DASHBOARD_SCREENSHOTS", shots);
-    }
-    let out = node.output().expect("run node");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stdout.contains("dashboard: all checks passed"),
-        "the browser test failed ({}):\n{stdout}\n{stderr}",
-        out.status
-    );
+    drive_page(&chromium, &dir, &served.url, "dev");
 
     // The host's side of the click: the gated run was approved by the local operator.
     let jobs = get(&served, "/jobs?agent=auditor", None).1;

@@ -7,8 +7,13 @@
 // runs and the call edge between them, shows a run started through the API without a reload,
 // and that approving on the page unblocks a gated run, which then settles.
 //
+// `node tests/browser/dashboard.mjs URL fleet` checks instead the page of host `alpha` of a
+// two-host `consort serve` fleet (the example: cmo on alpha, cfo on beta, its question asked
+// once): the link to beta shown connected, and the cfo a node on beta in the cmo's call tree.
+//
 // CONSORT_CHROMIUM names the browser (default /usr/bin/chromium); DASHBOARD_SCREENSHOTS=DIR
-// writes dashboard.png there. Exits 0 with "dashboard: all checks passed", else 1.
+// writes dashboard.png (or dashboard-fleet.png) there. Exits 0 with
+// "dashboard: all checks passed", else 1.
 
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -16,8 +21,9 @@ import { join } from "node:path";
 import { chromium } from "playwright-core";
 
 const url = process.argv[2];
-if (!url) {
-  console.error("usage: node dashboard.mjs URL");
+const mode = process.argv[3] || "dev";
+if (!url || !["dev", "fleet"].includes(mode)) {
+  console.error("usage: node dashboard.mjs URL [fleet]");
   process.exit(2);
 }
 const executablePath = process.env.CONSORT_CHROMIUM || "/usr/bin/chromium";
@@ -87,6 +93,46 @@ try {
   await page.evaluate(() => {
     window.__consortNotReloaded = true;
   });
+  if (mode === "fleet") {
+    await fleetChecks(page);
+  } else {
+    await devChecks(page);
+  }
+  check(problems.length === 0, `no console error or failed request (${problems.join("; ")})`);
+  console.log("dashboard: all checks passed");
+} catch (error) {
+  failed = true;
+  console.error(`dashboard: ${error.stack || error}`);
+} finally {
+  await browser?.close().catch(() => {});
+  rmSync(profile, { recursive: true, force: true });
+}
+process.exit(failed ? 1 : 0);
+
+async function screenshot(page, name) {
+  if (!shots) return;
+  await page.screenshot({ path: join(shots, name), fullPage: true });
+  console.log(`wrote ${join(shots, name)}`);
+}
+
+/// Host alpha of a two-host fleet: the link to beta, and the cfo's run as a node on beta.
+async function fleetChecks(page) {
+  await page.locator('#hosts tr[data-host="beta"]', { hasText: "connected" }).waitFor();
+  check((await page.locator('#hosts tr[data-host="beta"]').textContent()).includes("cfo"),
+    "the fleet shows host beta, serving cfo, with its link connected");
+  await page.locator('#agents tr[data-agent="cmo"][data-up="true"]').waitFor();
+  check(true, "the fleet shows alpha's cmo up");
+  await page.locator('#runs tr[data-agent="cmo"][data-status="succeeded"]').first().click();
+  const edge = page.locator('#tree li[data-agent="cmo"] > ul > li[data-agent="cfo"][data-here="false"]');
+  await edge.waitFor();
+  const text = await edge.textContent();
+  check(text.includes("@beta"), "the call tree shows the edge cmo -> cfo, the cfo on beta");
+  check(text.includes("tree 3/1/0/0"), "the cfo node shows the cost its reply carried back");
+  await screenshot(page, "dashboard-fleet.png");
+}
+
+/// `consort dev` on the example, the auditor and pushy.
+async function devChecks(page) {
   await page.locator('#runs tr[data-agent="cmo"][data-status="succeeded"]').first().waitFor();
   await page.locator('#runs tr[data-agent="cfo"][data-status="succeeded"]').first().waitFor();
   check(true, "the runs table shows the cmo and cfo runs, succeeded");
@@ -127,10 +173,7 @@ try {
   check(true, "the approvals list shows the run waiting on its ledger tool");
   await page.locator('#agents tr[data-agent="auditor"]', { hasText: "0/0/0/1/0/0" }).waitFor();
   check(true, "the fleet's run counts show the auditor's run blocked");
-  if (shots) {
-    await page.screenshot({ path: join(shots, "dashboard.png"), fullPage: true });
-    console.log(`wrote ${join(shots, "dashboard.png")}`);
-  }
+  await screenshot(page, "dashboard.png");
 
   // Approving on the page unblocks the run, which then settles.
   await approve.click();
@@ -141,13 +184,4 @@ try {
   const settled = await api(`/runs/${started.id}`);
   check(settled.status === "succeeded", `the host says the run succeeded (${settled.status})`);
   check(await page.evaluate(() => window.__consortNotReloaded === true), "the page never reloaded");
-  check(problems.length === 0, `no console error or failed request (${problems.join("; ")})`);
-  console.log("dashboard: all checks passed");
-} catch (error) {
-  failed = true;
-  console.error(`dashboard: ${error.stack || error}`);
-} finally {
-  await browser?.close().catch(() => {});
-  rmSync(profile, { recursive: true, force: true });
 }
-process.exit(failed ? 1 : 0);

@@ -13,7 +13,9 @@ import { follow, sseMessages } from "../../fleet/src/dashboard/assets/sse.js";
 /// A server on loopback whose `GET /stream` writes `chunks` with a pause between them, and whose
 /// other paths answer `status`.
 async function serve(chunks, status = 404) {
+  const asked = [];
   const server = createServer(async (request, response) => {
+    asked.push(request.headers);
     if (request.url !== "/stream") {
       response.writeHead(status, { "Content-Type": "application/json" });
       response.end(JSON.stringify({ error: { code: "bad_query", message: "no follow here" } }));
@@ -27,12 +29,12 @@ async function serve(chunks, status = 404) {
     response.end();
   });
   await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
-  return { server, url: `http://127.0.0.1:${server.address().port}` };
+  return { server, asked, url: `http://127.0.0.1:${server.address().port}` };
 }
 
 test("messages are read across chunks, line endings and keepalives", async () => {
   const run = { id: "run_1", agent: "cmo", status: "running" };
-  const { server, url } = await serve([
+  const { server, asked, url } = await serve([
     ": keepalive\n\n",
     "event: run\nda",
     `ta: ${JSON.stringify(run)}\r`,
@@ -43,12 +45,16 @@ test("messages are read across chunks, line endings and keepalives", async () =>
   ]);
   try {
     const seen = [];
-    const how = await follow(`${url}/stream`, { Authorization: "Bearer t" }, (m) => seen.push(m));
+    const how = await follow(`${url}/stream`, { Authorization: "Bearer t" }, (m) => seen.push(m),
+      undefined, () => seen.push({ event: "(open)" }));
     assert.equal(how, "ended");
+    assert.deepEqual(seen.shift(), { event: "(open)" });
     assert.deepEqual(seen.map((m) => m.event), ["run", "event", "end"]);
     assert.deepEqual(JSON.parse(seen[0].data), run);
     assert.deepEqual(JSON.parse(seen[1].data), { seq: 1, kind: "created" });
     assert.equal(JSON.parse(seen[2].data).status, "succeeded");
+    assert.equal(asked[0].authorization, "Bearer t");
+    assert.equal(asked[0].accept, "text/event-stream");
   } finally {
     server.close();
   }

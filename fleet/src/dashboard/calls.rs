@@ -109,15 +109,15 @@ pub(crate) struct CallTree {
 /// A run this host holds, with its log.
 pub(crate) type HeldRun = (RunRecord, Vec<EventRecord>);
 
-/// The call tree under `root` (held here, with `root_events`). `lookup` finds a child run on
-/// this host (`Ok(None)` when this host does not hold it); `host_of` names the host that
-/// serves an agent; `here` is this host's name. A run is visited once (a cycle in corrupt
+/// The call tree under `root` (held here, with its log). `lookup` finds the child run of a
+/// call on this host (`Ok(None)` when this host does not hold it); `host_of` names the host
+/// that serves an agent; `here` is this host's name. A run is visited once (a cycle in corrupt
 /// data cannot loop), and at most `cap` nodes are returned.
 pub(crate) fn call_tree<E>(
     root: HeldRun,
     here: &str,
     host_of: impl Fn(&str) -> Option<String>,
-    mut lookup: impl FnMut(&RunId) -> Result<Option<HeldRun>, E>,
+    mut lookup: impl FnMut(&CallEdge) -> Result<Option<HeldRun>, E>,
     cap: usize,
 ) -> Result<CallTree, E> {
     let mut seen: BTreeSet<RunId> = BTreeSet::new();
@@ -140,7 +140,7 @@ pub(crate) fn call_tree<E>(
                 break;
             }
             nodes += 1;
-            let (node, grandchildren) = match lookup(&edge.child_run)? {
+            let (node, grandchildren) = match lookup(&edge)? {
                 Some((child, child_events)) => (held_node(&child, here), calls_of(&child_events)),
                 None => (remote_node(&edge, parent_depth + 1, &host_of), Vec::new()),
             };
@@ -419,7 +419,7 @@ mod tests {
             root,
             "alpha",
             host_of,
-            |id| Ok(held.get(id).cloned()),
+            |edge| Ok(held.get(&edge.child_run).cloned()),
             MAX_TREE_NODES,
         )
         .unwrap();
@@ -459,13 +459,20 @@ mod tests {
             root.clone(),
             "h",
             |_| None,
-            |id| Ok(held.get(id).cloned()),
+            |edge| Ok(held.get(&edge.child_run).cloned()),
             10,
         )
         .unwrap();
         assert_eq!(whole.nodes, 3);
         assert!(!whole.truncated);
-        let cut = call_tree::<()>(root, "h", |_| None, |id| Ok(held.get(id).cloned()), 2).unwrap();
+        let cut = call_tree::<()>(
+            root,
+            "h",
+            |_| None,
+            |edge| Ok(held.get(&edge.child_run).cloned()),
+            2,
+        )
+        .unwrap();
         assert_eq!(cut.nodes, 2);
         assert!(cut.truncated);
         assert!(cut.root.children[0].children.is_empty());

@@ -203,7 +203,7 @@ pub(crate) async fn refusals(
         let mut logs: Vec<(RunRecord, Vec<consort_actors::EventRecord>)> = Vec::new();
         for run in page.runs {
             // A run settled and pruned between the listing and this read has no log to count.
-            match h.events(&run.id) {
+            match h.data().events_of(&run.agent, &run.id) {
                 Ok(events) => logs.push((run, events)),
                 Err(ActorsError::UnknownRun(_)) => {}
                 Err(e) => return Err(e),
@@ -279,9 +279,19 @@ pub(crate) async fn tree(
             root,
             &here,
             host_of,
-            |child| match h.run(child)? {
-                Some(run) => Ok(Some((run, h.events(child)?))),
-                None => Ok(None),
+            // Only the callee's own store is read; an agent this host does not serve is on
+            // another host.
+            |edge| {
+                if !h.agents().contains(&edge.agent) {
+                    return Ok(None);
+                }
+                match h.data().run_of(&edge.agent, &edge.child_run)? {
+                    Some((run, _)) => {
+                        let events = h.data().events_of(&edge.agent, &edge.child_run)?;
+                        Ok(Some((run, events)))
+                    }
+                    None => Ok(None),
+                }
             },
             MAX_TREE_NODES,
         )

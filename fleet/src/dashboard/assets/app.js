@@ -162,7 +162,12 @@ async function runsFeed(signal) {
         } catch {
           // A message that is not a run is skipped.
         }
-      }, signal);
+      }, signal, async () => {
+        // A run that changed between the first read and the stream's start is in neither:
+        // read the page once more now that the stream holds every later change.
+        if (await loadRunsPage(signal)) runsChanged();
+        $("#runs-mode").textContent = "(live)";
+      });
       if (how === "unsupported") {
         $("#runs-mode").textContent = "(polled every second)";
         await poll(async () => {
@@ -171,7 +176,6 @@ async function runsFeed(signal) {
         }, RUNS_POLL_MS, signal, (e) => say(explain(e)));
         return;
       }
-      $("#runs-mode").textContent = "(live)";
     } catch (e) {
       if (signal.aborted) return;
       say(explain(e));
@@ -378,7 +382,8 @@ async function eventsFeed(runId, signal) {
   try {
     await page();
     const settled = (run) => run && (run.status === "succeeded" || run.status === "failed");
-    if (settled(state.runs.get(runId))) {
+    const known = state.runs.get(runId) || await api(`/runs/${runId}`, { signal });
+    if (settled(known)) {
       $("#events-mode").textContent = "";
       return;
     }
@@ -400,7 +405,9 @@ async function eventsFeed(runId, signal) {
       $("#events-mode").textContent = "(polled every second)";
       await poll(async () => {
         await page();
-        if (settled(state.runs.get(runId))) {
+        // A run older than the runs list holds (opened from a tree) is read by itself.
+        const run = state.runs.get(runId) || await api(`/runs/${runId}`, { signal });
+        if (settled(run)) {
           await page();
           state.detail?.abort();
         }
@@ -518,9 +525,10 @@ async function loadFleet() {
 async function loadRefusals() {
   try {
     const tally = await api("/refusals");
+    const runs = `${tally.scanned_runs} run${tally.scanned_runs === 1 ? "" : "s"}`;
     $("#refusals-note").textContent = tally.by_code.length === 0
-      ? `No call was refused in the newest ${tally.scanned_runs} runs.`
-      : `Call refusals in the newest ${tally.scanned_runs} runs (at most ${tally.window}).`;
+      ? `No call was refused in the newest ${runs}.`
+      : `Call refusals in the newest ${runs} (at most ${tally.window}).`;
     $("#refusals").hidden = tally.by_code.length === 0;
     $("#refusals-recent").hidden = tally.recent.length === 0;
     fillBody("#refusals", tally.by_code.map((c) => el("tr", { "data-code": c.code },

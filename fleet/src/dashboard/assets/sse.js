@@ -40,10 +40,11 @@ export async function* sseMessages(body, signal) {
   }
 }
 
-/// Follows `url` as an event stream, calling `onMessage({event, data})` for each message.
-/// Resolves "unsupported" when the host answers 400 or 404 (a host without streams: poll
-/// instead), "ended" when the stream closes, and throws on other failures (with `.status`).
-export async function follow(url, headers, onMessage, signal) {
+/// Follows `url` as an event stream, calling `onOpen()` once the stream is open and
+/// `onMessage({event, data})` for each message. Resolves "unsupported" when the host answers
+/// 400 or 404 (a host without streams: poll instead), "ended" when the stream closes, and
+/// throws on other failures (with `.status`).
+export async function follow(url, headers, onMessage, signal, onOpen = () => {}) {
   const response = await fetch(url, {
     headers: { ...headers, Accept: "text/event-stream" },
     signal,
@@ -56,6 +57,7 @@ export async function follow(url, headers, onMessage, signal) {
     error.status = response.status;
     throw error;
   }
+  await onOpen();
   for await (const message of sseMessages(response.body, signal)) {
     onMessage(message);
   }
