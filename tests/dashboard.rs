@@ -393,6 +393,26 @@ fn the_page_of_a_serve_host_shows_its_link_and_the_callee_on_the_other_host() {
 }
 
 #[test]
+fn the_page_on_a_host_with_an_auth_file_uses_the_token_typed_in() {
+    let (chromium, dir) = match browser_tools() {
+        Ok(found) => found,
+        Err(why) => return missing_tool(&why),
+    };
+    let fleet = Fleet::new();
+    let auth = fleet.dir.path().join("host-auth.yaml");
+    std::fs::write(&auth, AUTH).unwrap();
+    let served = Served::start_with(
+        &[example()],
+        &fleet.data(),
+        &[],
+        &["--auth", path_str(&auth)],
+    );
+    let alice = start(&served, "cmo", "2026-08", Some("tok-alice"));
+    settled(&served, alice["id"].as_str().unwrap(), Some("tok-alice"));
+    drive_page(&chromium, &dir, &served.url, "auth");
+}
+
+#[test]
 fn the_page_in_a_real_browser_shows_runs_live_and_approves_a_gate() {
     let (chromium, dir) = match browser_tools() {
         Ok(found) => found,

@@ -5,9 +5,9 @@
 //! (`client`). A host of a multi-host fleet is assembled by `serve`, whose links to the
 //! other hosts are `remote`; an operator's fleet commands to those hosts, both ends, are
 //! [`operator`]. Every host's API also serves the dashboard, a web page that reads the same
-//! routes (`dashboard`). The CLI is one user of these; an embedding app is another. The crate decides
-//! no call rules itself (they live in consort-core's guards) and never touches a run store
-//! except through the host handle or the read-only data folder.
+//! routes (`dashboard`). The CLI is one user of these; an embedding app is another. The crate
+//! decides no call rules itself (they live in consort-core's guards) and never touches a run
+//! store except through the host handle or the read-only data folder.
 
 pub mod access;
 mod api;

@@ -11,6 +11,10 @@
 // two-host `consort serve` fleet (the example: cmo on alpha, cfo on beta, its question asked
 // once): the link to beta shown connected, and the cfo a node on beta in the cmo's call tree.
 //
+// `node tests/browser/dashboard.mjs URL auth` checks the token field on a host started with
+// `--auth` (tokens tok-ops, an operator, and tok-alice, who started one cmo run): nothing is
+// shown without a token, a token typed in is used and kept for the tab, and forgotten.
+//
 // CONSORT_CHROMIUM names the browser (default /usr/bin/chromium); DASHBOARD_SCREENSHOTS=DIR
 // writes dashboard.png (or dashboard-fleet.png) there. Exits 0 with
 // "dashboard: all checks passed", else 1.
@@ -22,8 +26,8 @@ import { chromium } from "playwright-core";
 
 const url = process.argv[2];
 const mode = process.argv[3] || "dev";
-if (!url || !["dev", "fleet"].includes(mode)) {
-  console.error("usage: node dashboard.mjs URL [fleet]");
+if (!url || !["dev", "fleet", "auth"].includes(mode)) {
+  console.error("usage: node dashboard.mjs URL [fleet|auth]");
   process.exit(2);
 }
 const executablePath = process.env.CONSORT_CHROMIUM || "/usr/bin/chromium";
@@ -73,7 +77,10 @@ try {
     // The page asks for event streams first and polls where the host answers 400 or 404:
     // Chromium logs those answers, and they are expected.
     const probe = (message.location().url || "").includes("follow=1");
-    if (message.type() === "error" && !probe) {
+    // Without a token, or with a token that may not see the fleet view, the host answers 401
+    // or 403, which the auth checks expect.
+    const refused = mode === "auth" && /status of 40[13]/.test(message.text());
+    if (message.type() === "error" && !probe && !refused) {
       problems.push(`console: ${message.text()} (${message.location().url})`);
     }
   });
@@ -95,6 +102,8 @@ try {
   });
   if (mode === "fleet") {
     await fleetChecks(page);
+  } else if (mode === "auth") {
+    await authChecks(page);
   } else {
     await devChecks(page);
   }
@@ -129,6 +138,31 @@ async function fleetChecks(page) {
   check(text.includes("@beta"), "the call tree shows the edge cmo -> cfo, the cfo on beta");
   check(text.includes("tree 3/1/0/0"), "the cfo node shows the cost its reply carried back");
   await screenshot(page, "dashboard-fleet.png");
+}
+
+/// A host with an auth file: the token field.
+async function authChecks(page) {
+  await page.locator("#status", { hasText: "needs a bearer token" }).waitFor();
+  check(await page.locator("#runs tbody tr").count() === 0, "without a token the page shows no run");
+  await page.fill("#token", "tok-alice");
+  await page.click('#token-form button[type="submit"]');
+  await page.locator('#runs tr[data-agent="cmo"]').waitFor();
+  check(true, "with alice's token the page shows her run");
+  await page.locator("#fleet-note", { hasText: "operator role" }).waitFor();
+  check(true, "alice's token does not see the fleet view, and the page says why");
+  await page.fill("#token", "tok-ops");
+  await page.click('#token-form button[type="submit"]');
+  await page.locator('#hosts tr[data-host="local"]').waitFor();
+  check(true, "an operator's token sees the fleet view");
+  check(await page.evaluate(() => sessionStorage.getItem("consort.token")) === "tok-ops",
+    "the token is kept in the tab's sessionStorage");
+  await page.reload();
+  await page.locator('#runs tr[data-agent="cmo"]').first().waitFor();
+  check(await page.inputValue("#token") === "tok-ops", "a reload of the tab keeps the token");
+  await page.click("#token-clear");
+  await page.locator("#status", { hasText: "needs a bearer token" }).waitFor();
+  check(await page.evaluate(() => sessionStorage.getItem("consort.token")) === null,
+    "Forget drops the token");
 }
 
 /// `consort dev` on the example, the auditor and pushy.
