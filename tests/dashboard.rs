@@ -172,6 +172,7 @@ fn the_fleet_refusals_and_tree_routes_show_a_single_host() {
     assert_eq!(fleet["host"], "local");
     assert_eq!(fleet["hosts"].as_array().unwrap().len(), 1, "{fleet}");
     assert_eq!(fleet["hosts"][0]["agents"], json!(["cfo", "cmo", "pushy"]));
+    assert_eq!(fleet["hosts"][0]["agents_total"], 3);
     let agents = fleet["agents"].as_array().unwrap();
     assert!(agents.iter().all(|a| a["up"] == true), "{fleet}");
     assert_eq!(fleet["runs"]["cmo"]["succeeded"], 1, "{fleet}");
@@ -214,6 +215,40 @@ fn the_fleet_refusals_and_tree_routes_show_a_single_host() {
         (status, bad["error"]["code"].clone()),
         (400, json!("bad_query"))
     );
+}
+
+#[test]
+fn the_fleet_view_lists_at_most_500_agents_of_a_host() {
+    let fleet = Fleet::new();
+    for i in 0..502 {
+        fleet.agent(
+            &format!("echo{i:03}"),
+            &format!("name: echo{i:03}\nmodel: {{script: [{{answer: \"echo {{input}}\"}}]}}\n"),
+        );
+    }
+    let served = Served::start(&[fleet.agents()], &fleet.data(), &[]);
+    let last = start(&served, "echo501", "hi", None);
+    settled(&served, last["id"].as_str().unwrap(), None);
+    let first = start(&served, "echo000", "hi", None);
+    settled(&served, first["id"].as_str().unwrap(), None);
+    let (status, view) = get(&served, "/fleet", None);
+    assert_eq!(status, 200);
+    let here = &view["hosts"][0];
+    assert_eq!(here["agents_total"], 502);
+    assert_eq!(here["agents"].as_array().unwrap().len(), 500);
+    assert_eq!(here["agents"][0], "echo000");
+    assert_eq!(here["agents"][499], "echo499");
+    let agents = view["agents"].as_array().unwrap();
+    assert_eq!(agents.len(), 500);
+    assert_eq!(agents[499]["name"], "echo499");
+    // Counts for the agents listed, and only for them.
+    assert_eq!(
+        view["runs"]["echo000"]["succeeded"], 1,
+        "{}",
+        view["runs"]["echo000"]
+    );
+    assert_eq!(view["runs"].as_object().unwrap().len(), 500);
+    assert!(view["runs"].get("echo501").is_none());
 }
 
 #[test]
@@ -292,6 +327,7 @@ fn across_hosts_the_fleet_shows_links_and_the_tree_names_the_remote_callee() {
     assert_eq!(hosts[0]["name"], "alpha");
     assert_eq!(hosts[0]["here"], true);
     assert_eq!(hosts[0]["agents"], json!(["cmo"]));
+    assert_eq!(hosts[1]["agents_total"], 1);
     assert_eq!(hosts[1]["name"], "beta");
     assert_eq!(hosts[1]["agents"], json!(["cfo"]));
     // The call just went over the link, so it is open.

@@ -31,6 +31,9 @@ use crate::auth::HostAuth;
 pub(crate) const REFUSAL_WINDOW: usize = 200;
 /// How many single refusals `GET /refusals` lists.
 const RECENT_REFUSALS: usize = 20;
+/// How many agents `GET /fleet` lists per host (with their run counts): a host may serve a
+/// hundred thousand, and the page reads the view every few seconds.
+pub(crate) const FLEET_AGENT_ROWS: usize = 500;
 
 /// What a host of a multi-host fleet knows of the fleet: its own name, where each agent lives,
 /// and its links. Handed to the router as an extension by `consort serve`; a `consort dev`
@@ -104,12 +107,16 @@ struct HostView {
     link: Option<&'static str>,
     /// Why the last dial failed or the last connection ended, if known.
     link_error: Option<String>,
-    /// Its agents, by name.
+    /// Its agents, by name (the first [`FLEET_AGENT_ROWS`]).
     agents: Vec<String>,
+    /// How many agents it serves.
+    agents_total: usize,
 }
 
-/// `GET /fleet`: this host's agents (up, awake, restarts, why down), whether it drains, its
-/// runs by status, and every host of the fleet with the link to it.
+/// `GET /fleet`: this host's agents (up, awake, restarts, why down) and their runs by status,
+/// whether it drains, and every host of the fleet with the link to it. At most
+/// [`FLEET_AGENT_ROWS`] agents of a host are listed, in name order; `agents_total` says how
+/// many it serves.
 pub(crate) async fn fleet(
     State(host): State<Host>,
     State(auth): State<Arc<HostAuth>>,
@@ -120,26 +127,37 @@ pub(crate) async fn fleet(
     if let Err(denial) = access::authorize(&who, auth.anonymous(), Action::ViewFleet) {
         return api_error(denial);
     }
-    let agents = match host.agent_status().await {
+    let mut agents = match host.agent_status().await {
         Ok(agents) => agents,
         Err(e) => return api_error(e),
     };
+    agents.sort_by(|a, b| a.name.cmp(&b.name));
+    agents.truncate(FLEET_AGENT_ROWS);
     let draining = match host.draining().await {
         Ok(draining) => draining,
         Err(e) => return api_error(e),
     };
-    let counts = match blocking(&host, |h| h.run_counts()).await {
-        Ok(counts) => counts,
+    let listed: Vec<String> = agents.iter().map(|a| a.name.clone()).collect();
+    let counted = listed.clone();
+    let counts = blocking(&host, move |h| {
+        counted
+            .into_iter()
+            .map(|agent| Ok((agent.clone(), h.data().status_counts(&agent)?)))
+            .collect::<Result<BTreeMap<String, RunCounts>, ActorsError>>()
+    })
+    .await;
+    let runs = match counts {
+        Ok(runs) => runs,
         Err(response) => return response,
     };
-    let runs: BTreeMap<String, RunCounts> = counts.into_iter().collect();
     let here = sight.as_ref().map_or(LOCAL_HOST, |s| s.here.as_str());
     let mut hosts = vec![HostView {
         name: here.to_owned(),
         here: true,
         link: None,
         link_error: None,
-        agents: host.agents().to_vec(),
+        agents: listed,
+        agents_total: host.agents().len(),
     }];
     if let Some(Extension(sight)) = &sight {
         for peer in sight.links.peer_links() {
@@ -151,13 +169,15 @@ pub(crate) async fn fleet(
                 PeerLinkState::Dialing => ("dialing", None),
                 PeerLinkState::NotConnected { last_error } => ("not_connected", last_error),
             };
+            let placed: Vec<&String> = sight
+                .placements
+                .iter()
+                .filter(|(_, h)| **h == peer.host)
+                .map(|(agent, _)| agent)
+                .collect();
             hosts.push(HostView {
-                agents: sight
-                    .placements
-                    .iter()
-                    .filter(|(_, h)| **h == peer.host)
-                    .map(|(agent, _)| agent.clone())
-                    .collect(),
+                agents_total: placed.len(),
+                agents: placed.into_iter().take(FLEET_AGENT_ROWS).cloned().collect(),
                 name: peer.host,
                 here: false,
                 link: Some(link),

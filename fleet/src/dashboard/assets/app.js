@@ -499,7 +499,8 @@ async function loadFleet() {
       el("td", {}, h.name + (h.here ? " (this host)" : "")),
       el("td", {}, h.here ? "-" : el("span", { class: `badge ${h.link}`, title: h.link_error || "" },
         h.link + (h.link_error ? `: ${h.link_error}` : ""))),
-      el("td", {}, h.agents.join(", ")))));
+      el("td", {}, h.agents.join(", ") +
+        (h.agents_total > h.agents.length ? ` … (${h.agents_total} in all)` : "")))));
     fillBody("#agents", fleet.agents.map((a) => {
       const counts = fleet.runs[a.name];
       const state = a.up ? (a.awake ? "up (awake)" : "up (asleep)") : `down: ${a.down ? a.down.reason : "?"}`;
