@@ -10,6 +10,8 @@ const EVENTS_POLL_MS = 1000;
 const FLEET_POLL_MS = 3000;
 const REFUSALS_POLL_MS = 3000;
 const RETRY_MS = 2000;
+const RUNS_PAGE = 100;
+const RUNS_KEPT = 500;
 
 const state = {
   token: sessionStorage.getItem(TOKEN_KEY) || "",
@@ -141,11 +143,28 @@ function upsertRun(run) {
   return !before || JSON.stringify(before) !== JSON.stringify(run);
 }
 
-async function loadRunsPage(signal) {
-  const page = await api("/jobs?limit=100", { signal });
+/// Reads the newest runs. With `only`, the list becomes exactly that page (a polled list
+/// shows the newest runs as they are now, not older ones as they were when last seen).
+async function loadRunsPage(signal, only = false) {
+  const page = await api(`/jobs?limit=${RUNS_PAGE}`, { signal });
   let changed = false;
   for (const run of page.runs) changed = upsertRun(run) || changed;
+  if (only) {
+    const listed = new Set(page.runs.map((run) => run.id));
+    for (const id of [...state.runs.keys()]) {
+      if (!listed.has(id)) {
+        state.runs.delete(id);
+        changed = true;
+      }
+    }
+  }
   return changed;
+}
+
+/// A streamed list keeps at most RUNS_KEPT runs, the newest.
+function trimRuns() {
+  if (state.runs.size <= RUNS_KEPT) return;
+  for (const run of sortedRuns().slice(RUNS_KEPT)) state.runs.delete(run.id);
 }
 
 async function runsFeed(signal) {
@@ -158,7 +177,10 @@ async function runsFeed(signal) {
       const how = await follow("/jobs?follow=1", authHeaders(), (message) => {
         if (message.event !== "run") return;
         try {
-          if (upsertRun(JSON.parse(message.data))) runsChanged();
+          if (upsertRun(JSON.parse(message.data))) {
+            trimRuns();
+            runsChanged();
+          }
         } catch {
           // A message that is not a run is skipped.
         }
@@ -169,9 +191,9 @@ async function runsFeed(signal) {
         $("#runs-mode").textContent = "(live)";
       });
       if (how === "unsupported") {
-        $("#runs-mode").textContent = "(polled every second)";
+        $("#runs-mode").textContent = `(the newest ${RUNS_PAGE}, polled every second)`;
         await poll(async () => {
-          if (await loadRunsPage(signal)) runsChanged();
+          if (await loadRunsPage(signal, true)) runsChanged();
           say("connected");
         }, RUNS_POLL_MS, signal, (e) => say(explain(e)));
         return;
