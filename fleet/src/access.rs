@@ -3,14 +3,19 @@
 //!
 //! The rules, in one place:
 //!
-//! | requester                       | start runs | read a run            | list runs | approve / deny              | reload, agents |
-//! |---------------------------------|------------|-----------------------|-----------|-----------------------------|----------------|
-//! | local operator (no auth file)   | yes        | any                   | all       | any gate                    | yes / yes      |
-//! | operator (`operator` role)      | yes        | any                   | all       | any gate but its own runs'  | yes / yes      |
-//! | principal (any other token)     | yes        | its own               | its own   | its own, if the gate allows | no / yes       |
-//! | anonymous, `anonymous: runs`    | yes        | anonymous ones        | anonymous | no                          | no / yes       |
-//! | anonymous, `anonymous: refuse`  | 401        | 401                   | 401       | 401                         | 401            |
-//! | hook could not answer           | as anonymous for starting; 503 for anything that reads or decides                    |
+//! | requester                       | start runs | read a run, its tree  | list runs, refusals | approve / deny              | reload, agents | fleet view |
+//! |---------------------------------|------------|-----------------------|---------------------|-----------------------------|----------------|------------|
+//! | local operator (no auth file)   | yes        | any                   | all                 | any gate                    | yes / yes      | yes        |
+//! | operator (`operator` role)      | yes        | any                   | all                 | any gate but its own runs'  | yes / yes      | yes        |
+//! | principal (any other token)     | yes        | its own               | its own             | its own, if the gate allows | no / yes       | no (403)   |
+//! | anonymous, `anonymous: runs`    | yes        | anonymous ones        | anonymous           | no                          | no / yes       | no (401)   |
+//! | anonymous, `anonymous: refuse`  | 401        | 401                   | 401                 | 401                         | 401            | 401        |
+//! | hook could not answer           | as anonymous for starting; 503 for anything that reads or decides                                   |
+//!
+//! A run's call tree is read under the rule of its root run: whoever may read the root sees
+//! the tree's shape and each run's agent, status and cost (never another run's input or
+//! output). The fleet view (hosts, links, agents) names the fleet's hosts and link errors,
+//! which are the operator's business only.
 //!
 //! A run belongs to the principal it acts for (`api:<name>`, `anonymous`, ...). A requester
 //! cannot approve a gate of a run it started unless the gate allows self-approval (four eyes);
@@ -78,6 +83,15 @@ pub enum Action<'a> {
     Reload,
     /// See which agents are served and whether they are up.
     ListAgents,
+    /// Read a run's call tree; `owner` is the principal its root run acts for.
+    ReadTree {
+        /// The principal the root run acts for.
+        owner: &'a str,
+    },
+    /// Count the call refusals in runs (narrowed, like a listing, by [`listing_scope`]).
+    ListRefusals,
+    /// See the fleet: its hosts, the links to them and this host's agents.
+    ViewFleet,
 }
 
 /// Why a request is refused; each maps to one HTTP status and code.
@@ -140,9 +154,11 @@ pub fn authorize(
             _ => Ok(()),
         },
         Requester::Principal { principal } => match action {
-            Action::StartRun | Action::ListRuns | Action::ListAgents => Ok(()),
-            Action::ReadRun { owner } if owner == principal => Ok(()),
-            Action::ReadRun { .. } => Err(Denial::NotVisible),
+            Action::StartRun | Action::ListRuns | Action::ListAgents | Action::ListRefusals => {
+                Ok(())
+            }
+            Action::ReadRun { owner } | Action::ReadTree { owner } if owner == principal => Ok(()),
+            Action::ReadRun { .. } | Action::ReadTree { .. } => Err(Denial::NotVisible),
             Action::Decide {
                 owner,
                 self_approval,
@@ -157,13 +173,18 @@ pub fn authorize(
             }
             Action::Decide { .. } => Err(Denial::NotVisible),
             Action::Reload => Err(Denial::Forbidden("reloading needs the operator role")),
+            Action::ViewFleet => Err(Denial::Forbidden("the fleet view needs the operator role")),
         },
         Requester::Anonymous if !open => Err(Denial::Unauthenticated),
         Requester::Anonymous => match action {
-            Action::StartRun | Action::ListRuns | Action::ListAgents => Ok(()),
-            Action::ReadRun { owner } if owner == ANONYMOUS => Ok(()),
-            Action::ReadRun { .. } | Action::Decide { .. } => Err(Denial::NotVisible),
-            Action::Reload => Err(Denial::Unauthenticated),
+            Action::StartRun | Action::ListRuns | Action::ListAgents | Action::ListRefusals => {
+                Ok(())
+            }
+            Action::ReadRun { owner } | Action::ReadTree { owner } if owner == ANONYMOUS => Ok(()),
+            Action::ReadRun { .. } | Action::ReadTree { .. } | Action::Decide { .. } => {
+                Err(Denial::NotVisible)
+            }
+            Action::Reload | Action::ViewFleet => Err(Denial::Unauthenticated),
         },
         Requester::Unverified => match action {
             Action::StartRun if open => Ok(()),
@@ -240,6 +261,9 @@ mod tests {
             decide(ANONYMOUS, false),
             Action::Reload,
             Action::ListAgents,
+            Action::ReadTree { owner: "api:bob" },
+            Action::ListRefusals,
+            Action::ViewFleet,
         ] {
             for anonymous in [OPEN, SHUT] {
                 assert_eq!(
@@ -256,6 +280,12 @@ mod tests {
         let ops = operator();
         for anonymous in [OPEN, SHUT] {
             assert_eq!(authorize(&ops, anonymous, Action::Reload), Ok(()));
+            assert_eq!(authorize(&ops, anonymous, Action::ViewFleet), Ok(()));
+            assert_eq!(authorize(&ops, anonymous, Action::ListRefusals), Ok(()));
+            assert_eq!(
+                authorize(&ops, anonymous, Action::ReadTree { owner: "api:bob" }),
+                Ok(())
+            );
             assert_eq!(
                 authorize(&ops, anonymous, Action::ReadRun { owner: "api:bob" }),
                 Ok(())
@@ -302,6 +332,19 @@ mod tests {
         ));
         assert_eq!(authorize(&a, SHUT, Action::ListRuns), Ok(()));
         assert_eq!(listing_scope(&a), Scope::OwnedBy("api:alice".into()));
+        assert_eq!(authorize(&a, SHUT, Action::ListRefusals), Ok(()));
+        assert_eq!(
+            authorize(&a, SHUT, Action::ReadTree { owner: "api:alice" }),
+            Ok(())
+        );
+        assert_eq!(
+            authorize(&a, SHUT, Action::ReadTree { owner: "api:bob" }),
+            Err(Denial::NotVisible)
+        );
+        assert!(matches!(
+            authorize(&a, OPEN, Action::ViewFleet),
+            Err(Denial::Forbidden(_))
+        ));
     }
 
     #[test]
@@ -314,6 +357,9 @@ mod tests {
             decide(ANONYMOUS, true),
             Action::Reload,
             Action::ListAgents,
+            Action::ReadTree { owner: ANONYMOUS },
+            Action::ListRefusals,
+            Action::ViewFleet,
         ] {
             assert_eq!(
                 authorize(&nobody, SHUT, action),
@@ -339,6 +385,19 @@ mod tests {
             Err(Denial::Unauthenticated)
         );
         assert_eq!(listing_scope(&nobody), Scope::OwnedBy(ANONYMOUS.into()));
+        assert_eq!(authorize(&nobody, OPEN, Action::ListRefusals), Ok(()));
+        assert_eq!(
+            authorize(&nobody, OPEN, Action::ReadTree { owner: ANONYMOUS }),
+            Ok(())
+        );
+        assert_eq!(
+            authorize(&nobody, OPEN, Action::ReadTree { owner: "api:alice" }),
+            Err(Denial::NotVisible)
+        );
+        assert_eq!(
+            authorize(&nobody, OPEN, Action::ViewFleet),
+            Err(Denial::Unauthenticated)
+        );
     }
 
     #[test]
@@ -374,6 +433,9 @@ mod tests {
                 decide(ANONYMOUS, true),
                 Action::Reload,
                 Action::ListAgents,
+                Action::ReadTree { owner: ANONYMOUS },
+                Action::ListRefusals,
+                Action::ViewFleet,
             ] {
                 assert_eq!(
                     authorize(&unsure, anonymous, action),

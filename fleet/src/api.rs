@@ -53,7 +53,7 @@ use openapi::{AgentStatusDoc, ErrorDoc, EventPageDoc, ReloadedDoc, RunDoc, RunPa
 
 mod follow;
 mod mcp;
-mod openapi;
+pub(crate) mod openapi;
 use crate::auth::HostAuth;
 use crate::listener::{HostCheck, HttpBounds};
 
@@ -432,6 +432,13 @@ fn documented_routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(deliver))
         .routes(routes!(delivery_status))
         .routes(routes!(openapi_json))
+        .routes(routes!(crate::dashboard::to_page))
+        .routes(routes!(crate::dashboard::ui_to_page))
+        .routes(routes!(crate::dashboard::page))
+        .routes(routes!(crate::dashboard::file))
+        .routes(routes!(crate::dashboard::data::fleet))
+        .routes(routes!(crate::dashboard::data::refusals))
+        .routes(routes!(crate::dashboard::data::tree))
 }
 
 /// `GET /openapi.json`: this API's description, to anyone who reaches the API (it names

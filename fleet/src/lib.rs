@@ -4,14 +4,16 @@
 //! HTTP API on loopback (`api`) and offers the Rust client SDK that talks to that API
 //! (`client`). A host of a multi-host fleet is assembled by `serve`, whose links to the
 //! other hosts are `remote`; an operator's fleet commands to those hosts, both ends, are
-//! [`operator`]. The CLI is one user of these; an embedding app is another. The crate decides
-//! no call rules itself (they live in consort-core's guards) and never touches a run store
-//! except through the host handle or the read-only data folder.
+//! [`operator`]. Every host's API also serves the dashboard, a web page that reads the same
+//! routes (`dashboard`). The CLI is one user of these; an embedding app is another. The crate
+//! decides no call rules itself (they live in consort-core's guards) and never touches a run
+//! store except through the host handle or the read-only data folder.
 
 pub mod access;
 mod api;
 mod auth;
 mod client;
+mod dashboard;
 pub mod dev;
 mod error;
 pub mod listener;

@@ -40,6 +40,7 @@ use consort_net::{HostKey, KeyRing, LinkConfig, LinkEndpoint, OperatorAccess, Pu
 use crate::FleetError;
 use crate::api;
 use crate::auth::HostAuth;
+use crate::dashboard::FleetSight;
 use crate::listener::{self, HostCheck, HttpBounds};
 use crate::operator::OperatorInbound;
 use crate::remote::{ALLOWED_SKEW_MS, FleetMap, Inbound, InboundLimits, LinkRemote};
@@ -315,7 +316,13 @@ impl ServedHost {
             Arc::new(auth),
             HostCheck::new(http_addr, &options.allow_hosts),
             &options.http,
-        );
+        )
+        // The dashboard's fleet view: the other hosts, where each agent lives, the links.
+        .layer(axum::Extension(FleetSight::new(
+            &options.host,
+            map.placements.clone(),
+            endpoint.view(),
+        )));
         let server = tokio::spawn(listener::serve(listener, app, options.http.clone()));
         let url = format!("http://{http_addr}");
         let note = serde_json::json!({

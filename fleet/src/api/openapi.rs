@@ -30,6 +30,7 @@ use utoipa::{Modify, OpenApi, ToSchema};
         (name = "host", description = "The host: its agents, reloading their config, this description"),
         (name = "directory", description = "The peer directory: presence, observation, pinned waits, deliveries"),
         (name = "mcp", description = "The host's agents as MCP tools"),
+        (name = "dashboard", description = "The web page that shows the fleet"),
     ),
 )]
 pub(crate) struct ApiDoc;
