@@ -148,7 +148,9 @@ fn each_operation_says_what_it_answers_and_how_to_authenticate() {
             assert!(op["summary"].is_string(), "{what} has no summary");
             let answers = op["responses"].as_object().unwrap();
             assert!(
-                answers.keys().any(|s| s.starts_with('2') || s.starts_with('3')),
+                answers
+                    .keys()
+                    .any(|s| s.starts_with('2') || s.starts_with('3')),
                 "{what} names no success (or redirect)"
             );
             for (status, answer) in answers {
