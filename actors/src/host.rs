@@ -15,6 +15,7 @@ use consort_net::RunId;
 
 use crate::ActorsError;
 use crate::data::DataFolder;
+use crate::metrics::HostMetrics;
 use crate::run::{Channel, EventRecord, RunRecord};
 use crate::store::{StoreWriter, WriterCounts};
 use crate::supervisor::{AgentStatus, HostSpec, Reloaded, SupervisorMsg, spawn_supervisor};
@@ -54,9 +55,13 @@ impl Host {
         let (settled, _) = broadcast::channel(1024);
         let data = DataFolder::with_store(spec.data_dir.clone(), &spec.store);
         let agents = spec.agents.names();
-        let writer = StoreWriter::start_on(&spec.store, spec.max_open_stores).await?;
+        // The host's series are registered here, once, with whatever recorder is installed.
+        let metrics = HostMetrics::new(&spec.host_name);
+        let writer =
+            StoreWriter::start_recording(&spec.store, spec.max_open_stores, metrics.store_commit())
+                .await?;
         let (supervisor, join) =
-            spawn_supervisor(spec, settled.clone(), writer.clone(), parent).await?;
+            spawn_supervisor(spec, settled.clone(), writer.clone(), metrics, parent).await?;
         Ok((
             Self {
                 supervisor,

@@ -3,14 +3,14 @@
 //!
 //! The rules, in one place:
 //!
-//! | requester                       | start runs | read a run            | list runs | approve / deny              | reload, agents |
-//! |---------------------------------|------------|-----------------------|-----------|-----------------------------|----------------|
-//! | local operator (no auth file)   | yes        | any                   | all       | any gate                    | yes / yes      |
-//! | operator (`operator` role)      | yes        | any                   | all       | any gate but its own runs'  | yes / yes      |
-//! | principal (any other token)     | yes        | its own               | its own   | its own, if the gate allows | no / yes       |
-//! | anonymous, `anonymous: runs`    | yes        | anonymous ones        | anonymous | no                          | no / yes       |
-//! | anonymous, `anonymous: refuse`  | 401        | 401                   | 401       | 401                         | 401            |
-//! | hook could not answer           | as anonymous for starting; 503 for anything that reads or decides                    |
+//! | requester                       | start runs | read a run            | list runs | approve / deny              | reload, agents | metrics |
+//! |---------------------------------|------------|-----------------------|-----------|-----------------------------|----------------|---------|
+//! | local operator (no auth file)   | yes        | any                   | all       | any gate                    | yes / yes      | yes     |
+//! | operator (`operator` role)      | yes        | any                   | all       | any gate but its own runs'  | yes / yes      | yes     |
+//! | principal (any other token)     | yes        | its own               | its own   | its own, if the gate allows | no / yes       | 403     |
+//! | anonymous, `anonymous: runs`    | yes        | anonymous ones        | anonymous | no                          | no / yes       | 401     |
+//! | anonymous, `anonymous: refuse`  | 401        | 401                   | 401       | 401                         | 401            | 401     |
+//! | hook could not answer           | as anonymous for starting; 503 for anything that reads or decides                              |
 //!
 //! A run belongs to the principal it acts for (`api:<name>`, `anonymous`, ...). A requester
 //! cannot approve a gate of a run it started unless the gate allows self-approval (four eyes);
@@ -78,6 +78,9 @@ pub enum Action<'a> {
     Reload,
     /// See which agents are served and whether they are up.
     ListAgents,
+    /// Scrape the host's metrics (`GET /metrics`): counts over every principal's runs, so
+    /// for operators only.
+    ReadMetrics,
 }
 
 /// Why a request is refused; each maps to one HTTP status and code.
@@ -151,13 +154,14 @@ pub fn authorize(
             }
             Action::Decide { .. } => Err(Denial::NotVisible),
             Action::Reload => Err(Denial::Forbidden("reloading needs the operator role")),
+            Action::ReadMetrics => Err(Denial::Forbidden("metrics need the operator role")),
         },
         Requester::Anonymous if !open => Err(Denial::Unauthenticated),
         Requester::Anonymous => match action {
             Action::StartRun | Action::ListRuns | Action::ListAgents => Ok(()),
             Action::ReadRun { owner } if owner == ANONYMOUS => Ok(()),
             Action::ReadRun { .. } | Action::Decide { .. } => Err(Denial::NotVisible),
-            Action::Reload => Err(Denial::Unauthenticated),
+            Action::Reload | Action::ReadMetrics => Err(Denial::Unauthenticated),
         },
         Requester::Unverified => match action {
             Action::StartRun if open => Ok(()),
@@ -223,6 +227,7 @@ mod tests {
             decide(ANONYMOUS, false),
             Action::Reload,
             Action::ListAgents,
+            Action::ReadMetrics,
         ] {
             for anonymous in [OPEN, SHUT] {
                 assert_eq!(
@@ -297,6 +302,7 @@ mod tests {
             decide(ANONYMOUS, true),
             Action::Reload,
             Action::ListAgents,
+            Action::ReadMetrics,
         ] {
             assert_eq!(
                 authorize(&nobody, SHUT, action),
@@ -322,6 +328,33 @@ mod tests {
             Err(Denial::Unauthenticated)
         );
         assert_eq!(listing_scope(&nobody), Scope::OwnedBy(ANONYMOUS.into()));
+    }
+
+    #[test]
+    fn only_operators_read_the_metrics() {
+        for anonymous in [OPEN, SHUT] {
+            assert_eq!(
+                authorize(&Requester::LocalOperator, anonymous, Action::ReadMetrics),
+                Ok(())
+            );
+            assert_eq!(
+                authorize(&operator(), anonymous, Action::ReadMetrics),
+                Ok(())
+            );
+            assert!(matches!(
+                authorize(&alice(), anonymous, Action::ReadMetrics),
+                Err(Denial::Forbidden(_))
+            ));
+            // Even where anonymous callers may start runs, the metrics ask for a token.
+            assert_eq!(
+                authorize(&Requester::Anonymous, anonymous, Action::ReadMetrics),
+                Err(Denial::Unauthenticated)
+            );
+            assert_eq!(
+                authorize(&Requester::Unverified, anonymous, Action::ReadMetrics),
+                Err(Denial::IdentityUnavailable)
+            );
+        }
     }
 
     #[test]
@@ -357,6 +390,7 @@ mod tests {
                 decide(ANONYMOUS, true),
                 Action::Reload,
                 Action::ListAgents,
+                Action::ReadMetrics,
             ] {
                 assert_eq!(
                     authorize(&unsure, anonymous, action),

@@ -351,6 +351,7 @@ pub(crate) fn router(
         .route("/directory/deliver", post(deliver))
         .route("/directory/delivery", get(delivery_status))
         .route("/reload", post(reload))
+        .route("/metrics", get(crate::metrics_route::metrics))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .with_state(ApiState { host, auth })
         .layer(DefaultBodyLimit::max(bounds.max_body_bytes))

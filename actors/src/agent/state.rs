@@ -117,6 +117,8 @@ pub(crate) struct AgentState {
     pub(super) just_settled: HashMap<RunId, RunRecord>,
     /// The host's presence board: every committed status of this agent's runs goes there.
     pub(super) board: crate::PresenceBoard,
+    /// This agent's metric handles (runs, calls) and its host's (mailbox depth).
+    pub(super) metrics: crate::metrics::AgentMetrics,
     /// The goals this agent belongs to.
     pub(super) goals: Vec<String>,
     /// When the actor last handled a message other than the timer's.

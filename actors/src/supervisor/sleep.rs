@@ -172,6 +172,8 @@ impl HostSupervisor {
             return;
         };
         let timeout_ms = RETIRE_TIMEOUT.as_millis() as u64;
+        // Counted in like every message to an agent (see `agent::tell`).
+        state.metrics.mailbox().increment(1.0);
         match ractor::call_t!(actor, AgentMsg::Retire, timeout_ms) {
             Ok(true) => {
                 if let Some(slot) = state.slots.get_mut(agent) {
