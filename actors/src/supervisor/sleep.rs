@@ -184,7 +184,16 @@ impl HostSupervisor {
                 info!(%agent, "agent asleep until a message needs it");
             }
             Ok(false) => debug!(%agent, "an idle agent had work again; it stays up"),
-            Err(error) => debug!(%agent, %error, "an idle agent did not answer its retirement"),
+            Err(error) => {
+                // A message that could not be sent never reached the mailbox.
+                if matches!(
+                    error,
+                    ractor::RactorErr::Messaging(ractor::MessagingErr::SendErr(_))
+                ) {
+                    state.metrics.mailbox().decrement(1.0);
+                }
+                debug!(%agent, %error, "an idle agent did not answer its retirement");
+            }
         }
     }
 }
