@@ -2,11 +2,11 @@
 //! `metrics` facade.
 //!
 //! This module owns the metric names ([`names`]), the label values they carry (pure functions
-//! over plain data: [`channel_kind`], [`settled_status`], [`refusal_reason`]) and the handles a
-//! host keeps ([`HostMetrics`], and one `AgentMetrics` per agent actor). It must not install a
-//! recorder, render anything or decide anything about runs: without a recorder installed (the
-//! binary's job) every handle is a no-op, and an embedding app that installs its own recorder
-//! gets the same series.
+//! over plain data: [`channel_kind`], [`refusal_reason`]) and the handles a host keeps
+//! ([`HostMetrics`], and one `AgentMetrics` per agent actor). It must not install a recorder,
+//! render anything or decide anything about runs: without a recorder installed (the binary's
+//! job) every handle is a no-op, and an embedding app that installs its own recorder gets the
+//! same series.
 //!
 //! Every series carries a `host` label (the host's name in its fleet, `local` for `consort
 //! dev`), so several hosts in one process stay apart. Per-agent labels appear only on the run
@@ -55,20 +55,19 @@ pub mod names {
 /// The `channel` label of a run: the kind of channel only (`api`, `cli`, `agent`,
 /// `delivery`), never the caller's name, which would make one series per caller.
 pub fn channel_kind(channel: &Channel) -> &'static str {
-    match channel {
-        Channel::Api => "api",
-        Channel::Cli => "cli",
-        Channel::Agent(_) => "agent",
-        Channel::Delivery(_) => "delivery",
-    }
+    CHANNELS[channel_slot(channel)]
 }
 
-/// The `status` label of a settled run; `None` for a status that is not settled.
-pub fn settled_status(status: RunStatus) -> Option<&'static str> {
-    match status {
-        RunStatus::Succeeded => Some("succeeded"),
-        RunStatus::Failed => Some("failed"),
-        RunStatus::Queued | RunStatus::Running | RunStatus::Waiting | RunStatus::Blocked => None,
+/// The `channel` label values, in the order of [`channel_slot`].
+const CHANNELS: [&str; 4] = ["api", "cli", "agent", "delivery"];
+
+/// Where a channel's counter is kept in an agent's handles.
+fn channel_slot(channel: &Channel) -> usize {
+    match channel {
+        Channel::Api => 0,
+        Channel::Cli => 1,
+        Channel::Agent(_) => 2,
+        Channel::Delivery(_) => 3,
     }
 }
 
@@ -79,10 +78,45 @@ pub fn refusal_reason(refusal: Option<&Refusal>) -> &'static str {
     refusal.map_or("other", Refusal::code)
 }
 
-const CHANNELS: [&str; 4] = ["api", "cli", "agent", "delivery"];
-
-fn channel_index(kind: &str) -> usize {
-    CHANNELS.iter().position(|c| *c == kind).unwrap_or(0)
+/// Tells the installed recorder what each series means (Prometheus shows it as `# HELP`);
+/// repeating it when another host starts in the same process changes nothing.
+fn describe() {
+    use metrics::Unit;
+    metrics::describe_counter!(
+        names::RUNS_STARTED,
+        Unit::Count,
+        "Runs stored on this host (root runs and calls accepted), by agent and channel kind"
+    );
+    metrics::describe_counter!(
+        names::RUNS_SETTLED,
+        Unit::Count,
+        "Runs that settled, by agent and status (succeeded, failed)"
+    );
+    metrics::describe_counter!(
+        names::CALLS_PLACED,
+        Unit::Count,
+        "Calls placed by a run of caller and accepted by callee"
+    );
+    metrics::describe_counter!(
+        names::CALLS_REFUSED,
+        Unit::Count,
+        "Calls refused, by the refusal's stable code, counted on the calling run's host"
+    );
+    metrics::describe_gauge!(
+        names::LINK_RTT,
+        Unit::Seconds,
+        "Smoothed round-trip time of the QUIC link to a peer host"
+    );
+    metrics::describe_histogram!(
+        names::STORE_COMMIT,
+        Unit::Seconds,
+        "Time of one store transaction commit of the store writer"
+    );
+    metrics::describe_gauge!(
+        names::MAILBOX_DEPTH,
+        Unit::Count,
+        "Messages sent to this host's agent actors and not yet taken by them"
+    );
 }
 
 /// A host's metric handles: what every agent actor and the store writer of the host share.
@@ -106,6 +140,7 @@ impl HostMetrics {
     /// Registers the host-level series of host `host` with the installed recorder (no-ops
     /// without one).
     pub fn new(host: &str) -> Self {
+        describe();
         let host = SharedString::from(Arc::<str>::from(host));
         Self {
             mailbox: metrics::gauge!(names::MAILBOX_DEPTH, "host" => host.clone()),
@@ -142,8 +177,8 @@ impl HostMetrics {
         let started = CHANNELS.map(|channel| {
             metrics::counter!(names::RUNS_STARTED, "host" => self.host.clone(), "agent" => name.clone(), "channel" => channel)
         });
-        let [succeeded, failed] = ["succeeded", "failed"].map(|status| {
-            metrics::counter!(names::RUNS_SETTLED, "host" => self.host.clone(), "agent" => name.clone(), "status" => status)
+        let [succeeded, failed] = [RunStatus::Succeeded, RunStatus::Failed].map(|status| {
+            metrics::counter!(names::RUNS_SETTLED, "host" => self.host.clone(), "agent" => name.clone(), "status" => status.as_str())
         });
         AgentMetrics {
             host: self.clone(),
@@ -169,15 +204,15 @@ pub(crate) struct AgentMetrics {
 impl AgentMetrics {
     /// The counter of runs started on `channel` (cloned into a commit's callback).
     pub(crate) fn started(&self, channel: &Channel) -> Counter {
-        self.started[channel_index(channel_kind(channel))].clone()
+        self.started[channel_slot(channel)].clone()
     }
 
     /// Counts a run that settled with `status` (a status that is not settled counts nothing).
     pub(crate) fn settled(&self, status: RunStatus) {
-        match settled_status(status) {
-            Some("succeeded") => self.succeeded.increment(1),
-            Some(_) => self.failed.increment(1),
-            None => {}
+        match status {
+            RunStatus::Succeeded => self.succeeded.increment(1),
+            RunStatus::Failed => self.failed.increment(1),
+            RunStatus::Queued | RunStatus::Running | RunStatus::Waiting | RunStatus::Blocked => {}
         }
     }
 
@@ -218,31 +253,17 @@ mod tests {
         assert_eq!(channel_kind(&Channel::Cli), "cli");
         assert_eq!(channel_kind(&Channel::Agent("cmo".into())), "agent");
         assert_eq!(channel_kind(&Channel::Delivery("cfo".into())), "delivery");
-        for channel in [
+        // Each kind has a counter of its own.
+        let slots: std::collections::BTreeSet<usize> = [
             Channel::Api,
             Channel::Cli,
             Channel::Agent("x".into()),
             Channel::Delivery("y".into()),
-        ] {
-            assert_eq!(
-                CHANNELS[channel_index(channel_kind(&channel))],
-                channel_kind(&channel)
-            );
-        }
-    }
-
-    #[test]
-    fn only_settled_statuses_have_a_settled_label() {
-        assert_eq!(settled_status(RunStatus::Succeeded), Some("succeeded"));
-        assert_eq!(settled_status(RunStatus::Failed), Some("failed"));
-        for status in [
-            RunStatus::Queued,
-            RunStatus::Running,
-            RunStatus::Waiting,
-            RunStatus::Blocked,
-        ] {
-            assert_eq!(settled_status(status), None);
-        }
+        ]
+        .iter()
+        .map(channel_slot)
+        .collect();
+        assert_eq!(slots.len(), CHANNELS.len());
     }
 
     #[test]
