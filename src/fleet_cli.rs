@@ -128,6 +128,7 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<ExitCode> {
         auth: args.auth.as_deref().map(HostAuthConfig::load).transpose()?,
         allow_hosts: args.allow_hosts.clone(),
         http: HttpBounds::default(),
+        metrics: Some(crate::metrics_install::install()?),
         store_url_env: args.store_url_env.clone(),
     })
     .await

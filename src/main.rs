@@ -7,6 +7,7 @@
 mod directory_cli;
 mod file_size_limit;
 mod fleet_cli;
+mod metrics_install;
 mod operator_cli;
 mod output;
 mod visibility_cli;
@@ -660,6 +661,7 @@ async fn dev(args: DevArgs) -> Result<ExitCode> {
         auth,
         allow_hosts: args.allow_hosts.clone(),
         http: HttpBounds::default(),
+        metrics: Some(metrics_install::install()?),
         store: consort_fleet::store_backend(
             &consort_config::StoreConfig::Sqlite,
             args.store_url_env.as_deref(),

@@ -64,6 +64,7 @@ fn dev_options(fleet: &Fleet, data: &Path, url: &str) -> DevOptions {
         auth: None,
         allow_hosts: Vec::new(),
         http: HttpBounds::default(),
+        metrics: None,
         store: StoreBackend::Postgres(PostgresUrl::new(url)),
     }
 }

@@ -16,6 +16,7 @@ use consort_net::RunId;
 use crate::ActorsError;
 use crate::data::DataFolder;
 use crate::feed::RunFeed;
+use crate::metrics::HostMetrics;
 use crate::run::{Channel, EventRecord, RunRecord};
 use crate::store::{StoreWriter, WriterCounts};
 use crate::supervisor::{AgentStatus, HostSpec, Reloaded, SupervisorMsg, spawn_supervisor};
@@ -69,9 +70,20 @@ impl Host {
                     .unwrap_or_default()
             })
             .collect();
-        let writer = StoreWriter::start_on(&spec.store, spec.max_open_stores).await?;
-        let (supervisor, join) =
-            spawn_supervisor(spec, settled.clone(), feed.clone(), writer.clone(), parent).await?;
+        // The host's series are registered here, once, with whatever recorder is installed.
+        let metrics = HostMetrics::new(&spec.host_name);
+        let writer =
+            StoreWriter::start_recording(&spec.store, spec.max_open_stores, metrics.store_commit())
+                .await?;
+        let (supervisor, join) = spawn_supervisor(
+            spec,
+            settled.clone(),
+            feed.clone(),
+            writer.clone(),
+            metrics,
+            parent,
+        )
+        .await?;
         Ok((
             Self {
                 supervisor,

@@ -24,6 +24,7 @@ pub mod feed;
 mod guard;
 mod host;
 mod meta_tools;
+pub mod metrics;
 pub mod page;
 /// The model seam and the real-model adapters (consort-models).
 pub use consort_models as model;

@@ -38,6 +38,7 @@ use crate::agent::{AgentActor, AgentArgs, AgentMsg, AgentOptions, tell};
 use crate::data::DataFolder;
 use crate::directory::{self, DirectoryHost, DirectorySpec, Outbox};
 use crate::feed::RunFeed;
+use crate::metrics::HostMetrics;
 use crate::model::Model;
 use crate::presence::PresenceBoard;
 use crate::restart::{ProbeBackoff, RestartBudget};
@@ -157,6 +158,8 @@ pub struct SupervisorState {
     markers: AwakeMarkers,
     /// Where the config watch goes on from: a tick re-reads a bounded share of the agents.
     watch_from: Option<String>,
+    /// The host's metric handles (each agent actor gets its own from them).
+    metrics: HostMetrics,
 }
 
 /// The host supervisor actor.
@@ -225,6 +228,7 @@ impl HostSupervisor {
             options: state.spec.options.clone(),
             board: state.board.clone(),
             feed: state.feed.clone(),
+            metrics: state.metrics.clone(),
             goals: state
                 .spec
                 .directory
@@ -477,7 +481,11 @@ impl HostSupervisor {
                             .agents
                             .insert(name.clone(), config.clone());
                         if let Some(actor) = &slot.actor {
-                            tell(actor, AgentMsg::Config(Box::new(config)));
+                            tell(
+                                state.metrics.mailbox(),
+                                actor,
+                                AgentMsg::Config(Box::new(config)),
+                            );
                         }
                         state.publish_seat(&name);
                         info!(agent = %name, "agent.yaml re-read: new config in force");
@@ -508,6 +516,8 @@ pub struct SupervisorArgs {
     pub feed: RunFeed,
     /// The host's store writer.
     pub writer: StoreWriter,
+    /// The host's metric handles.
+    pub metrics: HostMetrics,
 }
 
 impl Actor for HostSupervisor {
@@ -584,6 +594,7 @@ impl Actor for HostSupervisor {
             draining: false,
             markers,
             watch_from: None,
+            metrics: args.metrics,
         };
         // Every agent has a seat from the start; only those that may hold unsettled runs
         // are woken now, the others when a message needs them.
@@ -672,6 +683,7 @@ impl Actor for HostSupervisor {
                 }
                 Some(actor) => {
                     tell(
+                        state.metrics.mailbox(),
                         &actor,
                         AgentMsg::Start {
                             input,
@@ -697,7 +709,11 @@ impl Actor for HostSupervisor {
                     .map(|h| h.callee.clone())
                     .unwrap_or_default();
                 if let Some(actor) = Self::wake(&myself, state, &callee).await {
-                    tell(&actor, AgentMsg::Accept { envelope, reply });
+                    tell(
+                        state.metrics.mailbox(),
+                        &actor,
+                        AgentMsg::Accept { envelope, reply },
+                    );
                 } else if state.slots.contains_key(&callee) {
                     answer(reply, CallOutcome::Refused(Refusal::AgentDown { callee }));
                 } else if let Some(remote) = state.spec.remote.clone().filter(|r| r.serves(&callee))
@@ -726,7 +742,11 @@ impl Actor for HostSupervisor {
             SupervisorMsg::OfferReply { reply, taken } => {
                 match Self::wake(&myself, state, &reply.caller).await {
                     Some(actor) => {
-                        tell(&actor, AgentMsg::OfferReply { reply, taken });
+                        tell(
+                            state.metrics.mailbox(),
+                            &actor,
+                            AgentMsg::OfferReply { reply, taken },
+                        );
                     }
                     None => {
                         answer(taken, false);
@@ -735,7 +755,11 @@ impl Actor for HostSupervisor {
             }
             SupervisorMsg::ResendReply { callee, child_run } => {
                 if let Some(actor) = Self::wake(&myself, state, &callee).await {
-                    tell(&actor, AgentMsg::ResendReply(child_run));
+                    tell(
+                        state.metrics.mailbox(),
+                        &actor,
+                        AgentMsg::ResendReply(child_run),
+                    );
                 } else if let Some(remote) = state.spec.remote.clone().filter(|r| r.serves(&callee))
                 {
                     tokio::spawn(async move { remote.resend_reply(callee, child_run).await });
@@ -779,6 +803,7 @@ impl Actor for HostSupervisor {
             } => match Self::wake(&myself, state, &agent).await {
                 Some(actor) => {
                     tell(
+                        state.metrics.mailbox(),
                         &actor,
                         AgentMsg::Decide {
                             run,
@@ -861,7 +886,7 @@ impl Actor for HostSupervisor {
                     state.last_checkpoint = Instant::now();
                     for slot in state.slots.values() {
                         if let Some(actor) = &slot.actor {
-                            tell(actor, AgentMsg::Checkpoint);
+                            tell(state.metrics.mailbox(), actor, AgentMsg::Checkpoint);
                         }
                     }
                 }
@@ -949,7 +974,7 @@ impl HostSupervisor {
         reply: ReplyEnvelope,
     ) {
         if let Some(actor) = Self::wake(myself, state, &reply.caller).await {
-            tell(&actor, AgentMsg::Reply(reply));
+            tell(state.metrics.mailbox(), &actor, AgentMsg::Reply(reply));
         } else if let Some(remote) = state
             .spec
             .remote
@@ -970,6 +995,7 @@ pub async fn spawn_supervisor(
     settled: broadcast::Sender<RunRecord>,
     feed: RunFeed,
     writer: StoreWriter,
+    metrics: HostMetrics,
     parent: Option<ActorCell>,
 ) -> Result<(ActorRef<SupervisorMsg>, tokio::task::JoinHandle<()>), ActorsError> {
     let args = SupervisorArgs {
@@ -977,6 +1003,7 @@ pub async fn spawn_supervisor(
         settled,
         feed,
         writer,
+        metrics,
     };
     let spawned = match parent {
         Some(parent) => Actor::spawn_linked(None, HostSupervisor, args, parent).await,

@@ -3,19 +3,20 @@
 //!
 //! The rules, in one place:
 //!
-//! | requester                       | start runs | read a run, its tree  | list runs, refusals | approve / deny              | reload, agents | fleet view |
-//! |---------------------------------|------------|-----------------------|---------------------|-----------------------------|----------------|------------|
-//! | local operator (no auth file)   | yes        | any                   | all                 | any gate                    | yes / yes      | yes        |
-//! | operator (`operator` role)      | yes        | any                   | all                 | any gate but its own runs'  | yes / yes      | yes        |
-//! | principal (any other token)     | yes        | its own               | its own             | its own, if the gate allows | no / yes       | no (403)   |
-//! | anonymous, `anonymous: runs`    | yes        | anonymous ones        | anonymous           | no                          | no / yes       | no (401)   |
-//! | anonymous, `anonymous: refuse`  | 401        | 401                   | 401                 | 401                         | 401            | 401        |
-//! | hook could not answer           | as anonymous for starting; 503 for anything that reads or decides                                   |
+//! | requester                       | start runs | read a run, its tree  | list runs, refusals | approve / deny              | reload, agents | fleet view | metrics |
+//! |---------------------------------|------------|-----------------------|---------------------|-----------------------------|----------------|------------|---------|
+//! | local operator (no auth file)   | yes        | any                   | all                 | any gate                    | yes / yes      | yes        | yes     |
+//! | operator (`operator` role)      | yes        | any                   | all                 | any gate but its own runs'  | yes / yes      | yes        | yes     |
+//! | principal (any other token)     | yes        | its own               | its own             | its own, if the gate allows | no / yes       | no (403)   | 403     |
+//! | anonymous, `anonymous: runs`    | yes        | anonymous ones        | anonymous           | no                          | no / yes       | no (401)   | 401     |
+//! | anonymous, `anonymous: refuse`  | 401        | 401                   | 401                 | 401                         | 401            | 401        | 401     |
+//! | hook could not answer           | as anonymous for starting; 503 for anything that reads or decides                                             |
 //!
 //! A run's call tree is read under the rule of its root run: whoever may read the root sees
 //! the tree's shape and each run's agent, status and cost (never another run's input or
 //! output). The fleet view (hosts, links, agents) names the fleet's hosts and link errors,
-//! which are the operator's business only.
+//! which are the operator's business only; metrics count over every principal's runs, so they
+//! are the operators' too.
 //!
 //! A run belongs to the principal it acts for (`api:<name>`, `anonymous`, ...). A requester
 //! cannot approve a gate of a run it started unless the gate allows self-approval (four eyes);
@@ -92,6 +93,9 @@ pub enum Action<'a> {
     ListRefusals,
     /// See the fleet: its hosts, the links to them and this host's agents.
     ViewFleet,
+    /// Scrape the host's metrics (`GET /metrics`): counts over every principal's runs, so
+    /// for operators only.
+    ReadMetrics,
 }
 
 /// Why a request is refused; each maps to one HTTP status and code.
@@ -174,6 +178,7 @@ pub fn authorize(
             Action::Decide { .. } => Err(Denial::NotVisible),
             Action::Reload => Err(Denial::Forbidden("reloading needs the operator role")),
             Action::ViewFleet => Err(Denial::Forbidden("the fleet view needs the operator role")),
+            Action::ReadMetrics => Err(Denial::Forbidden("metrics need the operator role")),
         },
         Requester::Anonymous if !open => Err(Denial::Unauthenticated),
         Requester::Anonymous => match action {
@@ -184,7 +189,9 @@ pub fn authorize(
             Action::ReadRun { .. } | Action::ReadTree { .. } | Action::Decide { .. } => {
                 Err(Denial::NotVisible)
             }
-            Action::Reload | Action::ViewFleet => Err(Denial::Unauthenticated),
+            Action::Reload | Action::ViewFleet | Action::ReadMetrics => {
+                Err(Denial::Unauthenticated)
+            }
         },
         Requester::Unverified => match action {
             Action::StartRun if open => Ok(()),
@@ -264,6 +271,7 @@ mod tests {
             Action::ReadTree { owner: "api:bob" },
             Action::ListRefusals,
             Action::ViewFleet,
+            Action::ReadMetrics,
         ] {
             for anonymous in [OPEN, SHUT] {
                 assert_eq!(
@@ -360,6 +368,7 @@ mod tests {
             Action::ReadTree { owner: ANONYMOUS },
             Action::ListRefusals,
             Action::ViewFleet,
+            Action::ReadMetrics,
         ] {
             assert_eq!(
                 authorize(&nobody, SHUT, action),
@@ -401,6 +410,33 @@ mod tests {
     }
 
     #[test]
+    fn only_operators_read_the_metrics() {
+        for anonymous in [OPEN, SHUT] {
+            assert_eq!(
+                authorize(&Requester::LocalOperator, anonymous, Action::ReadMetrics),
+                Ok(())
+            );
+            assert_eq!(
+                authorize(&operator(), anonymous, Action::ReadMetrics),
+                Ok(())
+            );
+            assert!(matches!(
+                authorize(&alice(), anonymous, Action::ReadMetrics),
+                Err(Denial::Forbidden(_))
+            ));
+            // Even where anonymous callers may start runs, the metrics ask for a token.
+            assert_eq!(
+                authorize(&Requester::Anonymous, anonymous, Action::ReadMetrics),
+                Err(Denial::Unauthenticated)
+            );
+            assert_eq!(
+                authorize(&Requester::Unverified, anonymous, Action::ReadMetrics),
+                Err(Denial::IdentityUnavailable)
+            );
+        }
+    }
+
+    #[test]
     fn only_an_unknown_caller_or_a_refused_anonymous_one_is_unidentified() {
         for anonymous in [OPEN, SHUT] {
             assert_eq!(identified(&Requester::LocalOperator, anonymous), Ok(()));
@@ -436,6 +472,7 @@ mod tests {
                 Action::ReadTree { owner: ANONYMOUS },
                 Action::ListRefusals,
                 Action::ViewFleet,
+                Action::ReadMetrics,
             ] {
                 assert_eq!(
                     authorize(&unsure, anonymous, action),

@@ -9,6 +9,7 @@
 //! | `GET /jobs`                 | a page of runs, newest first: `?agent=&cursor=&limit=N` → `{runs, next}`; `?follow=1` streams every run that changes from then on |
 //! | `GET /agents`               | the agents served, whether each is up, and why not    |
 //! | `POST /reload`              | `{}`: re-read every agent.yaml now, restart agents that are down: `{changed, revived}` |
+//! | `GET /metrics`              | the host's metrics, Prometheus text format (operators only; [`crate::metrics_route`]) |
 //! | `GET /openapi.json`         | this table and the rest, machine-readable: generated from the routes ([`openapi`]) |
 //!
 //! Who may call which route is [`crate::access`]'s decision, from the requester that
@@ -439,6 +440,7 @@ fn documented_routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(crate::dashboard::data::fleet))
         .routes(routes!(crate::dashboard::data::refusals))
         .routes(routes!(crate::dashboard::data::tree))
+        .routes(routes!(crate::metrics_route::metrics))
 }
 
 /// `GET /openapi.json`: this API's description, to anyone who reaches the API (it names

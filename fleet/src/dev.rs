@@ -16,6 +16,7 @@ use consort_actors::{AgentOptions, Host, HostSpec};
 use consort_config::AgentSet;
 
 use crate::FleetError;
+use crate::MetricsExport;
 use crate::api;
 use crate::auth::HostAuth;
 use crate::listener::{self, HostCheck, HttpBounds};
@@ -38,6 +39,9 @@ pub struct DevOptions {
     pub allow_hosts: Vec<String>,
     /// Bounds on the API's connections and requests.
     pub http: HttpBounds,
+    /// The installed Prometheus recorder's handle, rendered at `GET /metrics`; `None` (no
+    /// recorder installed) makes that route answer 404.
+    pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
     /// Where the agents' run stores are kept (SQLite files in `data_dir` by default).
     pub store: consort_actors::store::StoreBackend,
 }
@@ -85,7 +89,8 @@ impl DevHost {
             std::sync::Arc::new(auth),
             HostCheck::new(addr, &options.allow_hosts),
             &options.http,
-        );
+        )
+        .layer(axum::Extension(MetricsExport(options.metrics.clone())));
         let server = tokio::spawn(listener::serve(listener, app, options.http.clone()));
         let url = format!("http://{addr}");
         let note = serde_json::json!({"url": url, "pid": std::process::id()});

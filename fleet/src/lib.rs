@@ -17,6 +17,7 @@ mod dashboard;
 pub mod dev;
 mod error;
 pub mod listener;
+mod metrics_route;
 pub mod operator;
 mod remote;
 mod serve;
@@ -24,6 +25,9 @@ mod serve;
 pub use auth::HostAuth;
 pub use client::Client;
 pub use error::FleetError;
+pub use metrics_route::{
+    CONTENT_TYPE_PROMETHEUS, MetricsExport, UPKEEP_EVERY, prometheus_builder, run_upkeep,
+};
 pub use remote::{FleetMap, LinkRemote};
 pub use serve::{Prepared, ServeOptions, ServedHost, default_key_path, prepare, store_backend};
 

@@ -38,6 +38,7 @@ use consort_config::{AgentSet, FleetConfig, StoreConfig};
 use consort_net::{HostKey, KeyRing, LinkConfig, LinkEndpoint, OperatorAccess, PublicKey};
 
 use crate::FleetError;
+use crate::MetricsExport;
 use crate::api;
 use crate::auth::HostAuth;
 use crate::dashboard::FleetSight;
@@ -94,6 +95,9 @@ pub struct ServeOptions {
     pub allow_hosts: Vec<String>,
     /// Bounds on the API's connections and requests.
     pub http: HttpBounds,
+    /// The installed Prometheus recorder's handle, rendered at `GET /metrics`; `None` (no
+    /// recorder installed) makes that route answer 404.
+    pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
     /// The environment variable holding a PostgreSQL URL for this host's run stores, instead
     /// of what fleet.yaml's `store:` says; `None` keeps fleet.yaml's.
     pub store_url_env: Option<String>,
@@ -322,7 +326,8 @@ impl ServedHost {
             &options.host,
             map.placements.clone(),
             endpoint.view(),
-        )));
+        )))
+        .layer(axum::Extension(MetricsExport(options.metrics.clone())));
         let server = tokio::spawn(listener::serve(listener, app, options.http.clone()));
         let url = format!("http://{http_addr}");
         let note = serde_json::json!({

@@ -86,6 +86,7 @@ async fn setup() -> Setup {
         auth: None,
         allow_hosts: Vec::new(),
         http: Default::default(),
+        metrics: None,
         store_url_env: None,
     })
     .await

@@ -73,6 +73,7 @@ async fn serve(root: &Path, host: &str) -> ServedHost {
         auth: None,
         allow_hosts: Vec::new(),
         http: Default::default(),
+        metrics: None,
         store_url_env: None,
     })
     .await

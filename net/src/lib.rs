@@ -56,6 +56,6 @@ pub use envelope::{
 pub use error::{ChainError, CodecError, KeyError, LinkError, NetError};
 pub use keys::{HostKey, KeyRing, PublicKey};
 pub use link::{
-    FrameHandler, HandlerFuture, LinkConfig, LinkEndpoint, LinkView, OperatorAccess,
+    FrameHandler, HandlerFuture, LINK_RTT, LinkConfig, LinkEndpoint, LinkView, OperatorAccess,
     OperatorFuture, OperatorHandler, OperatorLink, OperatorPeer, PeerLink, PeerLinkState,
 };

@@ -108,11 +108,15 @@ impl AgentActor {
         let ticket = state.commits.issue();
         state.commits.written(&id, ticket);
         let (me, run) = (myself.clone(), id.clone());
+        let depth = state.metrics.host().mailbox().clone();
+        let started = state.metrics.started(&new.channel);
         state.store.write_then(
             move |store| store.insert_run(new),
             move |result: Result<Inserted, ActorsError>| {
                 let stored = match result {
                     Ok(inserted) => {
+                        // Counted once stored: a run whose insert failed never started.
+                        started.increment(1);
                         let record = inserted.record();
                         fault::crash_at(Point::RootStored, &record.id);
                         info!(run_id = %record.id, agent = %record.agent, hop_depth = 0, origin = %record.origin, "run started");
@@ -133,7 +137,7 @@ impl AgentActor {
                     }
                 };
                 let done = Done::Started { run, stored };
-                tell(&me, AgentMsg::Committed(Box::new(Committed { ticket, done })));
+                tell(&depth, &me, AgentMsg::Committed(Box::new(Committed { ticket, done })));
             },
         )?;
         let input = state.advance_input(&id);
@@ -221,6 +225,7 @@ impl AgentActor {
         state.chains.insert(hop.child_run.clone(), envelope.hops);
         let ticket = state.commits.issue();
         let (me_ref, parent_run) = (myself.clone(), hop.parent_run.clone());
+        let depth = state.metrics.host().mailbox().clone();
         let (parent, child) = (hop.parent_run, hop.child_run);
         state.store.write_then(
             move |store| admit(store, &gate, known_children, &parent_run, new),
@@ -263,6 +268,7 @@ impl AgentActor {
                     outcome: admission,
                 };
                 tell(
+                    &depth,
                     &me_ref,
                     AgentMsg::Committed(Box::new(Committed { ticket, done })),
                 );

@@ -232,6 +232,14 @@ impl AgentState {
                         .message_delivered(&self.config.name, id, crate::run::now_ms());
                 }
                 RunEvent::ModelTurn(_) => self.board.messages_read(&self.config.name, id),
+                // Counted as the run records them: a replayed call that found its run is not
+                // placed again, and a refusal is counted once, by the calling run's host.
+                RunEvent::CallPlaced(placed) if !placed.existing => {
+                    self.metrics.call_placed(&placed.agent);
+                }
+                RunEvent::CallRefused(refused) => {
+                    self.metrics.call_refused(refused.refusal.as_ref());
+                }
                 _ => {}
             }
             view.apply(&event);
@@ -239,11 +247,15 @@ impl AgentState {
         if transition.settles() {
             self.unsettled = self.unsettled.saturating_sub(1);
             self.shares.settled(id);
+            if let Some(status) = view.status {
+                self.metrics.settled(status);
+            }
         }
         let expected_seq = view.last_seq;
         let ticket = self.commits.issue();
         self.commits.written(id, ticket);
         let (me, run, key) = (myself.clone(), id.clone(), id.clone());
+        let depth = self.metrics.host().mailbox().clone();
         self.store.write_then(
             move |store| store.append(&key, transition),
             move |result| {
@@ -253,6 +265,7 @@ impl AgentState {
                     result: result.map(Box::new),
                 };
                 tell(
+                    &depth,
                     &me,
                     AgentMsg::Committed(Box::new(Committed { ticket, done })),
                 );
@@ -472,6 +485,7 @@ impl AgentActor {
                 if !reserved_child {
                     state.count_children(&parent, children_before + 1);
                 }
+                state.metrics.started(&record.channel).increment(1);
                 state.keep_new(*record, std::slice::from_ref(&created));
                 let input = state.advance_input(&child);
                 self.drive(myself, state, &child, input)

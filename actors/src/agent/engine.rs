@@ -49,6 +49,7 @@ impl AgentActor {
         let conversation = state.views.get(&id)?.conversation.clone();
         if !state.model.is_immediate() {
             state.thinking.insert(id.clone());
+            let depth = state.metrics.host().mailbox().clone();
             let (model, me, agent) = (
                 state.model.clone(),
                 myself.clone(),
@@ -64,6 +65,7 @@ impl AgentActor {
                     };
                     let result = model.respond(request).await;
                     tell(
+                        &depth,
                         &me,
                         AgentMsg::ModelDone {
                             run: id,
@@ -100,6 +102,7 @@ impl AgentActor {
         let envelope = build_envelope(state, record, &callee, &tool_use_id, input).await?;
         state.in_flight.insert(&record.id, &tool_use_id);
         let (supervisor, me, run) = (state.supervisor.clone(), myself.clone(), record.id.clone());
+        let depth = state.metrics.host().mailbox().clone();
         let span = info_span!("call", run_id = %run, agent = %state.config.name, callee = %callee, hop_depth = envelope.depth(), origin = %record.origin);
         tokio::spawn(
             async move {
@@ -115,6 +118,7 @@ impl AgentActor {
                     })
                 });
                 tell(
+                    &depth,
                     &me,
                     AgentMsg::CallDone {
                         run,
@@ -141,6 +145,7 @@ impl AgentActor {
     ) {
         state.in_flight.insert(&record.id, &tool_use_id);
         let (supervisor, me, run) = (state.supervisor.clone(), myself.clone(), record.id.clone());
+        let depth = state.metrics.host().mailbox().clone();
         let (caller, cap) = (state.config.name.clone(), state.options.reply_cap);
         tokio::spawn(
             async move {
@@ -169,6 +174,7 @@ impl AgentActor {
                     Err(e) => (format!("{callee} did not answer check_run: {e}"), true),
                 };
                 tell(
+                    &depth,
                     &me,
                     AgentMsg::ToolDone {
                         run,
@@ -340,9 +346,10 @@ impl AgentActor {
             } => {
                 state.awaiting.insert(id, &tool_use_id);
                 let (me, run) = (myself.clone(), id.clone());
+                let depth = state.metrics.host().mailbox().clone();
                 tokio::spawn(async move {
                     tokio::time::sleep(std::time::Duration::from_secs(u64::from(wait_s))).await;
-                    tell(&me, AgentMsg::WaitElapsed { run, tool_use_id });
+                    tell(&depth, &me, AgentMsg::WaitElapsed { run, tool_use_id });
                 });
             }
             Effect::AskReplies(calls) => {

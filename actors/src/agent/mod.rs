@@ -34,6 +34,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use metrics::Gauge;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tracing::{debug, info, warn};
 
@@ -228,6 +229,8 @@ pub(crate) struct AgentArgs {
     pub board: crate::PresenceBoard,
     /// The host's run feed, told of every commit of this agent's runs.
     pub feed: crate::RunFeed,
+    /// The host's metric handles; the actor registers its own from them.
+    pub metrics: crate::metrics::HostMetrics,
     /// The goals this agent belongs to (it is offered `list_peers` when there are any).
     pub goals: Vec<String>,
 }
@@ -263,8 +266,14 @@ fn policy<'a>(
 /// been restarted or stopped meanwhile; the message is then dropped with a log line: the
 /// restarted actor resumes its runs from their logs, the re-ask timer recovers lost replies,
 /// and a request's asker sees its reply port close.
-pub(crate) fn tell(actor: &ActorRef<AgentMsg>, message: AgentMsg) {
+///
+/// Every message to an agent actor is sent through here (or counted as here): `depth` is the
+/// host's `consort_mailbox_depth` gauge, up by one for each message queued and down by one
+/// as the actor takes it (at the top of `handle`).
+pub(crate) fn tell(depth: &Gauge, actor: &ActorRef<AgentMsg>, message: AgentMsg) {
+    depth.increment(1.0);
     if let Err(e) = actor.cast(message) {
+        depth.decrement(1.0);
         warn!("agent actor is gone; message dropped (its runs resume from their logs): {e}");
     }
 }
@@ -306,6 +315,7 @@ impl Actor for AgentActor {
         let model_from_app = args.model.is_some();
         let model = args.model.unwrap_or_else(|| model_for(&args.config));
         let catalog = AgentCatalog::build(&args.config, &args.extra_tools, 1);
+        let metrics = args.metrics.agent(&args.config.name);
         Ok(AgentState {
             probe_cache: ProbeCache::new(catalog.generation()),
             catalog,
@@ -333,6 +343,7 @@ impl Actor for AgentActor {
             just_settled: HashMap::new(),
             board: args.board,
             feed: args.feed,
+            metrics,
             goals: args.goals,
             last_active: Instant::now(),
             checkpointed: 0,
@@ -360,8 +371,13 @@ impl Actor for AgentActor {
         if !unsettled.is_empty() {
             info!(agent = %state.config.name, runs = unsettled.len(), "resuming unsettled runs");
         }
+        let depth = state.metrics.host().mailbox();
         for run in unsettled {
-            myself.cast(AgentMsg::Resume(run.id))?;
+            depth.increment(1.0);
+            if let Err(e) = myself.cast(AgentMsg::Resume(run.id)) {
+                depth.decrement(1.0);
+                return Err(e.into());
+            }
         }
         Ok(())
     }
@@ -385,6 +401,8 @@ impl Actor for AgentActor {
         message: AgentMsg,
         state: &mut AgentState,
     ) -> Result<(), ActorProcessingErr> {
+        // Out of the mailbox: every message was counted in when it was sent (see `tell`).
+        state.metrics.host().mailbox().decrement(1.0);
         match message {
             AgentMsg::Checkpoint => {}
             AgentMsg::Retire(reply) => {

@@ -175,6 +175,7 @@ pub(super) fn use_directory_tool(
     };
     state.in_flight.insert(&record.id, &tool_use.id);
     let (me, supervisor) = (myself.clone(), state.supervisor.clone());
+    let depth = state.metrics.host().mailbox().clone();
     let (run, tool_use_id) = (record.id.clone(), tool_use.id.clone());
     tokio::spawn(
         async move {
@@ -183,6 +184,7 @@ pub(super) fn use_directory_tool(
                 Ok(asked) => ask(&supervisor, audience, asked).await,
             };
             tell(
+                &depth,
                 &me,
                 AgentMsg::ToolDone {
                     run,

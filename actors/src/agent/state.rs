@@ -119,6 +119,8 @@ pub(crate) struct AgentState {
     pub(super) board: crate::PresenceBoard,
     /// The host's run feed: every committed change of this agent's runs goes there.
     pub(super) feed: crate::RunFeed,
+    /// This agent's metric handles (runs, calls) and its host's (mailbox depth).
+    pub(super) metrics: crate::metrics::AgentMetrics,
     /// The goals this agent belongs to.
     pub(super) goals: Vec<String>,
     /// When the actor last handled a message other than the timer's.

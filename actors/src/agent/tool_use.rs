@@ -190,6 +190,7 @@ impl AgentActor {
         // The tool runs on its own task: a slow query or a remote API never blocks the agent's
         // mailbox, and a tool that panics fails its own use, not the agent.
         let (me, run, tool_use_id) = (myself.clone(), id.clone(), tool_use.id.clone());
+        let depth = state.metrics.host().mailbox().clone();
         let (agent, run_input) = (state.config.name.clone(), record.input.clone());
         let (env, input, result_name) = (
             state.config.env.clone(),
@@ -219,6 +220,7 @@ impl AgentActor {
                     Err(e) => (tool_error_text(&e, via_meta), true),
                 };
                 tell(
+                    &depth,
                     &me,
                     AgentMsg::ToolDone {
                         run,

@@ -31,6 +31,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
+use std::time::Instant;
+
+use metrics::Histogram;
 
 use tokio::sync::oneshot;
 use tracing::{error, warn};
@@ -111,13 +114,46 @@ pub struct StoreWriter {
     sqlite: bool,
 }
 
-/// What the writer has done since it started (for benchmarks and tests).
+/// What the writer has done since it started (for benchmarks and tests), and the histogram
+/// each commit's time goes to (`consort_store_commit_seconds`).
 #[derive(Debug, Default)]
 pub(super) struct Counts {
     pub(super) writes: AtomicU64,
     pub(super) commits: AtomicU64,
     open: AtomicU64,
     opened: AtomicU64,
+    commit_time: CommitTime,
+}
+
+/// The histogram commit times are recorded into (a no-op one unless the host gave one).
+#[derive(Default)]
+struct CommitTime(Option<Histogram>);
+
+impl std::fmt::Debug for CommitTime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CommitTime")
+    }
+}
+
+impl Counts {
+    fn recording(commit_time: Histogram) -> Self {
+        Self {
+            commit_time: CommitTime(Some(commit_time)),
+            ..Self::default()
+        }
+    }
+
+    /// Runs `commit`, counting it and recording how long it took.
+    pub(super) fn time_commit<T>(&self, commit: impl FnOnce() -> T) -> T {
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        let Some(histogram) = &self.commit_time.0 else {
+            return commit();
+        };
+        let started = Instant::now();
+        let result = commit();
+        histogram.record(started.elapsed());
+        result
+    }
 }
 
 /// How many writes the writer ran and in how many commits (a commit per store per batch).
@@ -148,8 +184,12 @@ impl StoreWriter {
     /// Starts the writer thread, keeping at most `max_open` store connections open (at least
     /// one).
     pub fn start_with(max_open: usize) -> Result<Self, ActorsError> {
+        Self::start_sqlite(max_open, Counts::default())
+    }
+
+    fn start_sqlite(max_open: usize, counts: Counts) -> Result<Self, ActorsError> {
         let (jobs, queue) = mpsc::channel();
-        let counts = Arc::new(Counts::default());
+        let counts = Arc::new(counts);
         let thread_counts = counts.clone();
         std::thread::Builder::new()
             .name("consort-store".into())
@@ -169,11 +209,29 @@ impl StoreWriter {
     /// creates the schema if it is missing before it returns, so a server that cannot be
     /// reached is an error here, at start, not at the first write.
     pub async fn start_on(backend: &StoreBackend, max_open: usize) -> Result<Self, ActorsError> {
+        Self::start_counting(backend, max_open, Counts::default()).await
+    }
+
+    /// As [`StoreWriter::start_on`], recording the time of every commit into `commit_time`
+    /// (what a host's `consort_store_commit_seconds{host}` is).
+    pub async fn start_recording(
+        backend: &StoreBackend,
+        max_open: usize,
+        commit_time: Histogram,
+    ) -> Result<Self, ActorsError> {
+        Self::start_counting(backend, max_open, Counts::recording(commit_time)).await
+    }
+
+    async fn start_counting(
+        backend: &StoreBackend,
+        max_open: usize,
+        counts: Counts,
+    ) -> Result<Self, ActorsError> {
         let StoreBackend::Postgres(url) = backend else {
-            return Self::start_with(max_open);
+            return Self::start_sqlite(max_open, counts);
         };
         let (jobs, queue) = mpsc::channel();
-        let counts = Arc::new(Counts::default());
+        let counts = Arc::new(counts);
         let thread_counts = counts.clone();
         let (connected, connecting) = oneshot::channel();
         let url = url.clone();
@@ -596,8 +654,7 @@ impl Batch<'_> {
                 not_writable: false,
             });
         };
-        self.counts.commits.fetch_add(1, Ordering::Relaxed);
-        store.commit_batch().map_err(|e| {
+        self.counts.time_commit(|| store.commit_batch()).map_err(|e| {
             error!(store = %path.display(), error = %e, "group commit failed; the batch's writes are rolled back");
             CommitFailure {
                 detail: e.to_string(),

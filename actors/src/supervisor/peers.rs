@@ -98,6 +98,7 @@ impl HostSupervisor {
         }
         match Self::wake(myself, state, &agent).await {
             Some(actor) => tell(
+                state.metrics.mailbox(),
                 &actor,
                 AgentMsg::Deliver {
                     from,

@@ -172,6 +172,8 @@ impl HostSupervisor {
             return;
         };
         let timeout_ms = RETIRE_TIMEOUT.as_millis() as u64;
+        // Counted in like every message to an agent (see `agent::tell`).
+        state.metrics.mailbox().increment(1.0);
         match ractor::call_t!(actor, AgentMsg::Retire, timeout_ms) {
             Ok(true) => {
                 if let Some(slot) = state.slots.get_mut(agent) {
@@ -182,7 +184,16 @@ impl HostSupervisor {
                 info!(%agent, "agent asleep until a message needs it");
             }
             Ok(false) => debug!(%agent, "an idle agent had work again; it stays up"),
-            Err(error) => debug!(%agent, %error, "an idle agent did not answer its retirement"),
+            Err(error) => {
+                // A message that could not be sent never reached the mailbox.
+                if matches!(
+                    error,
+                    ractor::RactorErr::Messaging(ractor::MessagingErr::SendErr(_))
+                ) {
+                    state.metrics.mailbox().decrement(1.0);
+                }
+                debug!(%agent, %error, "an idle agent did not answer its retirement");
+            }
         }
     }
 }

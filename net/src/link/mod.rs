@@ -41,6 +41,7 @@ mod client;
 mod config;
 mod operator;
 mod peers;
+mod rtt;
 mod server;
 mod tls;
 
@@ -59,6 +60,7 @@ use tls::{Identity, SharedRing};
 
 pub use config::LinkConfig;
 pub use operator::OperatorLink;
+pub use rtt::LINK_RTT;
 pub use server::{FrameHandler, HandlerFuture, OperatorFuture, OperatorHandler, OperatorPeer};
 
 /// The operators a host serves: their keys (operator name -> key) and what answers them.
@@ -115,11 +117,14 @@ struct Inner {
     transport: Arc<quinn::TransportConfig>,
     serving: Serving,
     accept_task: tokio::task::JoinHandle<()>,
+    /// Samples each open connection's round trip for the host's metrics (see `rtt`).
+    rtt_task: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         self.accept_task.abort();
+        self.rtt_task.abort();
     }
 }
 
@@ -216,6 +221,10 @@ impl LinkEndpoint {
             accept_loop(endpoint.clone(), serving.clone())
                 .instrument(tracing::info_span!("link_accept", host = %host_name)),
         );
+        let (sampled_host, sampled_peers) = (host_name.to_owned(), serving.peers.clone());
+        let rtt_task = tokio::spawn(async move {
+            rtt::sample(&sampled_host, sampled_peers, rtt::SAMPLE_EVERY).await;
+        });
         Ok(Self {
             inner: Arc::new(Inner {
                 host_name: host_name.to_owned(),
@@ -225,6 +234,7 @@ impl LinkEndpoint {
                 transport,
                 serving,
                 accept_task,
+                rtt_task,
             }),
         })
     }
@@ -288,6 +298,7 @@ impl LinkEndpoint {
     /// connections to this process at once instead of finding out by timeouts.
     pub async fn close(&self) {
         self.inner.accept_task.abort();
+        self.inner.rtt_task.abort();
         self.inner
             .endpoint
             .close(CLOSE_SHUTDOWN.into(), b"host shutting down");

@@ -258,6 +258,7 @@ async fn run(root: &std::path::Path) -> Result<()> {
                 auth: None,
                 allow_hosts: Vec::new(),
                 http: Default::default(),
+                metrics: None,
                 store_url_env: None,
             })
             .await
@@ -973,6 +974,7 @@ async fn start_pair(
                 auth: None,
                 allow_hosts: Vec::new(),
                 http: Default::default(),
+                metrics: None,
                 store_url_env: None,
             }),
         )

@@ -68,6 +68,7 @@ async fn one_host(root: &std::path::Path, names: &[String], data: &std::path::Pa
         auth: None,
         allow_hosts: Vec::new(),
         http: Default::default(),
+        metrics: None,
         store: Default::default(),
     })
     .await

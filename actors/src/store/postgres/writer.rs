@@ -106,8 +106,7 @@ pub(in crate::store) fn run(mut db: Database, queue: &mpsc::Receiver<Job>, count
                 not_writable: false,
             })
         } else {
-            counts.commits.fetch_add(1, Ordering::Relaxed);
-            db.commit_batch().map_err(|e| {
+            counts.time_commit(|| db.commit_batch()).map_err(|e| {
                 error!(error = %e, "group commit failed; the batch's writes are rolled back");
                 CommitFailure {
                     detail: e.to_string(),
