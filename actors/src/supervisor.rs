@@ -658,6 +658,7 @@ impl Actor for HostSupervisor {
                 input,
                 channel,
                 identity,
+                trace,
                 reply,
             } => match Self::wake(&myself, state, &agent).await {
                 _ if state.draining => {
@@ -670,6 +671,7 @@ impl Actor for HostSupervisor {
                             input,
                             channel,
                             identity,
+                            trace,
                             reply,
                         },
                     );

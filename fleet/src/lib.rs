@@ -18,6 +18,7 @@ pub mod listener;
 pub mod operator;
 mod remote;
 mod serve;
+mod trace_header;
 
 pub use auth::HostAuth;
 pub use client::Client;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ractor::ActorRef;
-use tracing::warn;
+use tracing::{Span, debug, warn};
 
 use consort_config::AgentConfig;
 use consort_core::RunView;
@@ -111,6 +111,9 @@ pub(crate) struct AgentState {
     pub(super) records: HashMap<RunId, RunRecord>,
     /// The chains of hops of the runs in `views` (what a call they place extends).
     pub(super) chains: HashMap<RunId, Vec<Hop>>,
+    /// The span of each unsettled run touched since start, kept until it settles so that every
+    /// drive of the run enters the same span (see `run_span`).
+    pub(super) run_spans: HashMap<RunId, Span>,
     /// The jobs out at the store writer, and what waits for their commits.
     pub(super) commits: commits::Commits,
     /// Records of runs whose settling append just committed, for their settle notice.
@@ -175,6 +178,31 @@ impl AgentState {
         Ok(true)
     }
 
+    /// Run `record`'s span: the kept one, or a new one whose parent is the span that placed
+    /// the run's call (its chain's last hop, read from the store after a restart). A settled
+    /// run's span is not kept: nothing would close it.
+    pub(super) async fn run_span(&mut self, record: &RunRecord) -> Span {
+        if let Some(span) = self.run_spans.get(&record.id) {
+            return span.clone();
+        }
+        let parent = match (&record.parent_run, self.chains.get(&record.id)) {
+            (None, _) => None,
+            (Some(_), Some(hops)) => hops.last().and_then(|hop| hop.trace),
+            (Some(_), None) => match self.store.chain(&record.id).await {
+                Ok(hops) => hops.last().and_then(|hop| hop.trace),
+                Err(error) => {
+                    debug!(run_id = %record.id, %error, "no chain to parent the run's span");
+                    None
+                }
+            },
+        };
+        let span = crate::run_span::open(record, parent);
+        if !record.status.is_settled() {
+            self.run_spans.insert(record.id.clone(), span.clone());
+        }
+        span
+    }
+
     /// Drops what is kept of run `id` once it has settled: nothing steps it again but a late
     /// message, which reads it back.
     pub(super) fn forget_if_settled(&mut self, id: &RunId) {
@@ -183,6 +211,7 @@ impl AgentState {
             self.records.remove(id);
             self.views.remove(id);
             self.chains.remove(id);
+            self.run_spans.remove(id);
         }
     }
 
