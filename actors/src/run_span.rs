@@ -30,6 +30,12 @@ pub(crate) fn open(record: &RunRecord, parent: Option<TraceContext>) -> Span {
     span
 }
 
+/// The span of work on a run that has settled (a late reply, a repeated question): named
+/// `settled_run` so a trace keeps one `run` span per run, and linked to no trace.
+pub(crate) fn open_settled(record: &RunRecord) -> Span {
+    info_span!(parent: None, "settled_run", run_id = %record.id, agent = %record.agent, hop_depth = record.hop_depth, origin = %record.origin)
+}
+
 /// Makes the span `trace` names (on another host, say) the parent of `span`, which must be
 /// new: neither entered nor asked for its context yet. A host's link span for an incoming call
 /// uses it too, so what the host does for the call shows in the caller's trace.

@@ -179,11 +179,15 @@ impl AgentState {
     }
 
     /// Run `record`'s span: the kept one, or a new one whose parent is the span that placed
-    /// the run's call (its chain's last hop, read from the store after a restart). A settled
-    /// run's span is not kept: nothing would close it.
+    /// the run's call (its chain's last hop, read from the store after a restart). A run that
+    /// already settled (a late message) gets a span of its own, never kept and not a second
+    /// `run` span: its run span ended when it settled.
     pub(super) async fn run_span(&mut self, record: &RunRecord) -> Span {
         if let Some(span) = self.run_spans.get(&record.id) {
             return span.clone();
+        }
+        if record.status.is_settled() {
+            return crate::run_span::open_settled(record);
         }
         let parent = match (&record.parent_run, self.chains.get(&record.id)) {
             (None, _) => None,
@@ -197,9 +201,7 @@ impl AgentState {
             },
         };
         let span = crate::run_span::open(record, parent);
-        if !record.status.is_settled() {
-            self.run_spans.insert(record.id.clone(), span.clone());
-        }
+        self.run_spans.insert(record.id.clone(), span.clone());
         span
     }
 
