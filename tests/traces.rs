@@ -309,12 +309,15 @@ fn a_call_chain_across_three_hosts_is_one_trace_with_one_span_per_hop() {
     let header_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
     let header_span = "00f067aa0ba902b7";
     let adopted = start_root(&fleet, Some(&format!("00-{header_trace}-{header_span}-01")));
-    for root in [&fresh, &adopted] {
+    // A starter that does not record its trace (flags 00): no host records the tree.
+    let unsampled = start_root(&fleet, Some(&format!("00-{header_trace}-{header_span}-00")));
+    for root in [&fresh, &adopted, &unsampled] {
         let run = fleet.wait_settled("alpha", root, WAIT);
         assert_eq!(run["output"], CHAIN_ANSWER, "{run}");
     }
     let fresh_ids = chain_ids(&fleet, &fresh);
     let adopted_ids = chain_ids(&fleet, &adopted);
+    let unsampled_ids = chain_ids(&fleet, &unsampled);
     let all: Vec<&str> = fresh_ids
         .iter()
         .chain(&adopted_ids)
@@ -339,6 +342,16 @@ fn a_call_chain_across_three_hosts_is_one_trace_with_one_span_per_hop() {
     assert_eq!(hex(&adopted_spans[0].trace_id), header_trace);
     assert_eq!(hex(&adopted_spans[0].parent_span_id), header_span);
     assert_ne!(fresh_spans[0].trace_id, adopted_spans[0].trace_id);
+
+    // The decision not to record travels with the calls: on no host did any run of that tree
+    // start a trace of its own.
+    for id in &unsampled_ids {
+        assert_eq!(
+            receiver.run_spans(id).len(),
+            0,
+            "run {id} was not to be recorded"
+        );
+    }
 }
 
 #[test]

@@ -45,8 +45,9 @@ pub fn continue_trace(span: &Span, trace: &TraceContext) {
     let _ = span.set_parent(context);
 }
 
-/// The trace context a hop placed from within `span` carries: `None` unless `span` is
-/// recorded in a sampled trace.
+/// The trace context a hop placed from within `span` carries: `None` unless `span` belongs to
+/// a trace. An unsampled one is carried too (flags 00), so the callee's host keeps the
+/// starter's decision not to record the tree instead of starting a trace of its own.
 pub(crate) fn trace_context(span: &Span) -> Option<TraceContext> {
     if span.is_disabled() {
         return None;
@@ -67,9 +68,10 @@ fn span_context(trace: &TraceContext) -> SpanContext {
     )
 }
 
-/// The hop form of a span's context: only a valid, sampled one is worth carrying.
+/// The hop form of a span's context: `None` for the invalid context of a span no trace
+/// records.
 fn trace_context_of(context: &SpanContext) -> Option<TraceContext> {
-    if !context.is_valid() || !context.is_sampled() {
+    if !context.is_valid() {
         return None;
     }
     TraceContext::new(
@@ -96,12 +98,14 @@ mod tests {
     }
 
     #[test]
-    fn an_unsampled_or_invalid_context_is_not_carried() {
+    fn an_unsampled_context_is_carried_with_its_flags_and_an_invalid_one_is_not() {
         let unsampled = TraceContext {
             flags: 0,
             ..sampled()
         };
-        assert_eq!(trace_context_of(&span_context(&unsampled)), None);
+        let carried = trace_context_of(&span_context(&unsampled));
+        assert_eq!(carried, Some(unsampled));
+        assert!(!unsampled.sampled());
         assert_eq!(trace_context_of(&SpanContext::empty_context()), None);
     }
 
