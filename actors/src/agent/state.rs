@@ -192,8 +192,13 @@ impl AgentState {
         let parent = match (&record.parent_run, self.chains.get(&record.id)) {
             (None, _) => None,
             (Some(_), Some(hops)) => hops.last().and_then(|hop| hop.trace),
+            // Kept: a call the run places extends the same chain (`build_envelope`).
             (Some(_), None) => match self.store.chain(&record.id).await {
-                Ok(hops) => hops.last().and_then(|hop| hop.trace),
+                Ok(hops) => {
+                    let trace = hops.last().and_then(|hop| hop.trace);
+                    self.chains.insert(record.id.clone(), hops);
+                    trace
+                }
                 Err(error) => {
                     debug!(run_id = %record.id, %error, "no chain to parent the run's span");
                     None
