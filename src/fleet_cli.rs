@@ -68,6 +68,10 @@ pub(crate) struct ServeArgs {
     /// of what fleet.yaml's `store:` for the host says).
     #[arg(long, value_name = "VAR")]
     pub store_url_env: Option<String>,
+    /// Export traces to this OTLP/HTTP collector (base URL, e.g. http://127.0.0.1:4318);
+    /// default: the OTEL_EXPORTER_OTLP_ENDPOINT variable. Without either, nothing is exported.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
 }
 
 pub(crate) fn keygen(args: KeygenArgs) -> Result<ExitCode> {

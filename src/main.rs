@@ -10,6 +10,7 @@ mod fleet_cli;
 mod metrics_install;
 mod operator_cli;
 mod output;
+mod telemetry;
 mod visibility_cli;
 
 use std::net::SocketAddr;
@@ -185,6 +186,10 @@ struct DevArgs {
     /// Agent folders, or folders of agent folders.
     #[arg(required = true)]
     dirs: Vec<PathBuf>,
+    /// Export traces to this OTLP/HTTP collector (base URL, e.g. http://127.0.0.1:4318);
+    /// default: the OTEL_EXPORTER_OTLP_ENDPOINT variable. Without either, nothing is exported.
+    #[arg(long, value_name = "URL")]
+    otlp_endpoint: Option<String>,
     /// Data folder (run stores).
     #[arg(long, default_value = ".consort")]
     data: PathBuf,
@@ -273,7 +278,22 @@ impl Source {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(&cli);
+    let telemetry = match init_tracing(&cli) {
+        Ok(telemetry) => telemetry,
+        Err(e) => {
+            eprintln!("consort: {e:#}");
+            return ExitCode::from(1);
+        }
+    };
+    let code = run_to_end(cli);
+    // After the runtime: spans of runs that settled are sent before the process exits.
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown();
+    }
+    code
+}
+
+fn run_to_end(cli: Cli) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -293,7 +313,12 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_tracing(cli: &Cli) {
+/// Logs on stderr, and with an OTLP endpoint (`dev` and `serve` only) trace export; the
+/// returned handle flushes the exporter.
+fn init_tracing(cli: &Cli) -> Result<Option<telemetry::Telemetry>> {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let default = match &cli.command {
         Command::Dev(args) if args.ask.is_none() => "info",
         Command::Serve(_) => "info",
@@ -302,14 +327,35 @@ fn init_tracing(cli: &Cli) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     use std::io::IsTerminal;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal());
-    if cli.log_format == LogFormat::Json {
-        builder.json().init();
+    let fmt = if cli.log_format == LogFormat::Json {
+        fmt.json().boxed()
     } else {
-        builder.init();
+        fmt.boxed()
+    };
+    // Only the commands that serve agents export traces; the host names the service.
+    let exporting = match &cli.command {
+        Command::Dev(args) => telemetry::endpoint(args.otlp_endpoint.as_deref())
+            .map(|endpoint| (endpoint, "dev".to_owned())),
+        Command::Serve(args) => telemetry::endpoint(args.otlp_endpoint.as_deref())
+            .map(|endpoint| (endpoint, args.host.clone())),
+        _ => None,
+    };
+    // Each layer has its own filter: RUST_LOG (or the command's default) decides what is
+    // logged, never what is traced, so `--ask`'s quiet log still exports every run span.
+    let registry = tracing_subscriber::registry().with(fmt.with_filter(filter));
+    match exporting {
+        None => {
+            registry.init();
+            Ok(None)
+        }
+        Some((endpoint, host)) => {
+            let (otel, telemetry) = telemetry::otlp_layer(&endpoint, &host)?;
+            registry.with(otel.with_filter(telemetry::traced())).init();
+            Ok(Some(telemetry))
+        }
     }
 }
 

@@ -486,6 +486,7 @@ fn a_down_callee_is_unreachable_and_the_same_tool_use_after_restart_gives_one_ru
             input: "2026-08",
             issued_at_ms: now,
             expires_at_ms: now + 600_000,
+            trace: None,
         },
     );
     consort::net::sign_pending_hops(&mut envelope, "alpha", &key, |a| a == "cmo");

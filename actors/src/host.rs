@@ -148,6 +148,20 @@ impl Host {
         channel: Channel,
         identity: Identity,
     ) -> Result<RunRecord, ActorsError> {
+        self.start_run_traced(agent, input, channel, identity, None)
+            .await
+    }
+
+    /// [`Host::start_run_as`] in the starter's trace: the run's span is a child of the span
+    /// `trace` names (an HTTP request's `traceparent`), so the whole call tree joins that trace.
+    pub async fn start_run_traced(
+        &self,
+        agent: &str,
+        input: &str,
+        channel: Channel,
+        identity: Identity,
+        trace: Option<consort_net::TraceContext>,
+    ) -> Result<RunRecord, ActorsError> {
         let (agent, input) = (agent.to_owned(), input.to_owned());
         ractor::call_t!(
             self.supervisor,
@@ -156,6 +170,7 @@ impl Host {
                 input: input.clone(),
                 channel: channel.clone(),
                 identity: identity.clone(),
+                trace,
                 reply
             },
             ASK_TIMEOUT_MS

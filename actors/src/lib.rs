@@ -8,7 +8,8 @@
 //! visibility: the pure decisions ([`visibility`], from consort-core; reading the operator
 //! command's files is `visibility_files`), tool guards (`guard`) and the one authorization
 //! pipeline with its T2 probe (`tool_guard`), and the meta-tools over an agent's catalog
-//! (`meta_tools`). The
+//! (`meta_tools`). Each run's span, a child of the span that placed its call on any host, is
+//! [`run_span`]. The
 //! typed handle [`Host`] is what apps, the CLI and the HTTP API drive.
 //!
 //! It never opens a network socket and never parses YAML: config comes from consort-config,
@@ -32,6 +33,7 @@ mod presence;
 mod restart;
 mod routing;
 pub mod run;
+pub mod run_span;
 pub mod script;
 pub mod store;
 pub mod supervisor;

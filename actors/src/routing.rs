@@ -148,6 +148,8 @@ pub enum SupervisorMsg {
         channel: Channel,
         /// Who the run acts for.
         identity: crate::visibility::Identity,
+        /// The starter's trace context (an HTTP `traceparent`), if any.
+        trace: Option<consort_net::TraceContext>,
         /// Answered with the new run, or why it was refused.
         reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
     },

@@ -676,6 +676,7 @@ impl Actor for HostSupervisor {
                 input,
                 channel,
                 identity,
+                trace,
                 reply,
             } => match Self::wake(&myself, state, &agent).await {
                 _ if state.draining => {
@@ -689,6 +690,7 @@ impl Actor for HostSupervisor {
                             input,
                             channel,
                             identity,
+                            trace,
                             reply,
                         },
                     );

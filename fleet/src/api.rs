@@ -799,8 +799,9 @@ async fn start_run(
     };
     let (identity, who) = requester(&auth, &headers).await;
     access::authorize(&who, auth.anonymous(), Action::StartRun)?;
+    let trace = crate::trace_header::incoming_trace(&headers);
     let run = host
-        .start_run_as(&body.agent, &body.input, channel, identity)
+        .start_run_traced(&body.agent, &body.input, channel, identity, trace)
         .await?;
     Ok((StatusCode::CREATED, Json(run)).into_response())
 }

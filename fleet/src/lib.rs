@@ -21,6 +21,7 @@ mod metrics_route;
 pub mod operator;
 mod remote;
 mod serve;
+mod trace_header;
 
 pub use auth::HostAuth;
 pub use client::Client;

@@ -133,6 +133,7 @@ fn call(input: &str, tool_use_id: &str, issued: u64, expires: u64) -> CallEnvelo
             input,
             issued_at_ms: issued,
             expires_at_ms: expires,
+            trace: None,
         },
     )
 }
@@ -246,6 +247,7 @@ async fn bad_input_is_refused_typed_and_changes_nothing() {
                 input: "x",
                 issued_at_ms: now,
                 expires_at_ms: now + 60_000,
+                trace: None,
             },
         )
         .unwrap();
@@ -271,6 +273,7 @@ async fn bad_input_is_refused_typed_and_changes_nothing() {
                 input: "x",
                 issued_at_ms: now,
                 expires_at_ms: now + 60_000,
+                trace: None,
             },
         ),
         ReplyStatus::Succeeded,

@@ -94,6 +94,7 @@ fn call(tool_use_id: &str, input: &str) -> CallEnvelope {
             input,
             issued_at_ms: now,
             expires_at_ms: now + 60_000,
+            trace: None,
         },
     )
 }

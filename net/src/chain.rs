@@ -6,10 +6,12 @@
 //! is hashed into a Merkle tree and the host signs the tree's root once (`batch`); each hop
 //! carries that signature and its own inclusion proof, so each envelope verifies on its own,
 //! and a lone call is a batch of one. A hop's leaf is [`hop_canonical_bytes`]: a domain tag
-//! (`consort/hop/v3`) and layout version, then the digest of hop i-1, caller, callee, parent and
-//! child run ids, tool-use id, issued-at, expires-at, the digest of the hop's input and the
+//! (`consort/hop/v4`) and layout version, then the digest of hop i-1, caller, callee, parent and
+//! child run ids, tool-use id, issued-at, expires-at, the digest of the hop's input, the
 //! origin (on the first hop the origin's text behind a presence byte, on later hops the absent
-//! byte alone), each field length-prefixed. The origin lives in the first hop only: every later
+//! byte alone) and the trace context (a presence byte, then trace id, parent span id and
+//! flags), each field length-prefixed. The trace context is signed like the rest: a host on
+//! the way cannot move a call into another trace or under another span. The origin lives in the first hop only: every later
 //! hop binds the first one's digest, so no host on the way can change who the tree acts for.
 //! These bytes are built by hand, not by the codec, so the wire format can evolve without
 //! changing what was signed, and no field boundary can be shifted. A hop's digest covers its
@@ -49,6 +51,7 @@ use sha2::{Digest, Sha256};
 use crate::envelope::{CallEnvelope, ENVELOPE_VERSION, Hop, ReplyEnvelope, ReplyStatus};
 use crate::error::ChainError;
 use crate::keys::{HostKey, KeyRing, PublicKey};
+use crate::trace_context::TraceContext;
 use batch::{check_proof, leaf_hash, root_message};
 use consort_core::RunId;
 use consort_core::visibility::Origin;
@@ -63,8 +66,8 @@ pub use batch::{BatchSigned, MAX_BATCH_LEAVES, MAX_SIGNED_LEAVES, Outgoing, sign
 pub use roots::{DEFAULT_VERIFIED_ROOTS, VerifiedRoots};
 
 /// Domain tag of a hop's canonical bytes (v2: the first hop's bytes carry the origin; v3: they
-/// are a leaf of a signed batch, never signed alone).
-const HOP_DOMAIN: &[u8] = b"consort/hop/v3";
+/// are a leaf of a signed batch, never signed alone; v4: they end with the trace context).
+const HOP_DOMAIN: &[u8] = b"consort/hop/v4";
 /// Domain tag of a reply's canonical bytes (v2: a leaf of a signed batch).
 const REPLY_DOMAIN: &[u8] = b"consort/reply/v2";
 /// Version of the canonical byte layout (not of the wire format).
@@ -87,6 +90,8 @@ pub struct NextHop<'a> {
     pub issued_at_ms: u64,
     /// Unix milliseconds after which the callee's host refuses the call.
     pub expires_at_ms: u64,
+    /// The trace context of the span placing the call, if the caller's host records traces.
+    pub trace: Option<TraceContext>,
 }
 
 /// What a receiving host allows of a chain, and its clock: the bounds [`verify_chain`] checks
@@ -169,6 +174,14 @@ pub fn hop_canonical_bytes(hop: &Hop) -> Vec<u8> {
         }
         None => out.field(&[0u8]),
     }
+    match &hop.trace {
+        Some(trace) => {
+            let mut field = vec![1u8];
+            field.extend_from_slice(&trace.canonical_bytes());
+            out.field(&field);
+        }
+        None => out.field(&[0u8]),
+    }
     out.finish()
 }
 
@@ -201,6 +214,7 @@ fn hop(next: NextHop<'_>, prev_digest: [u8; 32], origin: Option<Origin>) -> Hop 
         input_digest: input_digest(next.input),
         prev_digest,
         origin,
+        trace: next.trace,
         signature: None,
     }
 }

@@ -6,7 +6,8 @@
 //! left their host may be unsigned until the chain first leaves it: signing is needed only
 //! where a chain crosses hosts. The first hop carries the origin of the call tree (who started
 //! its root run), signed with it by the root run's host; later hops carry none, so every
-//! receiver reads the origin from the first hop and no host on the way can change it.
+//! receiver reads the origin from the first hop and no host on the way can change it. Every
+//! hop carries the trace context of the span that placed it, when there is one, also signed.
 //!
 //! A host signs what leaves it for one peer host at once as one batch: one ed25519 signature
 //! over the Merkle root of the batch's hops and replies. Each [`HopSignature`] carries that
@@ -19,11 +20,12 @@ use consort_core::step::CostDelta;
 use consort_core::visibility::Origin;
 
 use crate::RunId;
+use crate::trace_context::TraceContext;
 
 /// Current format version of envelopes and replies (2: replies carry the child's tree cost;
 /// 3: the first hop carries the origin; 4: signatures cover a batch's Merkle root, and each
-/// carries its inclusion proof).
-pub const ENVELOPE_VERSION: u16 = 4;
+/// carries its inclusion proof; 5: each hop carries the caller's trace context, signed).
+pub const ENVELOPE_VERSION: u16 = 5;
 
 /// One hop of a call chain: `caller` (running `parent_run`) asked `callee` to run
 /// `child_run`, through the tool use `tool_use_id`.
@@ -54,6 +56,11 @@ pub struct Hop {
     /// `None` everywhere, which a receiver takes as an unknown origin.
     #[serde(default)]
     pub origin: Option<Origin>,
+    /// The W3C trace context of the caller's span when it placed this call (part of the
+    /// signed bytes); `None` when the caller's host records no trace. The callee's run span
+    /// is a child of this span. Chains stored before trace contexts read `None`.
+    #[serde(default)]
+    pub trace: Option<TraceContext>,
     /// The signature of the host serving `caller`; `None` while the hop has not left its host.
     pub signature: Option<HopSignature>,
 }

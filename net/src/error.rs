@@ -28,6 +28,28 @@ pub enum NetError {
     Link(#[from] LinkError),
 }
 
+/// Why a `traceparent` header value is not a W3C trace context (the HTTP API then starts a
+/// new trace, as the W3C recommendation asks).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TraceparentError {
+    /// Not four dash-separated fields of lowercase hex of the right lengths.
+    #[error("malformed traceparent {value:?}")]
+    Malformed {
+        /// The value (its first 64 characters).
+        value: String,
+    },
+    /// Version `ff`, which the W3C format forbids.
+    #[error("traceparent version ff is invalid")]
+    InvalidVersion,
+    /// A trace id of all zeros.
+    #[error("traceparent trace id is all zeros")]
+    ZeroTraceId,
+    /// A parent span id of all zeros.
+    #[error("traceparent parent id is all zeros")]
+    ZeroSpanId,
+}
+
 /// Why bytes could not be turned into a frame or envelope (or back).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

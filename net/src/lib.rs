@@ -16,6 +16,8 @@
 //!   [`VerifiedRoots`] cache a receiver keeps, reply signatures;
 //!   signed presence reports; signed operator requests ([`verify_operator_request`],
 //!   [`ReplayWindow`]).
+//! - `trace_context`: [`TraceContext`], the W3C trace context a hop carries inside its signed
+//!   bytes, and its `traceparent` text form.
 //! - `link`: [`LinkEndpoint`], QUIC with mutual TLS pinned to host keys, one request frame
 //!   and one response frame per stream; operators' keys accepted beside the hosts' for
 //!   operator requests only; [`OperatorLink`], an operator's client-only endpoint.
@@ -31,6 +33,7 @@ mod keys;
 mod link;
 #[cfg(test)]
 mod testing;
+mod trace_context;
 
 pub use chain::operator::{
     MAX_OPERATOR_LIFETIME_MS, MAX_OPERATOR_REQUEST, OPERATOR_FORMAT, OperatorAnswer,
@@ -53,9 +56,10 @@ pub use consort_core::RunId;
 pub use envelope::{
     BatchProof, CallEnvelope, ENVELOPE_VERSION, Hop, HopSignature, ReplyEnvelope, ReplyStatus,
 };
-pub use error::{ChainError, CodecError, KeyError, LinkError, NetError};
+pub use error::{ChainError, CodecError, KeyError, LinkError, NetError, TraceparentError};
 pub use keys::{HostKey, KeyRing, PublicKey};
 pub use link::{
     FrameHandler, HandlerFuture, LINK_RTT, LinkConfig, LinkEndpoint, LinkView, OperatorAccess,
     OperatorFuture, OperatorHandler, OperatorLink, OperatorPeer, PeerLink, PeerLinkState,
 };
+pub use trace_context::TraceContext;

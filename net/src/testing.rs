@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use crate::chain::{NextHop, extend, new_call, sign_pending_hops};
 use crate::envelope::CallEnvelope;
 use crate::keys::{HostKey, KeyRing};
+use crate::trace_context::TraceContext;
 use consort_core::RunId;
 use consort_core::visibility::{Origin, Principal};
 
@@ -65,6 +66,15 @@ impl Fleet {
 
     /// An unsigned chain through `agents` (`a -> b -> c` is two hops), rooted at a random run.
     pub(crate) fn unsigned_chain(&self, agents: &[&str]) -> CallEnvelope {
+        self.unsigned_chain_traced(agents, |_| None)
+    }
+
+    /// As [`Fleet::unsigned_chain`], hop i carrying the trace context `trace(i)`.
+    pub(crate) fn unsigned_chain_traced(
+        &self,
+        agents: &[&str],
+        trace: impl Fn(usize) -> Option<TraceContext>,
+    ) -> CallEnvelope {
         let root = RunId::random();
         let mut envelope: Option<CallEnvelope> = None;
         for (index, pair) in agents.windows(2).enumerate() {
@@ -82,6 +92,7 @@ impl Fleet {
                 input: &input,
                 issued_at_ms: NOW_MS,
                 expires_at_ms: NOW_MS + TTL_MS,
+                trace: trace(index),
             };
             envelope = Some(match &envelope {
                 None => new_call(&alice(), next),
@@ -91,10 +102,28 @@ impl Fleet {
         envelope.unwrap()
     }
 
+    /// A chain through `agents` whose hop i carries [`trace_of_hop`]`(i)`, signed by every
+    /// host on it.
+    pub(crate) fn traced_chain(&self, agents: &[&str]) -> CallEnvelope {
+        let mut envelope = self.unsigned_chain_traced(agents, |index| Some(trace_of_hop(index)));
+        self.sign_all(&mut envelope);
+        envelope
+    }
+
     /// A chain through `agents`, signed by every host on it.
     pub(crate) fn chain(&self, agents: &[&str]) -> CallEnvelope {
         let mut envelope = self.unsigned_chain(agents);
         self.sign_all(&mut envelope);
         envelope
+    }
+}
+
+/// One trace, a span per hop: hop i's caller span id is `i + 1` in every byte.
+pub(crate) fn trace_of_hop(index: usize) -> TraceContext {
+    let span = u8::try_from(index + 1).unwrap_or(u8::MAX);
+    TraceContext {
+        trace_id: [0xab; 16],
+        parent_span_id: [span; 8],
+        flags: 1,
     }
 }

@@ -12,7 +12,7 @@
 use consort_core::Refusal;
 use consort_core::guards::{self, InboundFacts};
 use consort_core::step::CallOutcome;
-use consort_net::{CallEnvelope, RunId};
+use consort_net::{CallEnvelope, RunId, TraceContext};
 use ractor::{ActorRef, RpcReplyPort};
 use tracing::{info, info_span, warn};
 
@@ -21,6 +21,7 @@ use super::{AgentActor, AgentMsg, AgentState, refused, tell};
 use crate::ActorsError;
 use crate::fault::{self, Point};
 use crate::run::{Channel, RunRecord, now_ms};
+use crate::run_span;
 use crate::store::{Inserted, NewRun, RunLog};
 use crate::visibility::{Identity, Origin};
 
@@ -34,7 +35,7 @@ impl AgentActor {
         state: &mut AgentState,
         input: String,
         channel: Channel,
-        identity: Identity,
+        (identity, trace): (Identity, Option<TraceContext>),
         reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
     ) -> Result<(), ActorsError> {
         // A root run started the call tree: it is its own origin.
@@ -46,6 +47,7 @@ impl AgentActor {
             input,
             channel,
             (identity, origin),
+            trace,
             reply,
         )
         .await
@@ -63,6 +65,7 @@ impl AgentActor {
         input: String,
         channel: Channel,
         (identity, origin): (Identity, Origin),
+        trace: Option<TraceContext>,
         reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
     ) -> Result<(), ActorsError> {
         if let Err(refusal) = guards::admit(
@@ -104,7 +107,12 @@ impl AgentActor {
         state.unsettled += 1;
         state.shares.add(id.clone(), principal);
         state.chains.insert(id.clone(), Vec::new());
-        state.keep_new(new.record(now_ms()), &[new.created_event()]);
+        let record = new.record(now_ms());
+        // A root run's span: the starter's trace's child, or the start of a trace.
+        state
+            .run_spans
+            .insert(id.clone(), run_span::open(&record, trace));
+        state.keep_new(record, &[new.created_event()]);
         let ticket = state.commits.issue();
         state.commits.written(&id, ticket);
         let (me, run) = (myself.clone(), id.clone());

@@ -286,6 +286,8 @@ impl AgentState {
             self.views.remove(&run);
             self.records.remove(&run);
             self.chains.remove(&run);
+            // The drive still holds the span: it closes when the drive is done.
+            self.run_spans.remove(&run);
             self.just_settled.insert(run, applied.record);
             return;
         }

@@ -179,6 +179,7 @@ impl AgentActor {
             text,
             Channel::Delivery(from),
             (identity, origin),
+            None,
             port.into(),
         )
         .await?;

@@ -18,7 +18,7 @@ use consort_core::step::{self, Effect, Input, Verdict};
 use consort_core::{ModelStep, RunEvent};
 use consort_net::RunId;
 use ractor::ActorRef;
-use tracing::{Instrument, Span, info_span, warn};
+use tracing::{Instrument, Span, warn};
 
 use super::{AgentActor, AgentMsg, AgentState, policy};
 use crate::ActorsError;
@@ -34,6 +34,8 @@ pub(crate) struct Drive {
     again: bool,
     /// Steps left: each pass writes progress or ends the drive.
     budget: u64,
+    /// The run's span (`run_span`), entered whenever the drive runs.
+    span: Span,
 }
 
 /// What a drive has left to execute from its last step.
@@ -53,9 +55,10 @@ impl Drive {
         self.inputs.extend(inputs);
     }
 
-    /// The span a run's drive runs in, on every host (run id, agent, hop depth).
+    /// The span a run's drive runs in, on every host (run id, agent, hop depth): the run's
+    /// one span, the same for every drive of the run.
     pub(super) fn span(&self) -> Span {
-        info_span!("run", run_id = %self.record.id, agent = %self.record.agent, hop_depth = self.record.hop_depth, origin = %self.record.origin)
+        self.span.clone()
     }
 
     /// The record as committed, before an effect that reads it.
@@ -102,8 +105,10 @@ impl AgentActor {
         let Some(record) = state.records.get(id).cloned() else {
             return Ok(Verdict::Dropped("no such run"));
         };
+        let span = state.run_span(&record).await;
         let drive = Drive {
             budget: state.options.max_model_turns * 4 + 16 + inputs.len() as u64,
+            span,
             record,
             inputs,
             todo: VecDeque::new(),

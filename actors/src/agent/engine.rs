@@ -497,6 +497,11 @@ async fn build_envelope(
         input: &input,
         issued_at_ms: now,
         expires_at_ms: now + state.options.call_ttl.as_millis() as u64,
+        // The callee's run span becomes a child of this run's span, wherever it runs.
+        trace: state
+            .run_spans
+            .get(&record.id)
+            .and_then(crate::run_span::trace_context),
     };
     // A root run's call opens the chain with the run's origin (its own identity); a called
     // run's chain already carries its origin in the first hop.

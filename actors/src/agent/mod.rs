@@ -8,7 +8,8 @@
 //! writer. The files: [`drive`] (the loop over `step`), [`commits`] (tickets, suspended drives
 //! and answers held until their writes are durable), [`admission`] (new runs and accepted
 //! calls), [`engine`] (executing effects), [`tool_use`] (tools and meta-tools) and [`state`]
-//! (what the actor keeps between messages).
+//! (what the actor keeps between messages). Each run's span is made by
+//! [`run_span`](crate::run_span).
 //!
 //! The actor never awaits another actor inside its handler, nor a commit: a call or a
 //! `check_run` goes to the supervisor from a spawned task, and a commit comes back as
@@ -106,6 +107,8 @@ pub(crate) enum AgentMsg {
         channel: Channel,
         /// Who the run acts for (the HTTP layer's bearer check, or absent).
         identity: Identity,
+        /// The starter's trace (an HTTP `traceparent`): the run's span becomes its child.
+        trace: Option<consort_net::TraceContext>,
         reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
     },
     /// A decision on a blocked run, and who made it.
@@ -339,6 +342,7 @@ impl Actor for AgentActor {
             views: HashMap::new(),
             records: HashMap::new(),
             chains: HashMap::new(),
+            run_spans: HashMap::new(),
             commits: commits::Commits::default(),
             just_settled: HashMap::new(),
             board: args.board,
@@ -457,9 +461,10 @@ impl AgentActor {
                 input,
                 channel,
                 identity,
+                trace,
                 reply,
             } => {
-                self.start(myself, state, input, channel, identity, reply)
+                self.start(myself, state, input, channel, (identity, trace), reply)
                     .await?;
             }
             AgentMsg::Decide {

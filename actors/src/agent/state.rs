@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ractor::ActorRef;
-use tracing::warn;
+use tracing::{Span, debug, warn};
 
 use consort_config::AgentConfig;
 use consort_core::RunView;
@@ -111,6 +111,9 @@ pub(crate) struct AgentState {
     pub(super) records: HashMap<RunId, RunRecord>,
     /// The chains of hops of the runs in `views` (what a call they place extends).
     pub(super) chains: HashMap<RunId, Vec<Hop>>,
+    /// The span of each unsettled run touched since start, kept until it settles so that every
+    /// drive of the run enters the same span (see `run_span`).
+    pub(super) run_spans: HashMap<RunId, Span>,
     /// The jobs out at the store writer, and what waits for their commits.
     pub(super) commits: commits::Commits,
     /// Records of runs whose settling append just committed, for their settle notice.
@@ -179,6 +182,38 @@ impl AgentState {
         Ok(true)
     }
 
+    /// Run `record`'s span: the kept one, or a new one whose parent is the span that placed
+    /// the run's call (its chain's last hop, read from the store after a restart). A run that
+    /// already settled (a late message) gets a span of its own, never kept and not a second
+    /// `run` span: its run span ended when it settled.
+    pub(super) async fn run_span(&mut self, record: &RunRecord) -> Span {
+        if let Some(span) = self.run_spans.get(&record.id) {
+            return span.clone();
+        }
+        if record.status.is_settled() {
+            return crate::run_span::open_settled(record);
+        }
+        let parent = match (&record.parent_run, self.chains.get(&record.id)) {
+            (None, _) => None,
+            (Some(_), Some(hops)) => hops.last().and_then(|hop| hop.trace),
+            // Kept: a call the run places extends the same chain (`build_envelope`).
+            (Some(_), None) => match self.store.chain(&record.id).await {
+                Ok(hops) => {
+                    let trace = hops.last().and_then(|hop| hop.trace);
+                    self.chains.insert(record.id.clone(), hops);
+                    trace
+                }
+                Err(error) => {
+                    debug!(run_id = %record.id, %error, "no chain to parent the run's span");
+                    None
+                }
+            },
+        };
+        let span = crate::run_span::open(record, parent);
+        self.run_spans.insert(record.id.clone(), span.clone());
+        span
+    }
+
     /// Drops what is kept of run `id` once it has settled: nothing steps it again but a late
     /// message, which reads it back.
     pub(super) fn forget_if_settled(&mut self, id: &RunId) {
@@ -187,6 +222,7 @@ impl AgentState {
             self.records.remove(id);
             self.views.remove(id);
             self.chains.remove(id);
+            self.run_spans.remove(id);
         }
     }
 

@@ -8,7 +8,7 @@ use crate::testing::Fleet;
 
 fn sample_frames() -> Vec<Frame> {
     let fleet = Fleet::standard();
-    let envelope = fleet.chain(&["cmo", "cfo", "cdo"]);
+    let envelope = fleet.traced_chain(&["cmo", "cfo", "cdo"]);
     let last = envelope.hops.last().unwrap().clone();
     vec![
         Frame::Call(envelope),
@@ -348,6 +348,80 @@ fn a_version_3_envelope_is_refused_as_its_version_not_as_garbage() {
     assert_eq!(decode_frame(&bytes), Err(wrong.clone()));
     // The same envelope without the frame's tag.
     assert_eq!(decode_call(&bytes[4..]), Err(wrong));
+}
+
+/// A call frame exactly as a version 4 build encoded it: batch proofs, no trace context.
+fn version_4_call_frame(envelope: &CallEnvelope) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct V4Hop<'a> {
+        caller: &'a str,
+        callee: &'a str,
+        parent_run: &'a RunId,
+        child_run: &'a RunId,
+        tool_use_id: &'a str,
+        issued_at_ms: u64,
+        expires_at_ms: u64,
+        #[serde(with = "serde_bytes")]
+        input_digest: [u8; 32],
+        #[serde(with = "serde_bytes")]
+        prev_digest: [u8; 32],
+        origin: &'a Option<consort_core::visibility::Origin>,
+        signature: &'a Option<crate::envelope::HopSignature>,
+    }
+    #[derive(Serialize)]
+    enum V4Frame<'a> {
+        Call {
+            version: u16,
+            hops: Vec<V4Hop<'a>>,
+            input: &'a str,
+        },
+    }
+    let hops = envelope
+        .hops
+        .iter()
+        .map(|hop| V4Hop {
+            caller: &hop.caller,
+            callee: &hop.callee,
+            parent_run: &hop.parent_run,
+            child_run: &hop.child_run,
+            tool_use_id: &hop.tool_use_id,
+            issued_at_ms: hop.issued_at_ms,
+            expires_at_ms: hop.expires_at_ms,
+            input_digest: hop.input_digest,
+            prev_digest: hop.prev_digest,
+            origin: &hop.origin,
+            signature: &hop.signature,
+        })
+        .collect();
+    bincode::serde::encode_to_vec(
+        V4Frame::Call {
+            version: 4,
+            hops,
+            input: &envelope.input,
+        },
+        WIRE_CONFIG,
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_version_4_envelope_is_refused_as_its_version_not_as_garbage() {
+    let envelope = Fleet::standard().chain(&["cmo", "cfo"]);
+    let bytes = version_4_call_frame(&envelope);
+    let wrong = CodecError::WrongVersion {
+        found: 4,
+        expected: ENVELOPE_VERSION,
+    };
+    assert_eq!(decode_frame(&bytes), Err(wrong.clone()));
+    assert_eq!(decode_call(&bytes[4..]), Err(wrong));
+}
+
+#[test]
+fn a_trace_context_survives_the_wire() {
+    let envelope = Fleet::standard().traced_chain(&["cmo", "cfo", "cdo"]);
+    let decoded = decode_call(&encode_call(&envelope).unwrap()).unwrap();
+    assert_eq!(decoded, envelope);
+    assert!(decoded.hops.iter().all(|hop| hop.trace.is_some()));
 }
 
 #[test]

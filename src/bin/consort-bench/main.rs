@@ -133,6 +133,7 @@ fn envelope(caller: &str, callee: &str, n: u64) -> CallEnvelope {
             input: "2026-08",
             issued_at_ms: now,
             expires_at_ms: now + 600_000,
+            trace: None,
         },
     )
 }
@@ -680,6 +681,7 @@ fn chain_verification() -> Result<()> {
                 input: "2026-08",
                 issued_at_ms: now,
                 expires_at_ms: now + 600_000,
+                trace: None,
             };
             envelope = Some(match &envelope {
                 None => consort_net::new_call(&Origin::Absent, next),

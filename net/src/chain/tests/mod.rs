@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::envelope::{BatchProof, HopSignature};
-use crate::testing::{Fleet, NOW_MS, TTL_MS, alice};
+use crate::testing::{Fleet, NOW_MS, TTL_MS, alice, trace_of_hop};
 use consort_core::visibility::Principal;
 
 const SKEW_MS: u64 = 5_000;
@@ -142,6 +142,7 @@ fn call_at(fleet: &Fleet, issued_at_ms: u64, expires_at_ms: u64) -> CallEnvelope
             input: "a",
             issued_at_ms,
             expires_at_ms,
+            trace: None,
         },
     );
     fleet.sign_all(&mut envelope);
@@ -297,6 +298,53 @@ fn a_tampered_origin_breaks_the_first_hops_signature() {
 }
 
 #[test]
+fn a_traced_chain_verifies_and_hands_the_callee_its_callers_span() {
+    let fleet = Fleet::standard();
+    let envelope = fleet.traced_chain(&["cmo", "cfo", "cdo"]);
+    let verified = verify(&fleet, &envelope).unwrap();
+    assert_eq!(verified.last_hop().trace, Some(trace_of_hop(1)));
+    assert_eq!(envelope.hops[0].trace, Some(trace_of_hop(0)));
+}
+
+#[test]
+fn a_tampered_trace_context_is_refused_like_any_tampered_hop() {
+    let fleet = Fleet::standard();
+    let forgeries: [fn(&mut Option<TraceContext>); 5] = [
+        |trace| trace.as_mut().unwrap().trace_id[0] ^= 1,
+        |trace| trace.as_mut().unwrap().parent_span_id[7] ^= 1,
+        |trace| trace.as_mut().unwrap().flags ^= 1,
+        |trace| *trace = None,
+        |trace| *trace = TraceContext::new([1; 16], [2; 8], 1),
+    ];
+    for (case, forge) in forgeries.iter().enumerate() {
+        // The last hop (the one the receiver runs): its own proof no longer leads to the root
+        // its host signed.
+        let mut one_hop = fleet.traced_chain(&["cmo", "cfo"]);
+        forge(&mut one_hop.hops[0].trace);
+        assert_eq!(
+            verify(&fleet, &one_hop),
+            Err(ChainError::ProofMismatch { hop: 0 }),
+            "forgery {case}"
+        );
+        // An earlier hop: the next hop binds its digest, so the link breaks first.
+        let mut two_hops = fleet.traced_chain(&["cmo", "cfo", "cdo"]);
+        forge(&mut two_hops.hops[0].trace);
+        assert_eq!(
+            verify(&fleet, &two_hops),
+            Err(ChainError::BrokenLink { hop: 1 }),
+            "forgery {case}"
+        );
+    }
+    // A trace context added to a hop signed without one is refused the same way.
+    let mut untraced = fleet.chain(&["cmo", "cfo"]);
+    untraced.hops[0].trace = Some(trace_of_hop(0));
+    assert_eq!(
+        verify(&fleet, &untraced),
+        Err(ChainError::ProofMismatch { hop: 0 })
+    );
+}
+
+#[test]
 fn the_origin_lives_in_the_first_hop_only() {
     let fleet = Fleet::standard();
     let mut without = fleet.unsigned_chain(&["cmo", "cfo"]);
@@ -373,6 +421,7 @@ fn a_callee_that_is_not_the_next_caller_is_refused() {
         input: "x",
         issued_at_ms: NOW_MS,
         expires_at_ms: NOW_MS + TTL_MS,
+        trace: None,
     };
     assert_eq!(extend(&chain, next), Err(ChainError::BrokenLink { hop: 1 }));
     let mut envelope = chain;
@@ -431,6 +480,7 @@ fn an_earlier_expired_hop_does_not_expire_the_chain() {
             input: "a",
             issued_at_ms: NOW_MS,
             expires_at_ms: NOW_MS + TTL_MS,
+            trace: None,
         },
     );
     let mut envelope = extend(
@@ -443,6 +493,7 @@ fn an_earlier_expired_hop_does_not_expire_the_chain() {
             input: "b",
             issued_at_ms: now,
             expires_at_ms: now + TTL_MS,
+            trace: None,
         },
     )
     .unwrap();
@@ -551,6 +602,15 @@ fn a_wrong_version_is_refused() {
         verify(&fleet, &envelope),
         Err(ChainError::WrongVersion { found: 9, .. })
     ));
+    // The layout before trace contexts.
+    envelope.version = 4;
+    assert_eq!(
+        verify(&fleet, &envelope),
+        Err(ChainError::WrongVersion {
+            found: 4,
+            expected: ENVELOPE_VERSION
+        })
+    );
 }
 
 #[test]
