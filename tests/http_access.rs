@@ -11,19 +11,7 @@ use std::time::{Duration, Instant};
 use reqwest::blocking::RequestBuilder;
 use serde_json::{Value, json};
 
-use support::{Fleet, ServeFleet, Served, consort, eventually, path_str, stderr};
-
-/// A cfo whose ledger waits for an operator's approval, and an echo agent.
-const GATED_CFO: &str = r#"
-name: cfo
-description: finance
-model:
-  script:
-    - tool: {name: ledger, input: "SELECT printf('%.2f', sum(amount)) FROM spend WHERE month = :input"}
-    - answer: "{tool.ledger}"
-tools:
-  - {name: ledger, kind: sql, database: ledger.db, description: the ledger, approval: required}
-"#;
+use support::{Fleet, GATED_CFO, ServeFleet, Served, consort, eventually, path_str, stderr};
 
 const ECHO: &str = "name: echo\nmodel: {script: [{answer: \"echo {input}\"}]}\n";
 

@@ -12,19 +12,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use support::{BIN, Fleet, Served, eventually, path_str};
-
-/// A cfo whose ledger waits for an operator's approval, and an echo agent.
-const GATED_CFO: &str = r#"
-name: cfo
-description: finance
-model:
-  script:
-    - tool: {name: ledger, input: "SELECT printf('%.2f', sum(amount)) FROM spend WHERE month = :input"}
-    - answer: "{tool.ledger}"
-tools:
-  - {name: ledger, kind: sql, database: ledger.db, description: the ledger, approval: required}
-"#;
+use support::{BIN, Fleet, GATED_CFO, Served, eventually, path_str};
 
 const ECHO: &str = "name: echo\nmodel: {script: [{answer: \"echo {input}\"}]}\n";
 

@@ -21,19 +21,11 @@ anonymous: refuse
 
 /// Whether the SDK is importable; `false` skips (locally) or fails (where it is required).
 fn sdk_available() -> bool {
-    let available = Command::new("python3")
-        .args(["-c", "import mcp.client.streamable_http"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !available {
-        assert_ne!(
-            std::env::var("CONSORT_MCP_TESTS").as_deref(),
-            Ok("required"),
-            "the MCP Python SDK is required here but python3 cannot import it"
-        );
-        eprintln!("skipped: `pip install mcp` to run the MCP interop tests");
-    }
-    available
+    support::python_module(
+        "mcp.client.streamable_http",
+        "CONSORT_MCP_TESTS",
+        "pip install mcp",
+    )
 }
 
 fn host() -> (Fleet, Served) {

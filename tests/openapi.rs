@@ -181,19 +181,11 @@ fn each_operation_says_what_it_answers_and_how_to_authenticate() {
 /// PyPI; `.ci/run` installs it and sets `CONSORT_OPENAPI_VALIDATOR=required`).
 #[test]
 fn an_independent_validator_accepts_the_description() {
-    let available = Command::new("python3")
-        .args(["-c", "import openapi_spec_validator"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !available {
-        assert_ne!(
-            std::env::var("CONSORT_OPENAPI_VALIDATOR").as_deref(),
-            Ok("required"),
-            "openapi-spec-validator is required here but python3 cannot import it"
-        );
-        eprintln!(
-            "skipped: `pip install openapi-spec-validator` to check the description against OpenAPI 3.1"
-        );
+    if !support::python_module(
+        "openapi_spec_validator",
+        "CONSORT_OPENAPI_VALIDATOR",
+        "pip install openapi-spec-validator",
+    ) {
         return;
     }
     let (fleet, served) = host();

@@ -270,7 +270,7 @@ impl FromRef<ApiState> for ApiDescription {
 
 /// Who a request is: its identity (what a run it starts acts for) and the requester the
 /// route rules read.
-async fn requester(auth: &HostAuth, headers: &HeaderMap) -> (Identity, Requester) {
+pub(crate) async fn requester(auth: &HostAuth, headers: &HeaderMap) -> (Identity, Requester) {
     let authorization = headers
         .get(AUTHORIZATION)
         .map(|v| v.to_str().unwrap_or("<not text>"));
@@ -1073,7 +1073,7 @@ pub(crate) fn without_absolute_paths(message: &str) -> String {
 }
 
 /// Runs a store read off the async workers (SQLite calls block).
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     host: &Host,
     f: impl FnOnce(&Host) -> Result<T, ActorsError> + Send + 'static,
 ) -> Result<T, ApiError> {

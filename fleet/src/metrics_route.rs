@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{Extension, State};
-use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
+use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
@@ -85,11 +85,7 @@ pub(crate) async fn metrics(
     headers: HeaderMap,
     export: Option<Extension<MetricsExport>>,
 ) -> Result<Response, ApiError> {
-    let authorization = headers
-        .get(AUTHORIZATION)
-        .map(|v| v.to_str().unwrap_or("<not text>"));
-    let identity = auth.identify(authorization).await;
-    let requester = auth.requester(&identity);
+    let (_, requester) = crate::api::requester(&auth, &headers).await;
     access::authorize(&requester, auth.anonymous(), Action::ReadMetrics)?;
     let Some(Extension(MetricsExport(Some(handle)))) = export else {
         let body = json!({"error": {

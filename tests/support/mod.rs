@@ -619,3 +619,34 @@ impl ServeFleet {
         self.hosts[i].child = None;
     }
 }
+
+/// A cfo whose ledger tool waits for an operator's approval (`approval: required`).
+pub(crate) const GATED_CFO: &str = r#"
+name: cfo
+description: finance
+model:
+  script:
+    - tool: {name: ledger, input: "SELECT printf('%.2f', sum(amount)) FROM spend WHERE month = :input"}
+    - answer: "{tool.ledger}"
+tools:
+  - {name: ledger, kind: sql, database: ledger.db, description: the ledger, approval: required}
+"#;
+
+/// Whether python3 can import `module`. Where it cannot, a test skips with `install` as the
+/// way to get it, unless `required_by` (an environment variable `.ci/run` sets to `required`)
+/// says it must run: then this fails.
+pub(crate) fn python_module(module: &str, required_by: &str, install: &str) -> bool {
+    let available = Command::new("python3")
+        .args(["-c", &format!("import {module}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !available {
+        assert_ne!(
+            std::env::var(required_by).as_deref(),
+            Ok("required"),
+            "python3 cannot import {module}, which {required_by} says is required here"
+        );
+        eprintln!("skipped: `{install}` to run this test");
+    }
+    available
+}

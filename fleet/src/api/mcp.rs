@@ -144,13 +144,12 @@ impl AgentTools {
         &self,
         context: &RequestContext<RoleServer>,
     ) -> Result<consort_actors::visibility::Identity, String> {
-        let authorization = context
+        let no_headers = axum::http::HeaderMap::new();
+        let headers = context
             .extensions
             .get::<axum::http::request::Parts>()
-            .and_then(|parts| parts.headers.get(axum::http::header::AUTHORIZATION))
-            .map(|v| v.to_str().unwrap_or("<not text>"));
-        let identity = self.auth.identify(authorization).await;
-        let who = self.auth.requester(&identity);
+            .map_or(&no_headers, |parts| &parts.headers);
+        let (identity, who) = super::requester(&self.auth, headers).await;
         match access::authorize(&who, self.auth.anonymous(), Action::StartRun) {
             Ok(()) => Ok(identity),
             Err(denial) => Err(super::ApiError::from(denial).message),

@@ -13,7 +13,6 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Extension, Path, Query, State};
-use axum::http::header::AUTHORIZATION;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
@@ -71,29 +70,17 @@ fn api_error(e: impl Into<ApiError>) -> Response {
 
 /// Who the request is, as the run API establishes it.
 async fn requester(auth: &HostAuth, headers: &HeaderMap) -> Requester {
-    let authorization = headers
-        .get(AUTHORIZATION)
-        .map(|v| v.to_str().unwrap_or("<not text>"));
-    let identity = auth.identify(authorization).await;
-    auth.requester(&identity)
+    crate::api::requester(auth, headers).await.1
 }
 
-/// A store read on a blocking thread (SQLite calls block).
+/// A store read on a blocking thread (SQLite calls block), its failure as the API answers it.
 async fn blocking<T: Send + 'static>(
     host: &Host,
     read: impl FnOnce(&Host) -> Result<T, ActorsError> + Send + 'static,
 ) -> Result<T, Response> {
-    let host = host.clone();
-    tokio::task::spawn_blocking(move || read(&host))
+    crate::api::blocking(host, read)
         .await
-        .map_err(|e| {
-            refuse(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                format!("a store read did not finish: {e}"),
-            )
-        })?
-        .map_err(api_error)
+        .map_err(IntoResponse::into_response)
 }
 
 /// One host of the fleet view.
