@@ -280,3 +280,39 @@ async fn follow_jobs(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_stream_more_than_the_budget_is_refused_until_one_ends() {
+        let slots = StreamSlots::new(2);
+        let first = slots.take().ok();
+        let second = slots.take().ok();
+        assert!(first.is_some() && second.is_some());
+        let refused = slots.take().err().map(|e| (e.status, e.code));
+        assert_eq!(
+            refused,
+            Some((
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                "too_many_streams"
+            ))
+        );
+        drop(first);
+        assert!(slots.take().is_ok(), "an ended stream gives its slot back");
+    }
+
+    #[test]
+    fn follow_takes_one_true_and_one_false_word_and_nothing_else() {
+        assert!(!wants_follow(None).ok().unwrap_or(true));
+        assert!(wants_follow(Some("1")).ok().unwrap_or(false));
+        assert!(wants_follow(Some("true")).ok().unwrap_or(false));
+        assert!(!wants_follow(Some("0")).ok().unwrap_or(true));
+        assert!(!wants_follow(Some("false")).ok().unwrap_or(true));
+        assert_eq!(
+            wants_follow(Some("yes")).err().map(|e| e.code),
+            Some("bad_follow")
+        );
+    }
+}
