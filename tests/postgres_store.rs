@@ -20,7 +20,6 @@ use consort_actors::store::StoreBackend;
 use consort_actors::store::postgres::PostgresUrl;
 use consort_actors::{Channel, RunRecord, RunStatus};
 use consort_fleet::dev::{DevHost, DevOptions};
-use consort_fleet::listener::HttpBounds;
 use serde_json::Value;
 use support::{Fleet, path_str, stderr};
 use test_server::TestServer;
@@ -57,15 +56,8 @@ const BOUND: Duration = Duration::from_secs(60);
 
 fn dev_options(fleet: &Fleet, data: &Path, url: &str) -> DevOptions {
     DevOptions {
-        dirs: vec![fleet.agents()],
-        data_dir: data.to_path_buf(),
-        listen: "127.0.0.1:0".parse().expect("address"),
-        agent_options: Default::default(),
-        auth: None,
-        allow_hosts: Vec::new(),
-        http: HttpBounds::default(),
-        metrics: None,
         store: StoreBackend::Postgres(PostgresUrl::new(url)),
+        ..DevOptions::new(vec![fleet.agents()], data.to_path_buf())
     }
 }
 

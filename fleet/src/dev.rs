@@ -46,6 +46,25 @@ pub struct DevOptions {
     pub store: consort_actors::store::StoreBackend,
 }
 
+impl DevOptions {
+    /// The agents under `dirs`, their stores in `data_dir`, with everything else as a bare
+    /// `consort dev` has it but the address: the API on a free loopback port, no auth file, no
+    /// metrics recorder, SQLite stores. Set the fields to change the rest.
+    pub fn new(dirs: Vec<PathBuf>, data_dir: PathBuf) -> Self {
+        Self {
+            dirs,
+            data_dir,
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            agent_options: AgentOptions::default(),
+            auth: None,
+            allow_hosts: Vec::new(),
+            http: HttpBounds::default(),
+            metrics: None,
+            store: Default::default(),
+        }
+    }
+}
+
 /// A host serving its API.
 pub struct DevHost {
     /// The running host.

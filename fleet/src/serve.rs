@@ -103,6 +103,29 @@ pub struct ServeOptions {
     pub store_url_env: Option<String>,
 }
 
+impl ServeOptions {
+    /// Host `host` of the fleet in `fleet_file`, its stores in `data_dir`, with everything else
+    /// as a bare `consort serve` has it: the default key path, the HTTP API on a free loopback
+    /// port, no auth file, no metrics recorder, the stores fleet.yaml names. Set the fields to
+    /// change the rest.
+    pub fn new(fleet_file: PathBuf, host: &str, data_dir: PathBuf) -> Self {
+        Self {
+            fleet_file,
+            host: host.to_owned(),
+            data_dir,
+            key_file: None,
+            listen_http: SocketAddr::from(([127, 0, 0, 1], 0)),
+            agent_options: AgentOptions::default(),
+            link: LinkConfig::default(),
+            auth: None,
+            allow_hosts: Vec::new(),
+            http: HttpBounds::default(),
+            metrics: None,
+            store_url_env: None,
+        }
+    }
+}
+
 /// A fleet host serving its link and its API.
 pub struct ServedHost {
     /// The running host.

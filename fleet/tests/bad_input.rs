@@ -3,11 +3,9 @@
 //! a typed reason, creates nothing, and the link and host keep serving.
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use consort_actors::AgentOptions;
 use consort_actors::run::now_ms;
 use consort_actors::visibility::Origin;
 use consort_fleet::{ServeOptions, ServedHost};
@@ -15,6 +13,10 @@ use consort_net::{
     CallEnvelope, Frame, HostKey, KeyRing, LinkConfig, LinkEndpoint, LinkError, MAX_FRAME, NextHop,
     RefusalReason, ReplyStatus, RunId, encode_frame,
 };
+
+mod support;
+
+use support::{agent, free_port};
 
 struct Setup {
     _dir: tempfile::TempDir,
@@ -25,20 +27,6 @@ struct Setup {
     /// not relay calls of agents it does not serve.
     gamma_key: HostKey,
     ring: KeyRing,
-}
-
-fn agent(root: &Path, name: &str, yaml: &str) {
-    let d = root.join("agents").join(name);
-    std::fs::create_dir_all(&d).unwrap();
-    std::fs::write(d.join("agent.yaml"), yaml).unwrap();
-}
-
-fn free_port() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// alpha serves cmo (played by the test), beta serves cfo (a real host).
@@ -75,20 +63,11 @@ async fn setup() -> Setup {
         gamma_key.public()
     );
     std::fs::write(root.join("fleet.yaml"), yaml).unwrap();
-    let beta = ServedHost::start(ServeOptions {
-        fleet_file: root.join("fleet.yaml"),
-        host: "beta".into(),
-        data_dir: root.join("data"),
-        key_file: None,
-        listen_http: "127.0.0.1:0".parse().unwrap(),
-        agent_options: AgentOptions::default(),
-        link: LinkConfig::default(),
-        auth: None,
-        allow_hosts: Vec::new(),
-        http: Default::default(),
-        metrics: None,
-        store_url_env: None,
-    })
+    let beta = ServedHost::start(ServeOptions::new(
+        root.join("fleet.yaml"),
+        "beta",
+        root.join("data"),
+    ))
     .await
     .unwrap();
     let mut ring = KeyRing::new();

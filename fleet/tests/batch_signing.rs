@@ -10,26 +10,15 @@ use std::time::Duration;
 use consort_actors::run::now_ms;
 use consort_actors::supervisor::RemoteCalls;
 use consort_actors::visibility::Origin;
-use consort_actors::{AgentOptions, CallOutcome, Channel};
+use consort_actors::{CallOutcome, Channel};
 use consort_fleet::{LinkRemote, ServeOptions, ServedHost, prepare};
 use consort_net::{
-    CallEnvelope, Frame, HostKey, KeyRing, LinkConfig, LinkEndpoint, NextHop, Outgoing,
-    RefusalReason, RunId,
+    CallEnvelope, Frame, HostKey, KeyRing, LinkEndpoint, NextHop, Outgoing, RefusalReason, RunId,
 };
 
-fn agent(root: &Path, name: &str, yaml: &str) {
-    let dir = root.join("agents").join(name);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("agent.yaml"), yaml).unwrap();
-}
+mod support;
 
-fn free_port() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use support::{agent, free_port};
 
 /// fleet.yaml with alpha serving cmo and beta serving cfo; writes the keys of the hosts in
 /// `key_files` under `keys/`.
@@ -62,20 +51,11 @@ fn fleet(root: &Path, alpha: &HostKey, beta: &HostKey, key_files: &[&str]) {
 }
 
 async fn serve(root: &Path, host: &str) -> ServedHost {
-    ServedHost::start(ServeOptions {
-        fleet_file: root.join("fleet.yaml"),
-        host: host.into(),
-        data_dir: root.join("data").join(host),
-        key_file: None,
-        listen_http: "127.0.0.1:0".parse().unwrap(),
-        agent_options: AgentOptions::default(),
-        link: LinkConfig::default(),
-        auth: None,
-        allow_hosts: Vec::new(),
-        http: Default::default(),
-        metrics: None,
-        store_url_env: None,
-    })
+    ServedHost::start(ServeOptions::new(
+        root.join("fleet.yaml"),
+        host,
+        root.join("data").join(host),
+    ))
     .await
     .unwrap()
 }

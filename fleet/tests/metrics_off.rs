@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use consort_actors::AgentOptions;
 use consort_fleet::dev::{DevHost, DevOptions};
 
 #[tokio::test]
@@ -18,17 +17,10 @@ async fn a_host_without_a_recorder_says_its_metrics_are_off() {
     )
     .unwrap();
     std::fs::create_dir_all(dir.path().join("data")).unwrap();
-    let dev = DevHost::start(DevOptions {
-        dirs: vec![dir.path().join("agents")],
-        data_dir: dir.path().join("data"),
-        listen: "127.0.0.1:0".parse().unwrap(),
-        agent_options: AgentOptions::default(),
-        auth: None,
-        allow_hosts: Vec::new(),
-        http: Default::default(),
-        metrics: None,
-        store: Default::default(),
-    })
+    let dev = DevHost::start(DevOptions::new(
+        vec![dir.path().join("agents")],
+        dir.path().join("data"),
+    ))
     .await
     .unwrap();
     let http = reqwest::Client::builder()

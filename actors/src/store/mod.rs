@@ -24,7 +24,6 @@
 use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, OptionalExtension, params};
-use serde_json::Value;
 
 use consort_net::{Hop, RunId};
 
@@ -616,19 +615,10 @@ impl RunLog for RunStore {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| self.err(e))?;
         rows.into_iter()
-            .map(|(seq, at, kind, data)| {
-                let corrupt = |detail: String| ActorsError::CorruptStore {
+            .map(|row| {
+                rows::decode_event(id, row).map_err(|detail| ActorsError::CorruptStore {
                     path: self.path.clone(),
-                    detail: format!("event {seq} of {id}: {detail}"),
-                };
-                let data: Value =
-                    serde_json::from_str(&data).map_err(|e| corrupt(e.to_string()))?;
-                let event = RunEvent::decode(&kind, data).map_err(|e| corrupt(e.to_string()))?;
-                Ok(EventRecord {
-                    run_id: id.clone(),
-                    seq: seq.max(0) as u64,
-                    at_ms: at.max(0) as u64,
-                    event,
+                    detail,
                 })
             })
             .collect()

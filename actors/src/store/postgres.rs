@@ -25,10 +25,9 @@ use std::path::PathBuf;
 
 use ::postgres::types::ToSql;
 use ::postgres::{Client, NoTls, Statement};
-use serde_json::Value;
 use tracing::debug;
 
-use consort_core::{RunEvent, Transition};
+use consort_core::Transition;
 use consort_net::{Hop, RunId};
 
 use super::rows;
@@ -727,17 +726,7 @@ impl RunLog for PostgresStore<'_> {
                 let at: i64 = row.try_get(1).map_err(pg(agent))?;
                 let kind: String = row.try_get(2).map_err(pg(agent))?;
                 let data: String = row.try_get(3).map_err(pg(agent))?;
-                let corrupt =
-                    |detail: String| self.corrupt(format!("event {seq} of {id}: {detail}"));
-                let data: Value =
-                    serde_json::from_str(&data).map_err(|e| corrupt(e.to_string()))?;
-                let event = RunEvent::decode(&kind, data).map_err(|e| corrupt(e.to_string()))?;
-                Ok(EventRecord {
-                    run_id: id.clone(),
-                    seq: seq.max(0) as u64,
-                    at_ms: at.max(0) as u64,
-                    event,
-                })
+                rows::decode_event(id, (seq, at, kind, data)).map_err(|detail| self.corrupt(detail))
             })
             .collect()
     }

@@ -1,5 +1,6 @@
 //! Rows of the runs table to [`RunRecord`]s: column order, the raw row (read from SQLite or
-//! from PostgreSQL, in the same column order), and its decoding.
+//! from PostgreSQL, in the same column order), and its decoding; rows of the events table to
+//! event records the same way for both backends.
 //!
 //! Decoding never trusts the database: an unknown status or channel, a bad run id or roles that do
 //! not parse become [`ActorsError::CorruptStore`] naming the store, never a panic.
@@ -152,5 +153,22 @@ pub(super) fn decode(path: &Path, raw: RawRun) -> Result<RunRecord, ActorsError>
             output_tokens: raw.cost[4] + raw.descendants[4],
             wall_ms,
         },
+    })
+}
+
+/// One stored event row (`seq, at_ms, kind, data`) of run `id` as an [`EventRecord`], for
+/// either backend; the error is what is wrong with the row, for the caller to name its store.
+pub(super) fn decode_event(
+    id: &RunId,
+    (seq, at, kind, data): (i64, i64, String, String),
+) -> Result<crate::run::EventRecord, String> {
+    let fail = |detail: String| format!("event {seq} of {id}: {detail}");
+    let data: serde_json::Value = serde_json::from_str(&data).map_err(|e| fail(e.to_string()))?;
+    let event = consort_core::RunEvent::decode(&kind, data).map_err(|e| fail(e.to_string()))?;
+    Ok(crate::run::EventRecord {
+        run_id: id.clone(),
+        seq: seq.max(0) as u64,
+        at_ms: at.max(0) as u64,
+        event,
     })
 }

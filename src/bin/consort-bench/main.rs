@@ -51,7 +51,7 @@ use consort_core::directory::{Audience, DirectoryPacket, PresenceBasis};
 use consort_fleet::{LinkRemote, ServeOptions, ServedHost, prepare};
 use consort_net::chain::verify_chain_batched;
 use consort_net::{
-    CallEnvelope, ChainLimits, Frame, HostKey, KeyRing, LinkConfig, LinkEndpoint, NextHop, RunId,
+    CallEnvelope, ChainLimits, Frame, HostKey, KeyRing, LinkEndpoint, NextHop, RunId,
     VerifiedChain, verify_chain,
 };
 
@@ -249,18 +249,8 @@ async fn run(root: &std::path::Path) -> Result<()> {
     for host in ["alpha", "beta"] {
         hosts.push(
             ServedHost::start(ServeOptions {
-                fleet_file: fleet_file.clone(),
-                host: host.into(),
-                data_dir: root.join("data").join(host),
-                key_file: None,
-                listen_http: "127.0.0.1:0".parse()?,
                 agent_options: options.clone(),
-                link: LinkConfig::default(),
-                auth: None,
-                allow_hosts: Vec::new(),
-                http: Default::default(),
-                metrics: None,
-                store_url_env: None,
+                ..ServeOptions::new(fleet_file.clone(), host, root.join("data").join(host))
             })
             .await
             .with_context(|| format!("starting {host}"))?,
@@ -965,20 +955,11 @@ async fn start_pair(
         let start = Instant::now();
         let served = tokio::time::timeout(
             START_LIMIT,
-            ServedHost::start(ServeOptions {
-                fleet_file: fleet_file.to_path_buf(),
-                host: host.into(),
-                data_dir: root.join(format!("data-{tag}")).join(host),
-                key_file: None,
-                listen_http: "127.0.0.1:0".parse()?,
-                agent_options: AgentOptions::default(),
-                link: LinkConfig::default(),
-                auth: None,
-                allow_hosts: Vec::new(),
-                http: Default::default(),
-                metrics: None,
-                store_url_env: None,
-            }),
+            ServedHost::start(ServeOptions::new(
+                fleet_file.to_path_buf(),
+                host,
+                root.join(format!("data-{tag}")).join(host),
+            )),
         )
         .await
         .map_err(|_| anyhow::anyhow!("{host} did not start within {START_LIMIT:?}"))?

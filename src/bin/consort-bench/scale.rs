@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
+use consort_actors::CallOutcome;
 use consort_actors::supervisor::SupervisorMsg;
-use consort_actors::{AgentOptions, CallOutcome};
 use consort_fleet::dev::{DevHost, DevOptions};
 
 use crate::{envelope, open_files, percentile, proc_status_mb};
@@ -60,17 +60,10 @@ async fn one_host(root: &std::path::Path, names: &[String], data: &std::path::Pa
     let n = names.len();
     let baseline_files = open_files();
     let started = Instant::now();
-    let host = DevHost::start(DevOptions {
-        dirs: vec![root.join("agents")],
-        data_dir: data.to_path_buf(),
-        listen: "127.0.0.1:0".parse()?,
-        agent_options: AgentOptions::default(),
-        auth: None,
-        allow_hosts: Vec::new(),
-        http: Default::default(),
-        metrics: None,
-        store: Default::default(),
-    })
+    let host = DevHost::start(DevOptions::new(
+        vec![root.join("agents")],
+        data.to_path_buf(),
+    ))
     .await
     .context("starting the host")?;
     let start = started.elapsed();
