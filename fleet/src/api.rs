@@ -52,6 +52,7 @@ use crate::access::{self, Action, Denial, Requester};
 use follow::StreamSlots;
 use openapi::{AgentStatusDoc, ErrorDoc, EventPageDoc, ReloadedDoc, RunDoc, RunPageDoc};
 
+mod a2a;
 mod follow;
 mod mcp;
 pub(crate) mod openapi;
@@ -441,6 +442,10 @@ fn documented_routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(crate::dashboard::data::refusals))
         .routes(routes!(crate::dashboard::data::tree))
         .routes(routes!(crate::metrics_route::metrics))
+        .routes(routes!(a2a::host_card_route))
+        .routes(routes!(a2a::agent_card_route))
+        .routes(routes!(a2a::host_rpc))
+        .routes(routes!(a2a::agent_rpc))
 }
 
 /// `GET /openapi.json`: this API's description, to anyone who reaches the API (it names

@@ -114,7 +114,7 @@ pub(crate) fn jobs(
     stream_response(rx)
 }
 
-fn stream_response(mut rx: mpsc::Receiver<Event>) -> Response {
+pub(crate) fn stream_response(mut rx: mpsc::Receiver<Event>) -> Response {
     let stream = futures_util::stream::poll_fn(move |cx| {
         rx.poll_recv(cx).map(|e| e.map(Ok::<_, Infallible>))
     });
