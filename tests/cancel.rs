@@ -3,7 +3,9 @@
 //! principal cannot even see it, an anonymous caller is refused, a second cancel is 409); a
 //! run waiting on a peer, canceled from the CLI by an operator while a live stream follows it
 //! (the stream ends, the peer's later reply does not revive it); and both still canceled after
-//! the host is killed and started again on the same data.
+//! the host is killed and started again on the same data. Across two `consort serve` hosts: a
+//! canceled callee's caller reads a failed reply saying so, and a canceled caller takes its
+//! peer's later reply over the link without a write or a retry.
 
 mod support;
 
@@ -15,7 +17,7 @@ use std::time::Duration;
 use reqwest::blocking::RequestBuilder;
 use serde_json::{Value, json};
 
-use support::{BIN, Fleet, Served, eventually, kinds, path_str, stderr};
+use support::{BIN, Fleet, ServeFleet, Served, eventually, kinds, path_str, stderr};
 
 const AUTH: &str = "tokens:
   - {name: ops, token: tok-ops, roles: [operator]}
@@ -302,4 +304,97 @@ fn canceled_runs_settle_failed_stay_canceled_and_refuse_a_second_cancel() {
     let out = served.cli(&["runs", "cancel", &waiting, "--token", "tok-ops"]);
     assert!(!out.status.success());
     assert!(stderr(&out).contains("already_settled"), "{}", stderr(&out));
+}
+
+/// POST /runs/{id}/cancel on a `consort serve` host without an auth file (its local operator).
+fn cancel_on(fleet: &ServeFleet, host: &str, id: &str, reason: &str) -> (u16, Value) {
+    send(
+        fleet
+            .http
+            .post(format!("{}/runs/{id}/cancel", fleet.url(host)))
+            .json(&json!({"reason": reason})),
+        None,
+    )
+}
+
+/// The cfo run on beta that the cmo run `parent` on alpha called, once it waits for approval.
+fn blocked_on_beta(fleet: &ServeFleet, parent: &str) -> String {
+    eventually("the cfo child to block on beta", WAIT, || {
+        fleet.jobs_of("beta").iter().find_map(|r| {
+            (r["parent_run"] == parent && r["status"] == "blocked")
+                .then(|| r["id"].as_str().unwrap().to_owned())
+        })
+    })
+}
+
+#[test]
+fn across_hosts_a_cancel_reaches_the_caller_as_a_failed_reply_and_a_late_reply_is_taken() {
+    let mut fleet = ServeFleet::example(|dir| {
+        let file = dir.join("agents/cfo/agent.yaml");
+        let yaml = std::fs::read_to_string(&file).unwrap();
+        let gated = yaml.replace(
+            "    bind_env: [LEDGER_CURRENCY]\n",
+            "    bind_env: [LEDGER_CURRENCY]\n    approval: required\n",
+        );
+        assert_ne!(gated, yaml, "the example's ledger is gated");
+        std::fs::write(&file, gated).unwrap();
+    });
+    fleet.start("beta");
+    fleet.start("alpha");
+
+    // The callee canceled on beta: the caller on alpha reads why, and answers with it.
+    let first = fleet.start_run("alpha", "cmo", "August");
+    let child = blocked_on_beta(&fleet, &first);
+    let (status, run) = cancel_on(&fleet, "beta", &child, "the ledger is closed");
+    assert_eq!(status, 200, "{run}");
+    assert_eq!(run["error"], "canceled by operator: the ledger is closed");
+    let done = fleet.wait_settled("alpha", &first, WAIT);
+    assert_eq!(done["status"], "succeeded", "{done}");
+    let reply = fleet
+        .events_of("alpha", &first)
+        .into_iter()
+        .find(|e| e["kind"] == "reply_received")
+        .expect("the caller took the reply");
+    assert_eq!(reply["data"]["status"], "failed");
+    assert_eq!(
+        reply["data"]["output"],
+        "canceled by operator: the ledger is closed"
+    );
+
+    // The caller canceled on alpha while it waits: the callee's later reply crosses the link,
+    // is taken without a write, and is not sent again.
+    let second = fleet.start_run("alpha", "cmo", "August");
+    let child = blocked_on_beta(&fleet, &second);
+    eventually("the caller to wait", WAIT, || {
+        fleet
+            .run("alpha", &second)
+            .filter(|r| r["status"] == "waiting")
+    });
+    let (status, run) = cancel_on(&fleet, "alpha", &second, "no longer needed");
+    assert_eq!(status, 200, "{run}");
+    assert_eq!(run["status"], "failed");
+    let before = fleet.events_of("alpha", &second);
+    let (status, body) = send(
+        fleet
+            .http
+            .post(format!("{}/runs/{child}/approve", fleet.url("beta")))
+            .json(&json!({"approve": true})),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    let answered = fleet.wait_settled("beta", &child, WAIT);
+    assert_eq!(answered["status"], "succeeded", "{answered}");
+    std::thread::sleep(Duration::from_secs(1));
+    let after = fleet.run("alpha", &second).unwrap();
+    assert_eq!(after["status"], "failed");
+    assert_eq!(after["error"], "canceled by operator: no longer needed");
+    assert_eq!(
+        fleet.events_of("alpha", &second),
+        before,
+        "the log is final"
+    );
+    let beta_log = fleet.host_stderr("beta");
+    for complaint in ["reply refused", "reply not delivered"] {
+        assert!(!beta_log.contains(complaint), "{complaint}: {beta_log}");
+    }
 }
