@@ -179,6 +179,17 @@ enum RunsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Cancel a run that has not settled: it settles `failed`, saying who canceled it and why.
+    Cancel {
+        run_id: String,
+        /// Why, recorded with the cancel and in the run's error.
+        #[arg(long)]
+        reason: Option<String>,
+        #[command(flatten)]
+        at: At,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Args)]
@@ -562,6 +573,24 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 print_json(&json!({"run": run, "events": events}))?;
             } else {
                 print!("{}", output::run_detail(&run, &events));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Runs {
+            command:
+                RunsCommand::Cancel {
+                    run_id,
+                    reason,
+                    at,
+                    json,
+                },
+        } => {
+            let id = RunId::parse(&run_id)?;
+            let run = at.client().cancel(id.as_str(), reason.as_deref()).await?;
+            if json {
+                print_json(&run)?;
+            } else {
+                print!("{}", output::run_fields(&run));
             }
             Ok(ExitCode::SUCCESS)
         }

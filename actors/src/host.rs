@@ -342,6 +342,46 @@ impl Host {
         .map_err(|e| ActorsError::Actor(e.to_string()))?
     }
 
+    /// An operator's cancel of a run that is no longer wanted; the event log records it as the
+    /// local `operator`'s (see [`Host::cancel_as`]).
+    pub async fn cancel(
+        &self,
+        id: &RunId,
+        reason: Option<String>,
+    ) -> Result<RunRecord, ActorsError> {
+        self.cancel_as(id, "operator", reason).await
+    }
+
+    /// Cancels run `id`, recording `by` (a principal the caller checked) and `reason`: an
+    /// unsettled run settles `failed` with error `canceled by <by>[: <reason>]` and a
+    /// `canceled` event, and is returned as committed. Its model turn or tool task still out
+    /// finishes unread; calls it placed run on, and their replies are taken without effect; a
+    /// delegated run's caller gets a failed reply. A settled run is
+    /// `ActorsError::Refused(Refusal::AlreadySettled)`, an unknown one `UnknownRun`.
+    pub async fn cancel_as(
+        &self,
+        id: &RunId,
+        by: &str,
+        reason: Option<String>,
+    ) -> Result<RunRecord, ActorsError> {
+        let run = self
+            .run_off_worker(id)
+            .await?
+            .ok_or_else(|| ActorsError::UnknownRun(id.to_string()))?;
+        ractor::call_t!(
+            self.supervisor,
+            |reply| SupervisorMsg::Cancel {
+                agent: run.agent.clone(),
+                run: id.clone(),
+                by: by.to_owned(),
+                reason: reason.clone(),
+                reply
+            },
+            ASK_TIMEOUT_MS
+        )
+        .map_err(|e| ActorsError::Actor(e.to_string()))?
+    }
+
     /// Re-reads every agent.yaml now and starts again every agent that is down (whatever
     /// took it down, each with a fresh restart budget); returns the agents whose config changed
     /// and the agents revived. An agent.yaml that does not re-read is an error (its previous

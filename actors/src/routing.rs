@@ -208,6 +208,19 @@ pub enum SupervisorMsg {
         /// Answered with the run after the decision.
         reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
     },
+    /// A cancel of a run, by someone the host checked.
+    Cancel {
+        /// The agent whose run is canceled.
+        agent: String,
+        /// The run.
+        run: RunId,
+        /// Who cancels: the principal the host checked, or `operator` for its local operator.
+        by: String,
+        /// Why, in the canceler's words.
+        reason: Option<String>,
+        /// Answered with the run after the cancel, or the refusal of a settled run.
+        reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
+    },
     /// Re-read agent.yaml files: all of them, or only those whose file changed.
     Reload {
         /// Re-read only agent.yaml files whose modification time changed.

@@ -819,6 +819,27 @@ impl Actor for HostSupervisor {
                     answer(reply, Err(ActorsError::UnknownAgent(agent)));
                 }
             },
+            SupervisorMsg::Cancel {
+                agent,
+                run,
+                by,
+                reason,
+                reply,
+            } => match Self::wake(&myself, state, &agent).await {
+                Some(actor) => {
+                    tell(
+                        state.metrics.mailbox(),
+                        &actor,
+                        AgentMsg::Cancel {
+                            run,
+                            by,
+                            reason,
+                            reply,
+                        },
+                    );
+                }
+                None => answer(reply, Err(ActorsError::UnknownAgent(agent))),
+            },
             SupervisorMsg::Reload {
                 only_changed,
                 reply,

@@ -48,6 +48,8 @@ pub enum RunEvent {
     Failed(Failed),
     /// A peer delivered a message into this run.
     MessageReceived(MessageReceived),
+    /// The run was canceled before it settled (its settling `failed` follows).
+    Canceled(Canceled),
 }
 
 /// [`RunEvent::Created`].
@@ -219,6 +221,16 @@ pub struct MessageReceived {
     pub text: String,
 }
 
+/// [`RunEvent::Canceled`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Canceled {
+    /// Who canceled: the principal the host checked, or `operator` for its local operator.
+    pub by: String,
+    /// Why, in the canceler's words, when given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
 /// [`RunEvent::Answer`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Answer {
@@ -235,7 +247,7 @@ pub struct Failed {
 
 impl RunEvent {
     /// Every kind this version reads and writes.
-    pub const KINDS: [&'static str; 12] = [
+    pub const KINDS: [&'static str; 13] = [
         "created",
         "status",
         "model_turn",
@@ -248,6 +260,7 @@ impl RunEvent {
         "answer",
         "failed",
         "message_received",
+        "canceled",
     ];
 
     /// The event's stable kind (the store's `kind` column).
@@ -265,6 +278,7 @@ impl RunEvent {
             Self::Answer(_) => "answer",
             Self::Failed(_) => "failed",
             Self::MessageReceived(_) => "message_received",
+            Self::Canceled(_) => "canceled",
         }
     }
 
@@ -283,6 +297,7 @@ impl RunEvent {
             Self::Answer(e) => serde_json::to_value(e),
             Self::Failed(e) => serde_json::to_value(e),
             Self::MessageReceived(e) => serde_json::to_value(e),
+            Self::Canceled(e) => serde_json::to_value(e),
         };
         // Plain structs of strings, numbers and JSON values always encode.
         encoded.unwrap_or(Value::Null)
@@ -309,6 +324,7 @@ impl RunEvent {
             "answer" => Self::Answer(read(kind, data)?),
             "failed" => Self::Failed(read(kind, data)?),
             "message_received" => Self::MessageReceived(read(kind, data)?),
+            "canceled" => Self::Canceled(read(kind, data)?),
             other => {
                 return Err(CoreError::UnknownEventKind(
                     other.chars().take(64).collect(),

@@ -122,6 +122,16 @@ pub enum Refusal {
         /// Its status.
         status: String,
     },
+    /// A cancel named a run that has already settled: its log is final.
+    #[error(
+        "run {run} has already settled ({status}): there is nothing left to cancel and nothing was written"
+    )]
+    AlreadySettled {
+        /// The run named.
+        run: String,
+        /// Its final status.
+        status: String,
+    },
     /// A delivery named a run that has settled: nothing reads it any more.
     #[error(
         "{run} has already {status}; a delivery to it would never be read: nothing was written; deliver without a run to start a new one"
@@ -200,6 +210,7 @@ impl Refusal {
             Self::MalformedCall => "malformed_call",
             Self::EmptyInput => "empty_input",
             Self::NotAwaitingApproval { .. } => "not_awaiting_approval",
+            Self::AlreadySettled { .. } => "already_settled",
             Self::DeliveryTargetSettled { .. } => "delivery_target_settled",
             Self::DeliveryTargetBlocked { .. } => "delivery_target_blocked",
             Self::DeliveryConflict { .. } => "delivery_conflict",
@@ -269,6 +280,10 @@ mod tests {
             Refusal::NotAwaitingApproval {
                 run: s("run_1"),
                 status: s("running"),
+            },
+            Refusal::AlreadySettled {
+                run: s("run_1"),
+                status: s("failed"),
             },
             Refusal::DeliveryTargetSettled {
                 run: s("run_1"),

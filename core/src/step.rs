@@ -16,11 +16,12 @@
 //! Each concern is a child module: what a step is told (`input`) and returns (`effect`,
 //! `transition`), a run's own pace through model turns (`turn`), the tool uses of a turn
 //! (`resolve`), placing calls (`call`), taking replies (`reply`), taking a peer's delivered
-//! message (`deliver`) and the approval gate (`gate`). This module only routes an [`Input`]
+//! message (`deliver`), the approval gate (`gate`) and canceling a run (`cancel`). This module only routes an [`Input`]
 //! to the one that handles it; a rule added here instead of in its module would be a second
 //! place to look for it.
 
 mod call;
+mod cancel;
 mod deliver;
 mod effect;
 mod gate;
@@ -34,6 +35,7 @@ use crate::event::MessageReceived;
 use crate::{RunStatus, RunView};
 
 pub use call::accepted_text;
+pub use cancel::canceled_error;
 pub use effect::{Effect, Step, Verdict};
 pub use gate::{Gate, approval_gate};
 pub use input::{CallOutcome, Input, ModelAnswer, Policy, ReplyIn, TurnAsked};
@@ -66,6 +68,7 @@ pub fn step(view: &RunView, input: Input, policy: &Policy<'_>) -> Step {
             reply::take_reply(view, reply, placing, policy.reply_cap)
         }
         Input::Decide { run, approve, by } => gate::decide(view, &run, approve, &by),
+        Input::Cancel { run, by, reason } => cancel::cancel(view, &run, by, reason),
         Input::WaitElapsed { tool_use_id } => call::wait_elapsed(view, &tool_use_id),
         Input::Resume => reply::resume(view),
         Input::Deliver {

@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use serde_json::json;
 
 use crate::event::{
-    Answer, ApprovalDecided, ApprovalRequested, CallPlaced, CallRefused, Created, Failed,
+    Answer, ApprovalDecided, ApprovalRequested, CallPlaced, CallRefused, Canceled, Created, Failed,
     MessageReceived, ModelTurn, ReplyOutcome, ReplyReceived, StatusChanged, ToolResult,
 };
 use crate::{Channel, ModelStep, Refusal, RunEvent, RunId, RunStatus, ToolUse};
@@ -146,6 +146,14 @@ pub(crate) fn event() -> impl Strategy<Value = RunEvent> {
         }),
         "[a-z]{0,6}".prop_map(|text| RunEvent::Answer(Answer { text })),
         "[a-z]{0,6}".prop_map(|error| RunEvent::Failed(Failed { error })),
+        (
+            prop_oneof![Just("operator"), Just("api:alice")],
+            proptest::option::of("[a-z ]{0,6}")
+        )
+            .prop_map(|(by, reason)| RunEvent::Canceled(Canceled {
+                by: by.into(),
+                reason,
+            })),
         // Few senders, ids and digests, so repeats and conflicting reuses of an id happen.
         (
             prop_oneof![Just("cfo"), Just("ops")],

@@ -171,7 +171,8 @@ impl RunView {
                     message.from, message.text
                 )));
             }
-            RunEvent::Answer(_) | RunEvent::Failed(_) => {}
+            // A cancel settles the run: the status change that follows is what the view reads.
+            RunEvent::Answer(_) | RunEvent::Failed(_) | RunEvent::Canceled(_) => {}
         }
     }
 

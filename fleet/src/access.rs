@@ -3,14 +3,14 @@
 //!
 //! The rules, in one place:
 //!
-//! | requester                       | start runs | read a run, its tree  | list runs, refusals | approve / deny              | reload, agents | fleet view | metrics |
-//! |---------------------------------|------------|-----------------------|---------------------|-----------------------------|----------------|------------|---------|
-//! | local operator (no auth file)   | yes        | any                   | all                 | any gate                    | yes / yes      | yes        | yes     |
-//! | operator (`operator` role)      | yes        | any                   | all                 | any gate but its own runs'  | yes / yes      | yes        | yes     |
-//! | principal (any other token)     | yes        | its own               | its own             | its own, if the gate allows | no / yes       | no (403)   | 403     |
-//! | anonymous, `anonymous: runs`    | yes        | anonymous ones        | anonymous           | no                          | no / yes       | no (401)   | 401     |
-//! | anonymous, `anonymous: refuse`  | 401        | 401                   | 401                 | 401                         | 401            | 401        | 401     |
-//! | hook could not answer           | as anonymous for starting; 503 for anything that reads or decides                                             |
+//! | requester                       | start runs | read a run, its tree  | list runs, refusals | approve / deny              | cancel         | reload, agents | fleet view | metrics |
+//! |---------------------------------|------------|-----------------------|---------------------|-----------------------------|----------------|----------------|------------|---------|
+//! | local operator (no auth file)   | yes        | any                   | all                 | any gate                    | any run        | yes / yes      | yes        | yes     |
+//! | operator (`operator` role)      | yes        | any                   | all                 | any gate but its own runs'  | any run        | yes / yes      | yes        | yes     |
+//! | principal (any other token)     | yes        | its own               | its own             | its own, if the gate allows | its own        | no / yes       | no (403)   | 403     |
+//! | anonymous, `anonymous: runs`    | yes        | anonymous ones        | anonymous           | no                          | no (403)       | no / yes       | no (401)   | 401     |
+//! | anonymous, `anonymous: refuse`  | 401        | 401                   | 401                 | 401                         | 401            | 401            | 401        | 401     |
+//! | hook could not answer           | as anonymous for starting; 503 for anything that reads, decides or cancels                                                     |
 //!
 //! A run's call tree is read under the rule of its root run: whoever may read the root sees
 //! the tree's shape and each run's agent, status and cost (never another run's input or
@@ -21,6 +21,8 @@
 //! A run belongs to the principal it acts for (`api:<name>`, `anonymous`, ...). A requester
 //! cannot approve a gate of a run it started unless the gate allows self-approval (four eyes);
 //! the one exception is a host without an auth file, which has a single local operator.
+//! A run may be canceled by the principal it acts for or by an operator; anonymous callers
+//! share one principal, so none of them may stop another's anonymous run.
 //! A run the requester may not read answers exactly like a run that does not exist, so run
 //! ids of other principals cannot be probed.
 //!
@@ -79,6 +81,11 @@ pub enum Action<'a> {
         owner: &'a str,
         /// Whether the gate lets the run's own requester decide.
         self_approval: bool,
+    },
+    /// Cancel a run; `owner` is the principal the run acts for.
+    Cancel {
+        /// The principal the run acts for.
+        owner: &'a str,
     },
     /// Re-read every agent.yaml.
     Reload,
@@ -176,6 +183,8 @@ pub fn authorize(
                 }
             }
             Action::Decide { .. } => Err(Denial::NotVisible),
+            Action::Cancel { owner } if owner == principal => Ok(()),
+            Action::Cancel { .. } => Err(Denial::NotVisible),
             Action::Reload => Err(Denial::Forbidden("reloading needs the operator role")),
             Action::ViewFleet => Err(Denial::Forbidden("the fleet view needs the operator role")),
             Action::ReadMetrics => Err(Denial::Forbidden("metrics need the operator role")),
@@ -186,9 +195,13 @@ pub fn authorize(
                 Ok(())
             }
             Action::ReadRun { owner } | Action::ReadTree { owner } if owner == ANONYMOUS => Ok(()),
-            Action::ReadRun { .. } | Action::ReadTree { .. } | Action::Decide { .. } => {
-                Err(Denial::NotVisible)
-            }
+            Action::Cancel { owner } if owner == ANONYMOUS => Err(Denial::Forbidden(
+                "canceling needs a token: callers without one share the anonymous runs, so none may stop another's",
+            )),
+            Action::ReadRun { .. }
+            | Action::ReadTree { .. }
+            | Action::Decide { .. }
+            | Action::Cancel { .. } => Err(Denial::NotVisible),
             Action::Reload | Action::ViewFleet | Action::ReadMetrics => {
                 Err(Denial::Unauthenticated)
             }
@@ -266,6 +279,7 @@ mod tests {
             Action::ReadRun { owner: "api:bob" },
             Action::ListRuns,
             decide(ANONYMOUS, false),
+            cancel("api:bob"),
             Action::Reload,
             Action::ListAgents,
             Action::ReadTree { owner: "api:bob" },
@@ -363,6 +377,7 @@ mod tests {
             Action::ReadRun { owner: ANONYMOUS },
             Action::ListRuns,
             decide(ANONYMOUS, true),
+            cancel(ANONYMOUS),
             Action::Reload,
             Action::ListAgents,
             Action::ReadTree { owner: ANONYMOUS },
@@ -406,6 +421,50 @@ mod tests {
         assert_eq!(
             authorize(&nobody, OPEN, Action::ViewFleet),
             Err(Denial::Unauthenticated)
+        );
+    }
+
+    fn cancel(owner: &str) -> Action<'_> {
+        Action::Cancel { owner }
+    }
+
+    #[test]
+    fn a_run_is_canceled_by_its_own_principal_or_an_operator() {
+        for anonymous in [OPEN, SHUT] {
+            for owner in ["api:alice", "api:bob", "api:ops", ANONYMOUS, "agent:cmo"] {
+                assert_eq!(
+                    authorize(&Requester::LocalOperator, anonymous, cancel(owner)),
+                    Ok(())
+                );
+                // An operator may stop its own runs too: canceling needs no second pair of eyes.
+                assert_eq!(authorize(&operator(), anonymous, cancel(owner)), Ok(()));
+                assert_eq!(
+                    authorize(&Requester::Unverified, anonymous, cancel(owner)),
+                    Err(Denial::IdentityUnavailable)
+                );
+            }
+            assert_eq!(authorize(&alice(), anonymous, cancel("api:alice")), Ok(()));
+            // Another's run (a delegated run's principal is its caller agent) is not visible.
+            for owner in ["api:bob", "api:ops", ANONYMOUS, "agent:cmo"] {
+                assert_eq!(
+                    authorize(&alice(), anonymous, cancel(owner)),
+                    Err(Denial::NotVisible),
+                    "{owner}"
+                );
+            }
+            assert_eq!(
+                authorize(&Requester::Anonymous, SHUT, cancel(ANONYMOUS)),
+                Err(Denial::Unauthenticated)
+            );
+        }
+        // Anonymous callers see the anonymous runs but share them: none may stop another's.
+        assert!(matches!(
+            authorize(&Requester::Anonymous, OPEN, cancel(ANONYMOUS)),
+            Err(Denial::Forbidden(_))
+        ));
+        assert_eq!(
+            authorize(&Requester::Anonymous, OPEN, cancel("api:alice")),
+            Err(Denial::NotVisible)
         );
     }
 
@@ -467,6 +526,7 @@ mod tests {
                 Action::ReadRun { owner: ANONYMOUS },
                 Action::ListRuns,
                 decide(ANONYMOUS, true),
+                cancel(ANONYMOUS),
                 Action::Reload,
                 Action::ListAgents,
                 Action::ReadTree { owner: ANONYMOUS },

@@ -6,6 +6,7 @@
 //! | `GET /runs/{id}`            | one run; `?wait_ms=N` waits up to N ms for it to settle |
 //! | `GET /runs/{id}/events`     | a page of its event log: `?after=SEQ&limit=N` → `{events, next_after}`; `?follow=1` streams it live until the run settles (see [`follow`]) |
 //! | `POST /runs/{id}/approve`   | `{approve: bool}`: an operator's decision             |
+//! | `POST /runs/{id}/cancel`    | `{reason?}`: stop an unsettled run; it settles `failed` (409 `already_settled` once settled) |
 //! | `GET /jobs`                 | a page of runs, newest first: `?agent=&cursor=&limit=N` → `{runs, next}`; `?follow=1` streams every run that changes from then on |
 //! | `GET /agents`               | the agents served, whether each is up, and why not    |
 //! | `POST /reload`              | `{}`: re-read every agent.yaml now, restart agents that are down: `{changed, revived}` |
@@ -84,6 +85,18 @@ pub(crate) struct Decision {
     /// `true` runs the gated tool, `false` refuses it.
     pub approve: bool,
 }
+
+/// The body of `POST /runs/{id}/cancel` (optional: no body cancels without a reason).
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CancelRequest {
+    /// Why, recorded with the cancel and in the run's error (at most 1,000 bytes).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// Longest cancel reason accepted over HTTP.
+const MAX_REASON_BYTES: usize = 1_000;
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -424,6 +437,7 @@ fn documented_routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(get_run))
         .routes(routes!(get_events))
         .routes(routes!(approve))
+        .routes(routes!(cancel))
         .routes(routes!(jobs))
         .routes(routes!(agents))
         .routes(routes!(reload))
@@ -926,6 +940,70 @@ async fn approve(
     )?;
     let run = host.decide_as(&id, decision.approve, who.decider()).await?;
     Ok(Json(run).into_response())
+}
+
+#[utoipa::path(
+    post, path = "/runs/{id}/cancel", tag = "runs",
+    summary = "Cancel a run that has not settled",
+    description = "The run settles `failed` with error `canceled by <who>[: <reason>]` and a `canceled` event. Its model turn or tool still out finishes unread; calls it placed run on and their replies change nothing; a delegated run's caller gets a failed reply. The run's own requester or an operator may cancel it.",
+    params(("id" = String, Path, description = "The run id: `run_` and 32 hex digits")),
+    request_body = Option<CancelRequest>,
+    responses(
+        (status = 200, description = "the run after the cancel", body = RunDoc),
+        (status = 400, description = "a malformed query or body", body = ErrorDoc), (status = 401, description = "no known bearer token, on a host that refuses anonymous callers", body = ErrorDoc),
+        (status = 403, description = "this caller may not cancel runs (anonymous callers)", body = ErrorDoc),
+        (status = 404, description = "no such run that this caller may see", body = ErrorDoc),
+        (status = 409, description = "the run has already settled (`already_settled`)", body = ErrorDoc),
+    ),
+    security((), ("bearer" = []))
+)]
+async fn cancel(
+    State(host): State<Host>,
+    State(auth): State<Arc<HostAuth>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let id = parse_run_id(&id)?;
+    let (_, who) = requester(&auth, &headers).await;
+    access::identified(&who, auth.anonymous())?;
+    let request = cancel_request(&body)?;
+    let run = stored_run(&host, &id).await?;
+    access::authorize(
+        &who,
+        auth.anonymous(),
+        Action::Cancel {
+            owner: &run.principal,
+        },
+    )?;
+    let run = host.cancel_as(&id, who.decider(), request.reason).await?;
+    Ok(Json(run).into_response())
+}
+
+/// A cancel's body: none, or a JSON object with an optional reason of bounded size.
+fn cancel_request(body: &[u8]) -> Result<CancelRequest, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(CancelRequest::default());
+    }
+    let request: CancelRequest = serde_json::from_slice(body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_json",
+            format!("the body must be a JSON object like {{\"reason\": \"...\"}}: {e}"),
+        )
+    })?;
+    if request
+        .reason
+        .as_ref()
+        .is_some_and(|r| r.len() > MAX_REASON_BYTES)
+    {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_reason",
+            format!("a cancel reason may be at most {MAX_REASON_BYTES} bytes"),
+        ));
+    }
+    Ok(request)
 }
 
 #[utoipa::path(

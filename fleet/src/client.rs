@@ -399,6 +399,20 @@ impl Client {
         self.send(req).await
     }
 
+    /// Cancels a run that has not settled, with an optional reason; returns the run, now
+    /// `failed`. A settled run is refused with code `already_settled`.
+    pub async fn cancel(&self, id: &str, reason: Option<&str>) -> Result<RunRecord, FleetError> {
+        let body = match reason {
+            Some(reason) => json!({"reason": reason}),
+            None => json!({}),
+        };
+        let req = self
+            .http
+            .post(self.url(&format!("/runs/{id}/cancel")))
+            .json(&body);
+        self.send(req).await
+    }
+
     /// Re-reads every agent.yaml and starts again the agents that are down; returns the agents
     /// whose config changed and the agents revived.
     pub async fn reload(&self) -> Result<Reloaded, FleetError> {

@@ -122,6 +122,9 @@ pub(crate) struct Served {
     pub child: Child,
     pub url: String,
     lines: mpsc::Receiver<String>,
+    /// Lines written before the serving line (an agent failing as it resumes its runs can
+    /// log before the API is up): read first by `wait_for_line` and `stderr_lines`.
+    early: std::collections::VecDeque<String>,
 }
 
 impl Served {
@@ -176,10 +179,22 @@ impl Served {
             child,
             url: String::new(),
             lines: rx,
+            early: std::collections::VecDeque::new(),
         };
-        let line = served
-            .wait_for_line("consort: serving", Duration::from_secs(30))
-            .expect("consort dev did not report its URL");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let line = loop {
+            let left = deadline
+                .checked_duration_since(Instant::now())
+                .expect("consort dev did not report its URL");
+            let line = served
+                .lines
+                .recv_timeout(left)
+                .expect("consort dev did not report its URL");
+            if line.contains("consort: serving") {
+                break line;
+            }
+            served.early.push_back(line);
+        };
         let url = line
             .split_whitespace()
             .find(|w| w.starts_with("http://"))
@@ -191,6 +206,11 @@ impl Served {
 
     /// Waits for a stderr line containing `needle`.
     pub(crate) fn wait_for_line(&mut self, needle: &str, timeout: Duration) -> Option<String> {
+        while let Some(line) = self.early.pop_front() {
+            if line.contains(needle) {
+                return Some(line);
+            }
+        }
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.checked_duration_since(Instant::now())?;
@@ -204,7 +224,7 @@ impl Served {
 
     /// The stderr lines the host wrote since the last read (waits up to `settle` for more).
     pub(crate) fn stderr_lines(&mut self, settle: Duration) -> Vec<String> {
-        let mut lines = Vec::new();
+        let mut lines: Vec<String> = self.early.drain(..).collect();
         while let Ok(line) = self.lines.recv_timeout(settle) {
             lines.push(line);
         }

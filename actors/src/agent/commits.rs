@@ -98,7 +98,7 @@ enum Waiter {
 pub(super) enum Answer {
     /// Tell the link whether a reply was taken.
     Taken(RpcReplyPort<bool>, bool),
-    /// Answer an operator's decision with the run as committed.
+    /// Answer an operator's decision (or a cancel) with the run as committed.
     Decision(RunId, RpcReplyPort<Result<RunRecord, ActorsError>>),
     /// Give a delivery's sender its receipt.
     Receipt(
@@ -394,7 +394,7 @@ impl AgentActor {
                     .await
                     .and_then(|r| r.ok_or_else(|| ActorsError::UnknownRun(run.to_string())));
                 if port.send(record).is_err() {
-                    warn!(run_id = %run, "an operator stopped waiting for a decision's answer");
+                    warn!(run_id = %run, "a requester stopped waiting for its answer");
                 }
             }
         }

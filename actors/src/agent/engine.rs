@@ -279,24 +279,35 @@ impl AgentActor {
         by: String,
         reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
     ) -> Result<(), ActorsError> {
+        let input = Input::Decide {
+            run: run.clone(),
+            approve,
+            by,
+        };
+        self.on_request(myself, state, run, input, reply).await
+    }
+
+    /// Steps run `run` with a request someone the host checked made of it (a decision, a
+    /// cancel); `reply` gets the run as committed after it, or the step's refusal.
+    pub(super) async fn on_request(
+        &self,
+        myself: &ActorRef<AgentMsg>,
+        state: &mut AgentState,
+        run: &RunId,
+        input: Input,
+        reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
+    ) -> Result<(), ActorsError> {
         let refusal = match state.record(run).await {
-            Ok(Some(_)) => {
-                let input = Input::Decide {
-                    run: run.clone(),
-                    approve,
-                    by,
-                };
-                match self.drive(myself, state, run, input).await? {
-                    Verdict::Refused(refusal) => Some(refused(refusal)),
-                    _ => None,
-                }
-            }
+            Ok(Some(_)) => match self.drive(myself, state, run, input).await? {
+                Verdict::Refused(refusal) => Some(refused(refusal)),
+                _ => None,
+            },
             Ok(None) => Some(ActorsError::UnknownRun(run.to_string())),
             Err(e) => Some(e),
         };
         if let Some(error) = refusal {
             if reply.send(Err(error)).is_err() {
-                warn!(run_id = %run, "an operator stopped waiting for a decision's answer");
+                warn!(run_id = %run, "a requester stopped waiting for its answer");
             }
             return Ok(());
         }

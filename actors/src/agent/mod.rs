@@ -118,6 +118,13 @@ pub(crate) enum AgentMsg {
         by: String,
         reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
     },
+    /// A cancel of a run, by someone the host checked, and why.
+    Cancel {
+        run: RunId,
+        by: String,
+        reason: Option<String>,
+        reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
+    },
     /// A peer's (or an operator's) message: into one of this agent's runs, or a new run.
     Deliver {
         /// The sending agent, or `operator`.
@@ -194,6 +201,7 @@ impl AgentMsg {
     fn run(&self) -> Option<&RunId> {
         match self {
             Self::Decide { run, .. }
+            | Self::Cancel { run, .. }
             | Self::Resume(run)
             | Self::ResendReply(run)
             | Self::CallDone { run, .. }
@@ -473,6 +481,19 @@ impl AgentActor {
                 by,
                 reply,
             } => self.decide(myself, state, &run, approve, by, reply).await?,
+            AgentMsg::Cancel {
+                run,
+                by,
+                reason,
+                reply,
+            } => {
+                let input = Input::Cancel {
+                    run: run.clone(),
+                    by,
+                    reason,
+                };
+                self.on_request(myself, state, &run, input, reply).await?;
+            }
             AgentMsg::Deliver {
                 from,
                 run,

@@ -59,10 +59,16 @@ fn stored_format_1() -> Vec<(&'static str, Value)> {
 
 /// Kinds added after format 1's first stores; none changes a format-1 kind.
 fn added_kinds() -> Vec<(&'static str, Value)> {
-    vec![(
-        "message_received",
-        json!({"from": "cfo", "delivery_id": "d-1", "digest": "ab12", "text": "the numbers are in"}),
-    )]
+    vec![
+        (
+            "message_received",
+            json!({"from": "cfo", "delivery_id": "d-1", "digest": "ab12", "text": "the numbers are in"}),
+        ),
+        (
+            "canceled",
+            json!({"by": "api:alice", "reason": "the model loops"}),
+        ),
+    ]
 }
 
 #[test]
@@ -95,6 +101,28 @@ fn a_delivered_message_round_trips_with_every_field() {
     assert_eq!(data, added_kinds()[0].1);
     assert_eq!(RunEvent::decode("message_received", data), Ok(event));
     let missing = RunEvent::decode("message_received", json!({"from": "cfo", "text": "x"}));
+    assert!(matches!(missing, Err(CoreError::MalformedEvent { .. })));
+}
+
+#[test]
+fn a_cancel_round_trips_with_and_without_its_reason() {
+    let event = RunEvent::Canceled(Canceled {
+        by: "api:alice".into(),
+        reason: Some("the model loops".into()),
+    });
+    assert_eq!(event.kind(), "canceled");
+    assert_eq!(event.data(), added_kinds()[1].1);
+    assert_eq!(RunEvent::decode("canceled", event.data()), Ok(event));
+    let bare = RunEvent::Canceled(Canceled {
+        by: "operator".into(),
+        reason: None,
+    });
+    assert_eq!(bare.data(), json!({"by": "operator"}));
+    assert_eq!(
+        RunEvent::decode("canceled", json!({"by": "operator"})),
+        Ok(bare)
+    );
+    let missing = RunEvent::decode("canceled", json!({"reason": "x"}));
     assert!(matches!(missing, Err(CoreError::MalformedEvent { .. })));
 }
 

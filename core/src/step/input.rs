@@ -148,6 +148,16 @@ pub enum Input {
         /// Who decided (a principal, or `operator` for a host's local operator).
         by: String,
     },
+    /// Someone the host checked (the run's requester, or an operator) cancels the run: an
+    /// unsettled run settles `failed` at once; a settled one refuses.
+    Cancel {
+        /// The run (named in a refusal, as [`Input::Decide`] names it).
+        run: RunId,
+        /// Who cancels (a principal, or `operator` for a host's local operator).
+        by: String,
+        /// Why, in the canceler's words.
+        reason: Option<String>,
+    },
     /// A blocking call's wait (its `wait_s`) is over.
     WaitElapsed {
         /// The `call_agent` tool use.

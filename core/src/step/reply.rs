@@ -18,6 +18,11 @@ pub(super) fn take_reply(view: &RunView, reply: ReplyIn, placing: bool, cap: usi
     let Some(call) = view.calls.get(&reply.child_run) else {
         let expected = view.call_uses.get(&reply.tool_use_id) == Some(&reply.callee)
             && RunId::child_of(&reply.parent_run, &reply.tool_use_id) == reply.child_run;
+        if expected && settled(view) {
+            // A call whose placement had not been recorded when the run settled (a cancel):
+            // the run's log is final, so there is nothing to hold it for; the sender stops.
+            return Step::verdict(Verdict::Taken);
+        }
         if expected && placing {
             return Step::verdict(Verdict::Hold);
         }

@@ -855,3 +855,5 @@ proptest! {
         prop_assert_eq!(&run.view, &RunView::from_events(&run.log));
     }
 }
+
+mod cancel;

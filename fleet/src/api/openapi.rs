@@ -175,7 +175,8 @@ pub(crate) struct EventDoc {
     /// Unix milliseconds when it was recorded.
     at_ms: u64,
     /// `created`, `status`, `model_turn`, `tool_result`, `call_placed`, `reply_received`,
-    /// `approval_requested`, `approval_decided`, `answer`, … (docs: the run event log).
+    /// `approval_requested`, `approval_decided`, `canceled`, `answer`, … (docs: the run event
+    /// log).
     kind: String,
     /// The event's fields; their shape depends on `kind`.
     data: serde_json::Value,

@@ -283,6 +283,7 @@ async function pendingGate(runId) {
     for (const e of page.events) {
       if (e.kind === "approval_requested") pending = { tool: e.data.tool, use: e.data.tool_use_id, asked_ms: e.at_ms };
       if (e.kind === "approval_decided" && pending && e.data.tool_use_id === pending.use) pending = null;
+      if (e.kind === "canceled") pending = null;
     }
     if (page.next_after === null || page.next_after === undefined) return pending;
     after = page.next_after;
@@ -368,6 +369,7 @@ function eventSummary(e) {
     case "reply_received": return `reply from ${d.agent} (${d.status}): ${d.output}`;
     case "approval_requested": return `waits for approval of ${d.tool}`;
     case "approval_decided": return `${d.approved ? "approved" : "denied"} by ${d.by}`;
+    case "canceled": return `canceled by ${d.by}${d.reason ? `: ${d.reason}` : ""}`;
     case "model_turn": {
       const step = d.step || {};
       if (step.answer !== undefined) return `answers: ${clip(step.answer)}`;
