@@ -539,3 +539,45 @@ fn malformed_and_unsupported_requests_get_typed_json_rpc_errors() {
         (first_task(&after)["status"]["state"] == "TASK_STATE_COMPLETED").then_some(())
     });
 }
+
+#[test]
+fn cancel_task_cancels_the_run_and_a_settled_task_is_not_cancelable() {
+    if !sdk_available() {
+        return;
+    }
+    let (_fleet, served) = host();
+    let cfo = at(&served, "cfo");
+    let sent = client(&cfo, Some("tok-alice"), &["send", "2026-08"]);
+    let task = first_task(&sent);
+    assert_eq!(
+        task["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+        "{sent}"
+    );
+    let id = task["id"].as_str().expect("id").to_owned();
+
+    let bob = client(&cfo, Some("tok-bob"), &["cancel", &id]);
+    assert_eq!(bob["error"]["type"], "TaskNotFoundError", "{bob}");
+    let canceled = client(&cfo, Some("tok-alice"), &["cancel", &id]);
+    assert_eq!(
+        canceled["result"]["status"]["state"], "TASK_STATE_CANCELED",
+        "{canceled}"
+    );
+    assert!(text_of(&canceled["result"]["status"]["message"]).contains("canceled by api:alice"));
+    let run: Value = served
+        .http()
+        .get(format!("{}/runs/{id}", served.url))
+        .bearer_auth("tok-alice")
+        .send()
+        .expect("get run")
+        .json()
+        .expect("run json");
+    assert_eq!(run["status"], "failed");
+    let again = client(&cfo, Some("tok-alice"), &["cancel", &id]);
+    assert_eq!(again["error"]["type"], "TaskNotCancelableError", "{again}");
+    let listed = client(
+        &cfo,
+        Some("tok-alice"),
+        &["list", "--status", "TASK_STATE_CANCELED"],
+    );
+    assert_eq!(listed["result"]["totalSize"], 1, "{listed}");
+}

@@ -758,14 +758,27 @@ impl Call {
                 format!("task {} is already {}", params.id, state.wire_name()),
             ));
         }
-        Err(Failure::new(
-            A2aErrorCode::TaskNotCancelable,
-            format!(
-                "task {} is {}: runs cannot be canceled yet",
-                params.id,
-                state.wire_name()
-            ),
-        ))
+        self.authorize(Action::Cancel {
+            owner: &run.principal,
+        })?;
+        let reason = params
+            .metadata
+            .as_ref()
+            .and_then(|m| m.get("reason"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let canceled = self
+            .host
+            .cancel_as(&run.id, self.who.decider(), reason)
+            .await
+            .map_err(|e| match e {
+                ActorsError::Refused(refusal) => {
+                    Failure::new(A2aErrorCode::TaskNotCancelable, refusal.to_string())
+                }
+                other => Failure::internal(other),
+            })?;
+        let task = self.task(&canceled, None).await?;
+        result_of(&task)
     }
 
     async fn list_tasks(self, params: ListTasksRequest) -> Result<Answer, Failure> {
