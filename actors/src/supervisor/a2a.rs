@@ -306,11 +306,11 @@ mod tests {
     use super::*;
 
     fn child(n: u8) -> RunId {
-        RunId::child_of(&RunId::parse(&format!("run_{:032x}", n)).unwrap(), "tu_1_0")
+        RunId::child_of(&RunId::parse(&format!("run_{n:032x}")).unwrap(), "tu_1_0")
     }
 
     fn call(n: u8) -> A2aCallRef {
-        let parent = RunId::parse(&format!("run_{:032x}", n)).unwrap();
+        let parent = RunId::parse(&format!("run_{n:032x}")).unwrap();
         A2aCallRef {
             caller: "planner".into(),
             child_run: RunId::child_of(&parent, "tu_1_0"),
