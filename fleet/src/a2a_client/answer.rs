@@ -96,7 +96,8 @@ fn of_task(name: &str, task: &Task) -> A2aAnswer {
     let reason = if said.0.trim().is_empty() {
         "it gave no reason".to_owned()
     } else {
-        said.0.trim().to_owned()
+        // The sentence this text is put into ends with its own period.
+        said.0.trim().trim_end_matches('.').to_owned()
     };
     match task.status.state {
         TaskState::Completed => {
@@ -416,6 +417,16 @@ mod tests {
         }
         let a = of(Ok(Outcome::Task(task(TaskState::Rejected, None, &[]))));
         assert!(a.text.contains("it gave no reason"), "{}", a.text);
+        let a = of(Ok(Outcome::Task(task(
+            TaskState::Failed,
+            Some("It broke."),
+            &[],
+        ))));
+        assert!(
+            a.text.contains("failed the task: It broke. Calling"),
+            "{}",
+            a.text
+        );
     }
 
     #[test]
