@@ -134,6 +134,13 @@ fn a_script_agent_calls_a_remote_a2a_agent_and_answers_with_its_reply() {
         "planner",
         &planner("planner", &remote.card(), Some(TOKEN), ""),
     );
+    fleet.agent(
+        "checker",
+        &planner("checker", &remote.card(), Some(TOKEN), "").replace(
+            "    - answer: \"checker says: {reply.forecaster}\"",
+            "    - check: \"{call.forecaster}\"\n    - answer: \"{tool.check_run}\"",
+        ),
+    );
     let mut served = fleet.serve(&[]);
 
     let run = served.run_wait("planner", "paris");
@@ -160,12 +167,23 @@ fn a_script_agent_calls_a_remote_a2a_agent_and_answers_with_its_reply() {
     assert_eq!(replied["data"]["status"], "succeeded", "{replied}");
     assert_eq!(replied["data"]["output"], "forecast for paris: sunny");
     // Only the caller's run is stored: the remote agent is no agent of this host.
-    assert_eq!(fleet.jobs().len(), 1);
+    assert_eq!(support::runs_of(&fleet.jobs(), "forecaster").len(), 0);
 
     // A task the server answers while it is still working is polled until it completes.
     let run = served.run_wait("planner", "later lyon");
     assert_eq!(run["status"], "succeeded", "{run}");
     assert_eq!(output(&run), "planner says: forecast for later lyon: rain");
+
+    // check_run on the call says what became of it.
+    let run = served.run_wait("checker", "nice");
+    assert_eq!(run["status"], "succeeded", "{run}");
+    assert!(
+        output(&run).contains("forecaster is a remote A2A agent; the call run_")
+            && output(&run).contains("ended (succeeded)")
+            && output(&run).contains("forecast for nice: sunny"),
+        "{}",
+        output(&run)
+    );
 
     // The call hop has its span: run id, agent and hop depth.
     let lines = served.stderr_lines(Duration::from_millis(300));
@@ -492,4 +510,54 @@ model:
         .collect();
     assert_eq!(replies.len(), 2, "{events:#?}");
     assert!(replies.iter().any(|e| e["data"]["agent"] == "forecaster"));
+}
+
+#[test]
+fn a_call_out_when_its_host_restarts_ends_with_a_reply_that_says_its_answer_was_lost() {
+    if !sdk_available() {
+        return;
+    }
+    let remote = RemoteAgent::start();
+    let fleet = Fleet::new();
+    fleet.agent(
+        "planner",
+        &planner("planner", &remote.card(), Some(TOKEN), ""),
+    );
+    let served = fleet.serve(&[]);
+    // The remote agent works for a minute on this one: the call is out.
+    let out = served.cli(&["run", "planner", "hang on", "--json"]);
+    let started: Value = serde_json::from_slice(&out.stdout).expect("run json");
+    let id = started["id"].as_str().expect("run id").to_owned();
+    support::eventually("the call to be out", Duration::from_secs(30), || {
+        let shown = served.show(&id)?;
+        let events = shown["events"].as_array()?.clone();
+        kinds(&events)
+            .contains(&"call_placed".to_string())
+            .then_some(())
+    });
+    served.kill();
+
+    let served = fleet.serve(&[]);
+    let shown = served.wait_status(&id, "succeeded");
+    let said = shown["run"]["output"].as_str().unwrap_or_default();
+    assert!(
+        said.contains("the call to the A2A agent forecaster was out when this host restarted, and its answer was lost; call it again"),
+        "{said}"
+    );
+}
+
+#[test]
+fn consort_edges_shows_an_edge_to_an_a2a_agent() {
+    let fleet = Fleet::new();
+    fleet.agent(
+        "planner",
+        &planner("planner", "http://127.0.0.1:9/card", None, ""),
+    );
+    let out = consort(&["edges", path_str(&fleet.agents()), "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let edges: Value = serde_json::from_slice(&out.stdout).expect("edges json");
+    assert_eq!(
+        edges,
+        serde_json::json!([{"caller": "planner", "callee": "forecaster", "status": "a2a"}])
+    );
 }

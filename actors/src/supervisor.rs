@@ -804,6 +804,8 @@ impl Actor for HostSupervisor {
                         let summary = remote.run_summary(caller, parent_run, agent, run).await;
                         answer(reply, summary);
                     });
+                } else if let Some(said) = Self::a2a_run_summary(state, &caller, &agent, &run) {
+                    answer(reply, Err(ActorsError::Remote(said)));
                 } else {
                     answer(reply, Err(ActorsError::UnknownAgent(agent)));
                 }

@@ -230,7 +230,9 @@ impl HostSupervisor {
         state: &SupervisorState,
         call: &A2aCallRef,
     ) {
-        match lock(&state.a2a_book).ask(&call.child_run) {
+        // The guard is dropped before the match: the `Lost` arm takes the lock again.
+        let asked = lock(&state.a2a_book).ask(&call.child_run);
+        match asked {
             Asked::Pending => {}
             Asked::Resend(reply) => offer(myself, *reply),
             Asked::Lost => {
@@ -240,6 +242,36 @@ impl HostSupervisor {
                 offer(myself, reply);
             }
         }
+    }
+}
+
+impl HostSupervisor {
+    /// What `check_run` tells `caller` about its call `run` to `agent`, when that is one of
+    /// its A2A agents: a remote agent's task is no run of this host.
+    pub(super) fn a2a_run_summary(
+        state: &SupervisorState,
+        caller: &str,
+        agent: &str,
+        run: &RunId,
+    ) -> Option<String> {
+        state.slots.get(caller)?.config.a2a_agent(agent)?;
+        let asked = lock(&state.a2a_book).ask(run);
+        Some(match asked {
+            Asked::Pending => format!(
+                "{agent} is a remote A2A agent and the call {run} is still out; its answer will arrive as a [reply from {agent}] message"
+            ),
+            Asked::Resend(reply) => format!(
+                "{agent} is a remote A2A agent; the call {run} ended ({}) and its answer was delivered as a [reply from {agent}] message: {}",
+                match reply.status {
+                    ReplyStatus::Succeeded => "succeeded",
+                    ReplyStatus::Failed => "failed",
+                },
+                reply.output
+            ),
+            Asked::Lost => format!(
+                "{agent} is a remote A2A agent and this host has no record of the call {run}; call it again if you still need its answer"
+            ),
+        })
     }
 }
 
