@@ -11,6 +11,8 @@ declares the scheme); the card itself is public. What it answers depends on the 
 - containing "fail": the task FAILS, saying why;
 - containing "question": the task stops at INPUT_REQUIRED, asking which city;
 - containing "hang": it works for 60 s before answering (for timeouts);
+- containing "later": it answers at once with the task still WORKING and completes it 1.5 s
+  later with an artifact "forecast for <input>: rain" (the caller has to poll GetTask);
 - anything else: the task COMPLETES with an artifact "forecast for <input>: sunny".
 
 It prints one line, "listening on PORT", once the server accepts connections.
