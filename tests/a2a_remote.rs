@@ -220,6 +220,10 @@ fn rejected_failed_and_interrupted_tasks_become_clear_failed_replies() {
             "a question",
             "the A2A agent forecaster needs more input before it can answer: Which city do you mean?",
         ),
+        (
+            "crash now",
+            "the A2A agent forecaster answered SendMessage with the error -32603 INTERNAL_ERROR: the forecaster crashed; calling it again later may work",
+        ),
     ] {
         let run = served.run_wait("planner", input);
         assert_eq!(run["status"], "succeeded", "{run}");
@@ -230,6 +234,7 @@ fn rejected_failed_and_interrupted_tasks_become_clear_failed_replies() {
             .find(|e| e["kind"] == "reply_received")
             .expect("reply_received");
         assert_eq!(replied["data"]["status"], "failed", "{input}: {replied}");
+        assert_eq!(replied["data"]["agent"], "forecaster", "{input}: {replied}");
     }
 }
 
@@ -317,6 +322,18 @@ fn a_server_that_is_down_or_too_slow_is_a_clear_reply_without_a_hang() {
         &planner("hasty", &remote.card(), Some(TOKEN), "")
             .replace("timeout_ms: 20000", "timeout_ms: 1500"),
     );
+    fleet.agent(
+        "lost",
+        &planner(
+            "lost",
+            &format!(
+                "http://127.0.0.1:{}/.well-known/no-such-card.json",
+                remote.port
+            ),
+            None,
+            "",
+        ),
+    );
     let served = fleet.serve(&[]);
 
     let started = Instant::now();
@@ -333,6 +350,16 @@ fn a_server_that_is_down_or_too_slow_is_a_clear_reply_without_a_hang() {
         output(&run)
     );
     assert!(output(&run).contains("Try again later or answer without it"));
+
+    let run = served.run_wait("lost", "paris");
+    assert!(
+        output(&run).contains(&format!(
+            "the agent card of the A2A agent forecaster could not be read at http://127.0.0.1:{}/.well-known/no-such-card.json (HTTP 404)",
+            remote.port
+        )),
+        "{}",
+        output(&run)
+    );
 
     let started = Instant::now();
     let run = served.run_wait("hasty", "hang on");

@@ -13,8 +13,8 @@ use consort_net::{ReplyStatus, RunId};
 
 use crate::routing::BoxFuture;
 
-/// One call to a remote A2A agent, as the host places it.
-#[derive(Clone, Debug)]
+/// One call to a remote A2A agent, as the host places it. Its `Debug` never shows the token.
+#[derive(Clone)]
 pub struct A2aRequest {
     /// The A2A agent as the caller's agent.yaml declares it now.
     pub agent: A2aAgentConfig,
@@ -32,6 +32,20 @@ pub struct A2aRequest {
     pub hop_depth: usize,
 }
 
+impl std::fmt::Debug for A2aRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("A2aRequest")
+            .field("agent", &self.agent)
+            .field("token", &self.token.as_ref().map(|_| "[redacted]"))
+            .field("input", &self.input)
+            .field("child_run", &self.child_run)
+            .field("caller", &self.caller)
+            .field("parent_run", &self.parent_run)
+            .field("hop_depth", &self.hop_depth)
+            .finish()
+    }
+}
+
 /// How a call to an A2A agent ended, as its caller's run will read it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct A2aAnswer {
@@ -47,6 +61,36 @@ pub trait A2aCalls: Send + Sync + 'static {
     /// never fails: an unreachable agent, an HTTP or JSON-RPC error and a timeout are
     /// answers of status `Failed` that say so.
     fn call(&self, request: A2aRequest) -> BoxFuture<'_, A2aAnswer>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_never_shows_its_token() {
+        let parent = RunId::parse(&format!("run_{:032x}", 1)).unwrap();
+        let request = A2aRequest {
+            agent: A2aAgentConfig {
+                name: "forecaster".into(),
+                card: "http://127.0.0.1:9/card".into(),
+                token_env: Some("T".into()),
+                timeout_ms: 1000,
+            },
+            token: Some("s3cret".into()),
+            input: "paris".into(),
+            child_run: RunId::child_of(&parent, "tu_1_0"),
+            caller: "planner".into(),
+            parent_run: parent,
+            hop_depth: 1,
+        };
+        let shown = format!("{request:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(
+            shown.contains("[redacted]") && shown.contains("paris"),
+            "{shown}"
+        );
+    }
 }
 
 /// A call to an A2A agent that a run still waits on, as the caller asks for its reply again

@@ -10,6 +10,7 @@ declares the scheme); the card itself is public. What it answers depends on the 
 - containing "reject": the task is REJECTED, saying why;
 - containing "fail": the task FAILS, saying why;
 - containing "question": the task stops at INPUT_REQUIRED, asking which city;
+- containing "crash": the executor raises, which the SDK answers with a JSON-RPC error;
 - containing "hang": it works for 60 s before answering (for timeouts);
 - containing "later": it answers at once with the task still WORKING and completes it 1.5 s
   later with an artifact "forecast for <input>: rain" (the caller has to poll GetTask);
@@ -19,6 +20,7 @@ It prints one line, "listening on PORT", once the server accepts connections.
 """
 
 import asyncio
+import logging
 import sys
 
 import uvicorn
@@ -71,6 +73,8 @@ class Forecaster(AgentExecutor):
             await updater.failed(say("the forecast model crashed"))
         elif "question" in text:
             await updater.requires_input(say("Which city do you mean?"))
+        elif "crash" in text:
+            raise RuntimeError("the forecaster crashed")
         elif "later" in text:
             # Answers with the task still WORKING and finishes it in the background, so the
             # caller has to poll GetTask.
@@ -105,6 +109,8 @@ class BearerOnly(BaseHTTPMiddleware):
 
 
 def main() -> None:
+    # The "crash" mode's exception is expected: the SDK would print its traceback.
+    logging.getLogger("a2a.server.agent_execution.active_task").setLevel(logging.CRITICAL)
     port = int(sys.argv[1])
     token = sys.argv[2]
     base = f"http://127.0.0.1:{port}"
