@@ -141,6 +141,12 @@ fn a_script_agent_calls_a_remote_a2a_agent_and_answers_with_its_reply() {
             "    - check: \"{call.forecaster}\"\n    - answer: \"{tool.check_run}\"",
         ),
     );
+    fleet.agent(
+        "blocking",
+        &planner("blocking", &remote.card(), Some(TOKEN), "")
+            .replace("input: \"{input}\"}]", "input: \"{input}\", wait_s: 30}]")
+            .replace("{reply.forecaster}", "{tool.call_agent}"),
+    );
     let mut served = fleet.serve(&[]);
 
     let run = served.run_wait("planner", "paris");
@@ -173,6 +179,11 @@ fn a_script_agent_calls_a_remote_a2a_agent_and_answers_with_its_reply() {
     let run = served.run_wait("planner", "later lyon");
     assert_eq!(run["status"], "succeeded", "{run}");
     assert_eq!(output(&run), "planner says: forecast for later lyon: rain");
+
+    // A blocking call (`wait_s`) gets the answer as the tool's result.
+    let run = served.run_wait("blocking", "oslo");
+    assert_eq!(run["status"], "succeeded", "{run}");
+    assert_eq!(output(&run), "blocking says: forecast for oslo: sunny");
 
     // check_run on the call says what became of it.
     let run = served.run_wait("checker", "nice");

@@ -109,8 +109,9 @@ class BearerOnly(BaseHTTPMiddleware):
 
 
 def main() -> None:
-    # The "crash" mode's exception is expected: the SDK would print its traceback.
-    logging.getLogger("a2a.server.agent_execution.active_task").setLevel(logging.CRITICAL)
+    # The "crash" mode's exception is expected: the SDK would print its traceback twice.
+    for logger in ("a2a.server.agent_execution.active_task", "a2a.server.routes.jsonrpc_dispatcher"):
+        logging.getLogger(logger).setLevel(logging.CRITICAL)
     port = int(sys.argv[1])
     token = sys.argv[2]
     base = f"http://127.0.0.1:{port}"
