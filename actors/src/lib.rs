@@ -14,8 +14,9 @@
 //!
 //! It never opens a network socket and never parses YAML: config comes from consort-config,
 //! envelopes from consort-net, and links to other hosts plug in through
-//! [`supervisor::RemoteCalls`].
+//! [`supervisor::RemoteCalls`], remote A2A agents through [`a2a::A2aCalls`].
 
+pub mod a2a;
 mod agent;
 mod data;
 pub mod directory;

@@ -182,6 +182,9 @@ pub enum SupervisorMsg {
         /// The settled child run whose reply is asked for again.
         child_run: RunId,
     },
+    /// Ask again for the reply of a call to a remote A2A agent (the caller resumed, or a reply
+    /// may have been lost).
+    ResendA2aReply(crate::a2a::A2aCallRef),
     /// Read a run of a given agent (for `check_run`), placed by `caller`'s run `parent_run`.
     RunSummary {
         /// The agent asking.

@@ -76,6 +76,9 @@ pub struct HostSpec {
     pub tools: BTreeMap<String, Vec<Arc<dyn Tool>>>,
     /// How calls and replies reach agents on other hosts; `None` for a single host.
     pub remote: Option<Arc<dyn RemoteCalls>>,
+    /// How calls reach the remote A2A agents agents declare (`a2a_agents:`); `None` refuses
+    /// such calls as unreachable.
+    pub a2a: Option<Arc<dyn crate::a2a::A2aCalls>>,
     /// How often agent.yaml files are checked for changes; `None` turns watching off.
     pub watch_config: Option<Duration>,
     /// How often each store's WAL is checkpointed.
@@ -102,6 +105,7 @@ impl HostSpec {
             models: BTreeMap::new(),
             tools: BTreeMap::new(),
             remote: None,
+            a2a: None,
             watch_config: Some(Duration::from_millis(500)),
             checkpoint_every: Duration::from_secs(5),
             host_name: "local".to_owned(),
@@ -160,6 +164,8 @@ pub struct SupervisorState {
     watch_from: Option<String>,
     /// The host's metric handles (each agent actor gets its own from them).
     metrics: HostMetrics,
+    /// The calls to remote A2A agents placed since the host started (see `supervisor/a2a.rs`).
+    a2a_book: Arc<std::sync::Mutex<a2a::A2aBook>>,
 }
 
 /// The host supervisor actor.
@@ -595,6 +601,7 @@ impl Actor for HostSupervisor {
             markers,
             watch_from: None,
             metrics: args.metrics,
+            a2a_book: Arc::default(),
         };
         // Every agent has a seat from the start; only those that may hold unsettled runs
         // are woken now, the others when a message needs them.
@@ -724,6 +731,8 @@ impl Actor for HostSupervisor {
                         let outcome = remote.place_call(envelope).await;
                         answer(reply, outcome);
                     });
+                } else if let Some((agent, token)) = Self::a2a_callee(state, &envelope) {
+                    Self::place_a2a_call(&myself, state, envelope, agent, token, reply);
                 } else {
                     let allowed = Self::fleet_agents(&state.spec).join(", ");
                     answer(
@@ -767,6 +776,9 @@ impl Actor for HostSupervisor {
                     tokio::spawn(async move { remote.resend_reply(callee, child_run).await });
                 }
             }
+            SupervisorMsg::ResendA2aReply(call) => {
+                Self::ask_a2a_reply(&myself, state, &call);
+            }
             SupervisorMsg::RunSummary {
                 caller,
                 parent_run,
@@ -792,6 +804,8 @@ impl Actor for HostSupervisor {
                         let summary = remote.run_summary(caller, parent_run, agent, run).await;
                         answer(reply, summary);
                     });
+                } else if let Some(said) = Self::a2a_run_summary(state, &caller, &agent, &run) {
+                    answer(reply, Err(ActorsError::Remote(said)));
                 } else {
                     answer(reply, Err(ActorsError::UnknownAgent(agent)));
                 }
@@ -1049,6 +1063,7 @@ fn answer<T>(port: RpcReplyPort<T>, value: T) {
     }
 }
 
+mod a2a;
 mod operator;
 mod peers;
 mod sleep;

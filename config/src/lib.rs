@@ -21,8 +21,9 @@ mod visibility;
 mod yaml;
 
 pub use agent::{
-    AgentConfig, AgentSet, Approval, CallStep, CommandModel, DEFAULT_SQL_TIMEOUT_MS, Limits,
-    MAX_SQL_TIMEOUT_MS, MAX_WAIT_S, ModelConfig, OpenAiModel, ScriptStep, ToolChoice, ToolConfig,
+    A2aAgentConfig, AgentConfig, AgentSet, Approval, CallStep, CommandModel,
+    DEFAULT_A2A_TIMEOUT_MS, DEFAULT_SQL_TIMEOUT_MS, Limits, MAX_A2A_TIMEOUT_MS, MAX_SQL_TIMEOUT_MS,
+    MAX_WAIT_S, MIN_A2A_TIMEOUT_MS, ModelConfig, OpenAiModel, ScriptStep, ToolChoice, ToolConfig,
     ToolKind, ToolStep, check_name,
 };
 pub use error::ConfigError;

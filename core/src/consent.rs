@@ -5,11 +5,13 @@
 //! callee lists the caller in `accept_from`). A call connects only where both halves hold;
 //! everything else is denied. The guards ([`crate::guards`]) ask each half with that side's
 //! *current* config on every call, and [`ConsentGraph`] (what `consort edges` prints) is built
-//! from the same two functions, so the edges shown are exactly the edges enforced.
+//! from the same two functions, so the edges shown are exactly the edges enforced. A remote
+//! A2A agent has no `accept_from` here (it decides its own access): an edge to one the caller
+//! declares is [`EdgeStatus::A2a`], enforced on the caller's side only.
 //!
 //! Pure data: no I/O, no knowledge of files, runs or hosts.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -35,15 +37,19 @@ pub enum EdgeStatus {
     CallerOnly,
     /// Only the callee lists the caller in `accept_from`: calls are refused.
     CalleeOnly,
+    /// The caller lists a remote A2A agent it declares (`a2a_agents:`): calls go out, and the
+    /// remote agent decides by its own rules whether it serves them.
+    A2a,
 }
 
 impl EdgeStatus {
-    /// The serialized name: `connected`, `caller_only`, `callee_only`.
+    /// The serialized name: `connected`, `caller_only`, `callee_only`, `a2a`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Connected => "connected",
             Self::CallerOnly => "caller_only",
             Self::CalleeOnly => "callee_only",
+            Self::A2a => "a2a",
         }
     }
 }
@@ -72,15 +78,26 @@ pub struct ConsentGraph {
     can_call: BTreeMap<String, Vec<String>>,
     /// callee → callers it lists in `accept_from`.
     accept_from: BTreeMap<String, Vec<String>>,
+    /// agent → the remote A2A agents it declares.
+    a2a: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl ConsentGraph {
     /// The graph of a set of agents' current declarations.
     pub fn of(set: &AgentSet) -> Self {
-        Self::from_declarations(set.names().into_iter().filter_map(|name| {
+        let mut g = Self::from_declarations(set.names().into_iter().filter_map(|name| {
             let agent = set.get(&name)?;
             Some((name, agent.can_call.clone(), agent.accept_from.clone()))
-        }))
+        }));
+        for (name, agent) in &set.agents {
+            if !agent.a2a_agents.is_empty() {
+                g.a2a.insert(
+                    name.clone(),
+                    agent.a2a_agents.iter().map(|a| a.name.clone()).collect(),
+                );
+            }
+        }
+        g
     }
 
     /// Builds the graph from `(agent, can_call, accept_from)` declarations. An agent declared
@@ -105,7 +122,9 @@ impl ConsentGraph {
         let mut out: BTreeMap<(&str, &str), EdgeStatus> = BTreeMap::new();
         for (caller, callees) in &self.can_call {
             for callee in callees {
-                let status = if self.accepts(callee, caller) {
+                let status = if self.declares_a2a(caller, callee) {
+                    EdgeStatus::A2a
+                } else if self.accepts(callee, caller) {
                     EdgeStatus::Connected
                 } else {
                     EdgeStatus::CallerOnly
@@ -132,6 +151,7 @@ impl ConsentGraph {
     /// How the edge `caller → callee` resolves; `None` when neither side declared it.
     pub fn status(&self, caller: &str, callee: &str) -> Option<EdgeStatus> {
         match (self.lists(caller, callee), self.accepts(callee, caller)) {
+            (true, _) if self.declares_a2a(caller, callee) => Some(EdgeStatus::A2a),
             (true, true) => Some(EdgeStatus::Connected),
             (true, false) => Some(EdgeStatus::CallerOnly),
             (false, true) => Some(EdgeStatus::CalleeOnly),
@@ -139,9 +159,17 @@ impl ConsentGraph {
         }
     }
 
-    /// Whether `caller` may call `callee`: only when both sides declared it (deny by default).
+    /// Whether `caller` may call `callee`: only when both sides declared it, or the caller
+    /// lists an A2A agent it declares (deny by default).
     pub fn allows(&self, caller: &str, callee: &str) -> bool {
-        self.status(caller, callee) == Some(EdgeStatus::Connected)
+        matches!(
+            self.status(caller, callee),
+            Some(EdgeStatus::Connected | EdgeStatus::A2a)
+        )
+    }
+
+    fn declares_a2a(&self, caller: &str, callee: &str) -> bool {
+        self.a2a.get(caller).is_some_and(|s| s.contains(callee))
     }
 
     fn lists(&self, caller: &str, callee: &str) -> bool {
@@ -262,6 +290,30 @@ mod tests {
     }
 
     #[test]
+    fn an_edge_to_a_declared_a2a_agent_is_enforced_on_the_callers_side_only() {
+        let mut g = ConsentGraph::from_declarations([
+            decl("planner", &["forecaster", "ghost"], &[]),
+            decl("other", &[], &[]),
+        ]);
+        g.a2a
+            .insert("planner".into(), ["forecaster".to_owned()].into());
+        // Another agent declaring nothing does not make the name an A2A agent for it.
+        g.a2a.insert("other".into(), ["ghost".to_owned()].into());
+        assert_eq!(
+            g.edges(),
+            vec![
+                edge("planner", "forecaster", EdgeStatus::A2a),
+                edge("planner", "ghost", EdgeStatus::CallerOnly),
+            ]
+        );
+        assert!(g.allows("planner", "forecaster"));
+        assert!(!g.allows("planner", "ghost"));
+        // Declared but not listed in can_call: no edge.
+        assert_eq!(g.status("other", "ghost"), None);
+        assert!(!g.allows("other", "ghost"));
+    }
+
+    #[test]
     fn duplicate_entries_give_one_edge() {
         let g =
             ConsentGraph::from_declarations([decl("a", &["b", "b"], &[]), decl("b", &[], &["a"])]);
@@ -274,6 +326,7 @@ mod tests {
             (EdgeStatus::Connected, "connected"),
             (EdgeStatus::CallerOnly, "caller_only"),
             (EdgeStatus::CalleeOnly, "callee_only"),
+            (EdgeStatus::A2a, "a2a"),
         ] {
             assert_eq!(s.as_str(), text);
             assert_eq!(s.to_string(), text);

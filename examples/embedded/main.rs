@@ -98,6 +98,7 @@ fn agent(
         file: PathBuf::from(name).join("agent.yaml"),
         visibility: Default::default(),
         limits: Default::default(),
+        a2a_agents: Vec::new(),
     }
 }
 

@@ -5,10 +5,12 @@
 //! (`client`). A host of a multi-host fleet is assembled by `serve`, whose links to the
 //! other hosts are `remote`; an operator's fleet commands to those hosts, both ends, are
 //! [`operator`]. Every host's API also serves the dashboard, a web page that reads the same
-//! routes (`dashboard`). The CLI is one user of these; an embedding app is another. The crate
+//! routes (`dashboard`). Calls from its agents to remote A2A agents go out through
+//! [`a2a_client`]. The CLI is one user of these; an embedding app is another. The crate
 //! decides no call rules itself (they live in consort-core's guards) and never touches a run
 //! store except through the host handle or the read-only data folder.
 
+pub mod a2a_client;
 pub mod access;
 mod api;
 mod auth;

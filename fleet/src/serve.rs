@@ -324,6 +324,7 @@ impl ServedHost {
         // calls from this host's runs and from other hosts' alike.
         spec.options.host_grants = auth.grants().clone();
         spec.remote = Some(Arc::new(remote));
+        spec.a2a = Some(Arc::new(crate::a2a_client::A2aClient::new()?));
 
         let listener = TcpListener::bind(options.listen_http)
             .await

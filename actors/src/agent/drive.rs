@@ -178,7 +178,7 @@ impl AgentActor {
             let step = step::step(
                 view,
                 next,
-                &policy(&state.config, &state.fleet_agents, &state.options),
+                &policy(&state.config, &state.callable, &state.options),
             );
             verdict.get_or_insert(step.verdict);
             if let Some(transition) = step.write {

@@ -365,7 +365,11 @@ impl AgentActor {
             }
             Effect::AskReplies(calls) => {
                 for (callee, child_run) in calls {
-                    state.tell_supervisor(SupervisorMsg::ResendReply { callee, child_run });
+                    let message = match a2a_call(state, id, &callee, &child_run) {
+                        Some(call) => SupervisorMsg::ResendA2aReply(call),
+                        None => SupervisorMsg::ResendReply { callee, child_run },
+                    };
+                    state.tell_supervisor(message);
                 }
             }
             Effect::Settled => {
@@ -459,6 +463,24 @@ pub(super) fn report_settled(state: &AgentState, record: &RunRecord) {
         record: Box::new(record.clone()),
         reply,
     });
+}
+
+/// A call of run `id` to one of this agent's A2A agents, as its reply is asked for again.
+fn a2a_call(
+    state: &AgentState,
+    id: &RunId,
+    callee: &str,
+    child_run: &RunId,
+) -> Option<crate::a2a::A2aCallRef> {
+    state.config.a2a_agent(callee)?;
+    let placed = state.views.get(id)?.calls.get(child_run)?;
+    Some(crate::a2a::A2aCallRef {
+        caller: state.config.name.clone(),
+        parent_run: id.clone(),
+        tool_use_id: placed.tool_use_id.clone(),
+        callee: callee.to_owned(),
+        child_run: child_run.clone(),
+    })
 }
 
 /// `call_agent` and `check_run`, as the model is told about them.

@@ -327,6 +327,7 @@ impl Actor for AgentActor {
         let model = args.model.unwrap_or_else(|| model_for(&args.config));
         let catalog = AgentCatalog::build(&args.config, &args.extra_tools, 1);
         let metrics = args.metrics.agent(&args.config.name);
+        let callable = state::callable_agents(&args.fleet_agents, &args.config);
         Ok(AgentState {
             probe_cache: ProbeCache::new(catalog.generation()),
             catalog,
@@ -336,6 +337,7 @@ impl Actor for AgentActor {
             model_from_app,
             extra_tools: args.extra_tools,
             supervisor: args.supervisor,
+            callable,
             fleet_agents: args.fleet_agents,
             options: args.options,
             in_flight: UsesOut::default(),
@@ -513,6 +515,7 @@ impl AgentActor {
                     info!(agent = %config.name, "declared model changed; new turns use it");
                     state.model = model_for(&config);
                 }
+                state.callable = state::callable_agents(&state.fleet_agents, &config);
                 state.config = *config;
             }
             AgentMsg::Checkpoint => {

@@ -66,6 +66,19 @@ impl PrincipalShares {
 /// The most parents whose children count is kept in memory.
 const CHILDREN_KEPT: usize = 10_000;
 
+/// The names a call of `config`'s agent may name: every agent of the fleet and the agent's own
+/// A2A agents (the fleet's list itself, shared, when it declares none).
+pub(super) fn callable_agents(fleet: &Arc<[String]>, config: &AgentConfig) -> Arc<[String]> {
+    if config.a2a_agents.is_empty() {
+        return fleet.clone();
+    }
+    let mut names: Vec<String> = fleet.to_vec();
+    names.extend(config.a2a_agents.iter().map(|a| a.name.clone()));
+    names.sort();
+    names.dedup();
+    Arc::from(names)
+}
+
 /// The agent actor's state: its config, store, model and tools, and what is in flight.
 pub(crate) struct AgentState {
     pub(super) config: AgentConfig,
@@ -80,6 +93,9 @@ pub(crate) struct AgentState {
     pub(super) extra_tools: Vec<Arc<dyn Tool>>,
     pub(super) supervisor: ActorRef<SupervisorMsg>,
     pub(super) fleet_agents: Arc<[String]>,
+    /// What a call may name: the fleet's agents and this agent's own A2A agents
+    /// ([`callable_agents`]), rebuilt when its config changes.
+    pub(super) callable: Arc<[String]>,
     pub(super) options: AgentOptions,
     /// Tool uses whose outcome is being fetched by a spawned task.
     pub(super) in_flight: UsesOut,

@@ -87,6 +87,7 @@ fn config(probe_budget: usize) -> AgentConfig {
         file: "cfo/agent.yaml".into(),
         visibility,
         limits: Default::default(),
+        a2a_agents: Vec::new(),
     }
 }
 

@@ -3,14 +3,15 @@
 //! This module owns [`AgentConfig`] and the top-level reading of one file ([`AgentConfig::load`]):
 //! the name, the peer lists, `env:`, and the order in which the sections are converted. Each
 //! section with rules of its own lives in a child module: `model` (the script turns), `tools`
-//! (declared tools), `limits` (loop guards), with `names` for the name rule shared with
-//! fleet.yaml. The cross-file checks of a set ([`AgentSet::load`]: unique names, every peer
+//! (declared tools), `limits` (loop guards), `a2a` (remote A2A agents it may call), with `names`
+//! for the name rule shared with fleet.yaml. The cross-file checks of a set ([`AgentSet::load`]: unique names, every peer
 //! named exists) are `set`'s. Unknown keys are refused everywhere, and every error names the
 //! file, line, column and key.
 //!
 //! Nothing here may start agents, open databases or decide consent at call time: it reads,
 //! checks and hands back plain data (what the declarations mean for a call is consort-core's).
 
+mod a2a;
 mod endpoint;
 mod limits;
 mod model;
@@ -33,6 +34,8 @@ use crate::visibility::{
 };
 use crate::yaml::{Ctx, KeyPath, Pos, SpannedPairs, load_file};
 
+pub use a2a::{A2aAgentConfig, DEFAULT_A2A_TIMEOUT_MS, MAX_A2A_TIMEOUT_MS, MIN_A2A_TIMEOUT_MS};
+use a2a::{RawA2aAgent, convert_a2a_agents};
 pub use limits::Limits;
 use limits::{RawLimits, convert_limits};
 pub use model::{
@@ -71,6 +74,15 @@ pub struct AgentConfig {
     pub visibility: VisibilityConfig,
     /// The loop guards of this agent's calls (`limits:`).
     pub limits: Limits,
+    /// Remote A2A agents this agent may call, once `can_call` names them too (`a2a_agents:`).
+    pub a2a_agents: Vec<A2aAgentConfig>,
+}
+
+impl AgentConfig {
+    /// The A2A agent this agent declares under `name`, if any.
+    pub fn a2a_agent(&self, name: &str) -> Option<&A2aAgentConfig> {
+        self.a2a_agents.iter().find(|a| a.name == name)
+    }
 }
 
 /// The file name of an agent's declaration inside its folder.
@@ -93,6 +105,7 @@ struct RawAgent {
     grants: Option<BTreeMap<String, Spanned<RawGrant>>>,
     probe_budget: Option<Spanned<u64>>,
     limits: Option<RawLimits>,
+    a2a_agents: Option<Vec<RawA2aAgent>>,
 }
 
 #[derive(Deserialize)]
@@ -108,6 +121,7 @@ struct PeerSpans {
     name: Pos,
     can_call: Vec<Pos>,
     accept_from: Vec<Pos>,
+    a2a_agents: Vec<Pos>,
 }
 
 impl AgentConfig {
@@ -158,6 +172,7 @@ fn convert(
         name: Pos::of(&raw.name),
         can_call: Vec::new(),
         accept_from: Vec::new(),
+        a2a_agents: Vec::new(),
     };
     let can_call = peer_list(ctx, &name, "can_call", can_call, &mut spans.can_call)?;
     let accept_from = peer_list(
@@ -184,6 +199,7 @@ fn convert(
     let env = convert_env(ctx, &root, raw.env)?;
     let tools = convert_tools(ctx, &dir, raw_tools, &visibility.policies, &env)?;
     let limits = convert_limits(ctx, &root, raw.limits)?;
+    let a2a_agents = convert_a2a_agents(ctx, &name, raw.a2a_agents, &env, &mut spans.a2a_agents)?;
     let agent = AgentConfig {
         name,
         limits,
@@ -196,6 +212,7 @@ fn convert(
         dir,
         file,
         visibility,
+        a2a_agents,
     };
     Ok((agent, spans))
 }

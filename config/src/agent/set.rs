@@ -165,6 +165,7 @@ impl SetBuilder {
         known.extend(known_remote.iter().map(String::as_str));
         for (name, agent) in &self.agents {
             if let Some(spans) = self.spans.get(name) {
+                check_a2a_names(agent, spans, &known)?;
                 check_peers_exist(agent, spans, &known)?;
             }
         }
@@ -174,15 +175,42 @@ impl SetBuilder {
     }
 }
 
+/// An A2A agent's name must not be an agent of the fleet: a call by that name would be
+/// ambiguous, and the fleet's agent would win.
+fn check_a2a_names(
+    agent: &AgentConfig,
+    spans: &PeerSpans,
+    fleet: &BTreeSet<&str>,
+) -> Result<(), ConfigError> {
+    for (i, a2a) in agent.a2a_agents.iter().enumerate() {
+        if fleet.contains(a2a.name.as_str()) {
+            let at = spans.a2a_agents.get(i).copied().unwrap_or(Pos::START);
+            return Err(Ctx { file: &agent.file }.invalid(
+                at,
+                &KeyPath::root().key("a2a_agents").index(i).key("name"),
+                format!(
+                    "`{}` is already an agent of the fleet; give the A2A agent another name",
+                    a2a.name
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Every peer named exists: an agent of the fleet or, for `can_call`, one of the agent's own
+/// A2A agents.
 fn check_peers_exist(
     agent: &AgentConfig,
     spans: &PeerSpans,
-    known: &BTreeSet<&str>,
+    fleet: &BTreeSet<&str>,
 ) -> Result<(), ConfigError> {
+    let mut callable = fleet.clone();
+    callable.extend(agent.a2a_agents.iter().map(|a| a.name.as_str()));
     let ctx = Ctx { file: &agent.file };
-    for (list, names, positions) in [
-        ("can_call", &agent.can_call, &spans.can_call),
-        ("accept_from", &agent.accept_from, &spans.accept_from),
+    for (list, names, positions, known) in [
+        ("can_call", &agent.can_call, &spans.can_call, &callable),
+        ("accept_from", &agent.accept_from, &spans.accept_from, fleet),
     ] {
         for (i, n) in names.iter().enumerate() {
             if !known.contains(n.as_str()) {
@@ -278,6 +306,7 @@ impl AgentSet {
         }
         let mut known: BTreeSet<&str> = self.agents.keys().map(String::as_str).collect();
         known.extend(known_remote.iter().map(String::as_str));
+        check_a2a_names(&agent, &spans, &known)?;
         check_peers_exist(&agent, &spans, &known)?;
         Ok(agent)
     }

@@ -5,6 +5,7 @@
 //! error pickers); each child module tests one concern through the public loaders only, so a
 //! test never reaches into a conversion step and stays valid when those are reorganised.
 
+mod a2a;
 mod adapters;
 mod errors;
 mod loading;
