@@ -324,6 +324,7 @@ impl ServedHost {
         // calls from this host's runs and from other hosts' alike.
         spec.options.host_grants = auth.grants().clone();
         spec.remote = Some(Arc::new(remote));
+        spec.tool_servers = Some(Arc::new(crate::McpClient));
 
         let listener = TcpListener::bind(options.listen_http)
             .await

@@ -79,6 +79,9 @@ impl AgentActor {
             INVOKE_TOOL => {
                 let parsed = meta_tools::parse_invoke(&tool_use.input).and_then(|(name, args)| {
                     let Some(tool) = state.catalog.tool(&name) else {
+                        if let Some(error) = state.servers.unlisted(&name) {
+                            return Err(MetaAnswer::from_tool_error(&error));
+                        }
                         return Err(MetaAnswer::error(
                             "no_such_tool",
                             format!("no tool named `{name}`; use search_tools to find the tools you can use"),
@@ -115,8 +118,14 @@ impl AgentActor {
             }
             name => {
                 if state.catalog.tool(name).is_none() {
-                    let text = format!(
-                        "no tool named `{name}`; use search_tools to find the tools you can use"
+                    // A tool of an MCP server that could not be listed is told why.
+                    let text = state.servers.unlisted(name).map_or_else(
+                        || {
+                            format!(
+                                "no tool named `{name}`; use search_tools to find the tools you can use"
+                            )
+                        },
+                        |error| error.to_string(),
                     );
                     state.submit(
                         myself,

@@ -42,12 +42,33 @@ pub struct AgentCatalog {
 impl AgentCatalog {
     /// The catalog of `config`'s declared tools and an app's `extra` tools, at `generation`.
     pub fn build(config: &AgentConfig, extra: &[Arc<dyn Tool>], generation: u64) -> Self {
+        Self::build_with_served(config, extra, &[], generation)
+    }
+
+    /// As [`AgentCatalog::build`], with the tools the agent's MCP servers listed (`served`).
+    /// A served tool never replaces a declared or an app's tool of the same name.
+    pub fn build_with_served(
+        config: &AgentConfig,
+        extra: &[Arc<dyn Tool>],
+        served: &[Arc<dyn Tool>],
+        generation: u64,
+    ) -> Self {
         let mut tools: BTreeMap<String, Arc<dyn Tool>> = BTreeMap::new();
         for t in &config.tools {
-            tools.insert(t.name.clone(), declared_tool(t));
+            if let Some(tool) = declared_tool(t) {
+                tools.insert(t.name.clone(), tool);
+            }
         }
         for t in extra {
             tools.insert(t.spec().name, t.clone());
+        }
+        for t in served {
+            let name = t.spec().name;
+            if tools.contains_key(&name) {
+                warn!(agent = %config.name, tool = %name, "a tool of an MCP server has the name of another tool; left out");
+                continue;
+            }
+            tools.insert(name, t.clone());
         }
         let vis = &config.visibility;
         let mut registry = PolicyRegistry::new();

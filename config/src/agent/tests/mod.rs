@@ -8,6 +8,7 @@
 mod adapters;
 mod errors;
 mod loading;
+mod mcp;
 mod set;
 mod sql;
 mod visibility;
