@@ -28,6 +28,9 @@ use crate::routing::SupervisorMsg;
 use crate::run::{RunRecord, RunStatus, now_ms};
 use crate::tools::{ListedTool, ToolError};
 
+/// What one MCP server listed (or why it could not): its entry, which opening, the answer.
+pub(super) type Listed = (String, u64, Result<Vec<ListedTool>, ToolError>);
+
 impl AgentActor {
     /// Asks the model for a turn. An immediate model (the script) answers here and its answer
     /// is the next input; any other model answers on its own task (`ModelDone`), so one slow
@@ -107,10 +110,10 @@ impl AgentActor {
         &self,
         myself: &ActorRef<AgentMsg>,
         state: &mut AgentState,
-        listings: Vec<(String, Result<Vec<ListedTool>, ToolError>)>,
+        listings: Vec<Listed>,
     ) {
         let now = Instant::now();
-        for (server, result) in listings {
+        for (server, opened, result) in listings {
             match &result {
                 Ok(tools) => {
                     info!(agent = %state.config.name, %server, tools = tools.len(), "MCP server listed its tools");
@@ -119,7 +122,7 @@ impl AgentActor {
                     warn!(agent = %state.config.name, %server, error = %e, "MCP server could not be listed; its tools are left out until a later turn asks again");
                 }
             }
-            for why in state.servers.listed(&server, result, now) {
+            for why in state.servers.listed(&server, opened, result, now) {
                 warn!(agent = %state.config.name, %server, "an MCP tool is left out: {why}");
             }
         }
@@ -590,7 +593,7 @@ fn spawn_listing(
                             limit_ms: d.bound.as_millis() as u64,
                         }),
                     };
-                    (d.name, result)
+                    (d.name, d.opened, result)
                 });
             }
             let mut listings = Vec::new();

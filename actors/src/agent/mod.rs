@@ -54,7 +54,7 @@ use crate::routing::SupervisorMsg;
 use crate::run::{Channel, RunRecord};
 use crate::script::ScriptModel;
 use crate::store::{Durability, StoreWriter};
-use crate::tools::{ListedTool, ServerSlots, Tool, ToolError, ToolServers};
+use crate::tools::{ServerSlots, Tool, ToolError, ToolServers};
 use crate::visibility::{Identity, ProbeCache, RoleGrants};
 
 /// Settings of one agent actor.
@@ -187,7 +187,7 @@ pub(crate) enum AgentMsg {
     /// The store writer committed a job of this actor (or failed to).
     Committed(Box<commits::Committed>),
     /// What the agent's MCP servers listed (or why they could not), by entry name.
-    ToolsListed(Vec<(String, Result<Vec<ListedTool>, ToolError>)>),
+    ToolsListed(Vec<engine::Listed>),
     /// Ask a run's model turn again: it waited for a listing of the MCP servers.
     AskAgain { run: RunId, asked: Box<TurnAsked> },
 }

@@ -194,6 +194,9 @@ enum Listing {
 }
 
 struct Slot {
+    /// Which opening of the entry this is: a listing asked of an earlier one (before a reload
+    /// changed the entry) is not applied to this one.
+    opened: u64,
     config: ToolConfig,
     mcp: McpServerConfig,
     server: Arc<dyn ToolServer>,
@@ -203,6 +206,7 @@ struct Slot {
 /// A server to list now: its entry's name, its session and the bound of the listing.
 pub(crate) struct DueListing {
     pub name: String,
+    pub opened: u64,
     pub server: Arc<dyn ToolServer>,
     pub bound: Duration,
 }
@@ -211,6 +215,8 @@ pub(crate) struct DueListing {
 #[derive(Default)]
 pub(crate) struct ServerSlots {
     slots: BTreeMap<String, Slot>,
+    /// Openings so far, for [`Slot::opened`].
+    openings: u64,
 }
 
 /// A session for an agent on a host that reaches no MCP servers (an embedding app that gave
@@ -247,6 +253,7 @@ impl ServerSlots {
         previous_env: &BTreeMap<String, String>,
     ) -> Self {
         let mut slots = BTreeMap::new();
+        let mut openings = previous.openings;
         for t in &config.tools {
             let ToolKind::Mcp(mcp) = &t.kind else {
                 continue;
@@ -262,9 +269,11 @@ impl ServerSlots {
                 Some(s) => s.open(&config.name, &t.name, mcp, &config.env),
                 None => Arc::new(NoClient),
             };
+            openings += 1;
             slots.insert(
                 t.name.clone(),
                 Slot {
+                    opened: openings,
                     config: t.clone(),
                     mcp: mcp.clone(),
                     server,
@@ -272,7 +281,7 @@ impl ServerSlots {
                 },
             );
         }
-        Self { slots }
+        Self { slots, openings }
     }
 
     /// Whether a listing is out: a model turn waits for it.
@@ -296,6 +305,7 @@ impl ServerSlots {
                 slot.listing = Listing::Asking;
                 due.push(DueListing {
                     name: name.clone(),
+                    opened: slot.opened,
                     server: slot.server.clone(),
                     bound: bound_of(&slot.mcp),
                 });
@@ -304,15 +314,16 @@ impl ServerSlots {
         due
     }
 
-    /// Records what the server of entry `name` listed (or why it could not). Returns the
-    /// tools left out, with why, for the log.
+    /// Records what the server of entry `name`, as `opened`, listed (or why it could not).
+    /// Returns the tools left out, with why, for the log.
     pub(crate) fn listed(
         &mut self,
         name: &str,
+        opened: u64,
         result: Result<Vec<ListedTool>, ToolError>,
         now: Instant,
     ) -> Vec<String> {
-        let Some(slot) = self.slots.get_mut(name) else {
+        let Some(slot) = self.slots.get_mut(name).filter(|s| s.opened == opened) else {
             return Vec::new();
         };
         match result {
@@ -418,6 +429,91 @@ mod tests {
         assert!(schema_problem(&json!({})).is_some());
         assert!(schema_problem(&json!([1])).is_some());
         assert!(schema_problem(&json!({"type": "object", "properties": 3})).is_some());
+    }
+
+    fn agent(dir: &std::path::Path, timeout_ms: u32) -> AgentConfig {
+        let yaml = format!(
+            "name: clock\nmodel: {{script: [{{answer: ok}}]}}\ntools:\n  - {{name: time, kind: mcp, command: [python3], timeout_ms: {timeout_ms}, approval: required}}\n"
+        );
+        std::fs::write(dir.join("agent.yaml"), yaml).unwrap();
+        AgentConfig::load(dir).unwrap()
+    }
+
+    #[test]
+    fn a_server_is_listed_once_and_again_only_after_a_failure() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = agent(dir.path(), 1_000);
+        let mut slots = ServerSlots::for_config(&config, None, ServerSlots::default(), &config.env);
+        let t0 = Instant::now();
+        assert!(!slots.asking());
+        let due = slots.take_due(t0);
+        assert_eq!(due.len(), 1);
+        assert_eq!(due[0].bound, Duration::from_millis(3_000));
+        assert!(slots.asking());
+        assert!(slots.take_due(t0).is_empty(), "asked once at a time");
+        assert!(matches!(
+            slots.unlisted("time__get_current_time"),
+            Some(ToolError::ServerUnavailable { .. })
+        ));
+
+        let down = ToolError::ServerUnavailable {
+            server: "time".into(),
+            detail: "it exited".into(),
+        };
+        slots.listed("time", due[0].opened, Err(down), t0);
+        assert!(!slots.asking());
+        let told = slots
+            .unlisted("time__get_current_time")
+            .unwrap()
+            .to_string();
+        assert!(told.contains("it exited"), "{told}");
+        assert_eq!(slots.unlisted("ledger"), None);
+        assert!(slots.take_due(t0 + RELIST_AFTER / 2).is_empty());
+        let due = slots.take_due(t0 + RELIST_AFTER);
+        assert_eq!(due.len(), 1, "asked again after a failure");
+
+        let tool = listed("get_current_time", json!({"type": "object"}));
+        let left_out = slots.listed("time", due[0].opened, Ok(vec![tool]), t0);
+        assert!(left_out.is_empty());
+        let tools = slots.tools();
+        assert_eq!(tools.len(), 1);
+        assert_eq!(tools[0].spec().name, "time__get_current_time");
+        // The entry's declaration travels with each of its tools.
+        assert_eq!(tools[0].approval(), Approval::Required);
+        assert!(slots.take_due(t0 + RELIST_AFTER * 10).is_empty());
+        assert!(
+            slots
+                .unlisted("time__convert_time")
+                .unwrap()
+                .to_string()
+                .contains("lists no tool `convert_time`")
+        );
+    }
+
+    #[test]
+    fn a_reload_keeps_an_unchanged_server_and_drops_a_changed_ones_listing() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = agent(dir.path(), 1_000);
+        let mut slots = ServerSlots::for_config(&config, None, ServerSlots::default(), &config.env);
+        let due = slots.take_due(Instant::now());
+        let tool = listed("get_current_time", json!({"type": "object"}));
+        slots.listed(
+            "time",
+            due[0].opened,
+            Ok(vec![tool.clone()]),
+            Instant::now(),
+        );
+
+        let kept = ServerSlots::for_config(&config, None, slots, &config.env);
+        assert_eq!(kept.tools().len(), 1);
+
+        let changed = agent(dir.path(), 2_000);
+        let mut slots = ServerSlots::for_config(&changed, None, kept, &config.env);
+        assert!(slots.tools().is_empty());
+        // A listing asked of the entry before it changed is not applied to the new one.
+        slots.listed("time", due[0].opened, Ok(vec![tool]), Instant::now());
+        assert!(slots.tools().is_empty());
+        assert_eq!(slots.take_due(Instant::now()).len(), 1);
     }
 
     #[test]
