@@ -56,6 +56,7 @@ model:
     - search: {{query: \"time timezone\"}}
     - load: time__convert_time
     - tool: {{name: time__get_current_time, arguments: {{timezone: UTC}}}}
+    - invoke: {{name: time__convert_time, arguments: {{source_timezone: UTC, time: \"12:00\", target_timezone: Asia/Tokyo}}}}
     - answer: \"now: {{tool.time__get_current_time}}\"
 tools:
 {tools}"
@@ -206,6 +207,17 @@ fn an_agent_uses_a_tool_of_a_real_mcp_server_and_sees_its_tools_with_their_schem
     assert!(schema["properties"]["time"]["description"].is_string());
     let (time, is_error) = result_of(&results, "time__get_current_time");
     assert!(!is_error, "{time}");
+    // invoke_tool reaches the same tools through the same pipeline.
+    let (converted, is_error) = result_of(&results, "invoke_tool");
+    assert!(!is_error, "{converted}");
+    let converted: Value = serde_json::from_str(&converted).unwrap();
+    assert_eq!(converted["target"]["timezone"], "Asia/Tokyo", "{converted}");
+    assert!(
+        converted["target"]["datetime"]
+            .as_str()
+            .is_some_and(|t| t.contains("T21:00")),
+        "{converted}"
+    );
 
     // The session is kept: a second run uses the same server process.
     let server = children_of(served.child.id());
@@ -367,6 +379,17 @@ fn approval_required_parks_the_run_until_an_operator_approves() {
     );
     let approved = served.cli(&["approve", &id]);
     assert!(approved.status.success(), "{}", stderr(&approved));
+    // Every tool of the entry is gated: the invoke of time__convert_time parks the run again.
+    eventually("the run to park at its second tool", BOUND, || {
+        let shown = served.show(&id)?;
+        let used = shown["events"]
+            .as_array()?
+            .iter()
+            .any(|e| e["kind"] == "tool_result" && e["data"]["name"] == "time__get_current_time");
+        (used && shown["run"]["status"] == "blocked").then_some(())
+    });
+    let approved = served.cli(&["approve", &id]);
+    assert!(approved.status.success(), "{}", stderr(&approved));
     let done = served.wait_status(&id, "succeeded");
     assert_utc_now(done["run"]["output"].as_str().unwrap_or_default());
 }
@@ -404,9 +427,30 @@ tools:
         ))
         .replace("NAME", "crashing"),
     );
+    let closed_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    fleet.agent(
+        "unreachable",
+        &entry("[unused]").replace("NAME", "unreachable").replace(
+            "command: [unused]",
+            &format!("url: \"http://127.0.0.1:{closed_port}/mcp\""),
+        ),
+    );
     let served = fleet.serve(&[]);
 
     let started = Instant::now();
+    let unreachable = served.run_wait("unreachable", "now");
+    assert_eq!(unreachable["status"], "succeeded", "{unreachable}");
+    let output = unreachable["output"].as_str().unwrap_or_default();
+    assert!(
+        output.starts_with("the tool server `time` is unavailable: ")
+            && output.contains("could not be reached"),
+        "{output}"
+    );
+
     let missing = served.run_wait("missing", "now");
     assert_eq!(missing["status"], "succeeded", "{missing}");
     let output = missing["output"].as_str().unwrap_or_default();

@@ -36,7 +36,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use serde_json::Value;
 use tokio::sync::Mutex;
-use tracing::{info, warn};
+use tracing::{Instrument, info, info_span, warn};
 
 use consort_actors::tools::{
     ListFuture, ListedTool, ToolError, ToolFuture, ToolServer, ToolServers,
@@ -234,20 +234,25 @@ impl ToolServer for McpSession {
     }
 
     fn call<'a>(&'a self, tool: &'a str, input: &'a Value) -> ToolFuture<'a> {
-        Box::pin(async move {
-            let Value::Object(arguments) = input else {
-                return Err(ToolError::InvalidInput(
-                    "the arguments must be a JSON object matching the tool's input schema".into(),
-                ));
-            };
-            let peer = self.peer().await?;
-            let params =
-                CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments.clone());
-            match tokio::time::timeout(self.timeout, peer.call_tool(params)).await {
-                Ok(Ok(result)) => answer_text(&result),
-                Ok(Err(e)) => Err(self.request_failed(e).await),
-                Err(_) => Err(self.timed_out()),
+        let span = info_span!("mcp_call", agent = %self.agent, server = %self.entry, tool);
+        Box::pin(
+            async move {
+                let Value::Object(arguments) = input else {
+                    return Err(ToolError::InvalidInput(
+                        "the arguments must be a JSON object matching the tool's input schema"
+                            .into(),
+                    ));
+                };
+                let peer = self.peer().await?;
+                let params =
+                    CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments.clone());
+                match tokio::time::timeout(self.timeout, peer.call_tool(params)).await {
+                    Ok(Ok(result)) => answer_text(&result),
+                    Ok(Err(e)) => Err(self.request_failed(e).await),
+                    Err(_) => Err(self.timed_out()),
+                }
             }
-        })
+            .instrument(span),
+        )
     }
 }
