@@ -227,6 +227,63 @@ fn an_agent_uses_a_tool_of_a_real_mcp_server_and_sees_its_tools_with_their_schem
     assert_eq!(children_of(served.child.id()), server);
 }
 
+/// A command model that uses the time tool it is offered and answers with what it was offered
+/// (the tool as the model sees it) and what the tool answered.
+const MODEL: &str = r#"
+import json, sys
+for line in sys.stdin:
+    request = json.loads(line)
+    offered = [t for t in request["tools"] if t["name"].startswith("time__")]
+    results = [m for m in request["messages"] if m["role"] == "tool"]
+    if not results:
+        answer = {"tool_uses": [{"name": "time__get_current_time", "input": {"timezone": "UTC"}}]}
+    else:
+        answer = {"answer": json.dumps({"offered": offered, "result": results[-1]["content"]})}
+    print(json.dumps(answer), flush=True)
+"#;
+
+#[test]
+fn a_model_is_offered_the_servers_tools_with_their_schemas_and_uses_one() {
+    if !time_server_available() {
+        return;
+    }
+    let fleet = Fleet::new();
+    let file = fleet.agent(
+        "clock",
+        &format!(
+            "name: clock\nmodel: {{kind: command, argv: [\"{}\", model.py], timeout_s: 30}}\ntools:\n{}",
+            python(),
+            time_entry("")
+        ),
+    );
+    std::fs::write(file.parent().unwrap().join("model.py"), MODEL).unwrap();
+    let served = fleet.serve(&[]);
+    let run = served.run_wait("clock", "what time is it?");
+    assert_eq!(run["status"], "succeeded", "{run}");
+    let answer: Value = serde_json::from_str(run["output"].as_str().unwrap()).unwrap();
+    let offered = answer["offered"].as_array().unwrap();
+    let mut names: Vec<&str> = offered.iter().filter_map(|t| t["name"].as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["time__convert_time", "time__get_current_time"]);
+    let current = offered
+        .iter()
+        .find(|t| t["name"] == "time__get_current_time")
+        .unwrap();
+    assert_eq!(
+        current["description"],
+        "Get current time in a specific timezone"
+    );
+    assert_eq!(current["input_schema"]["type"], "object");
+    assert_eq!(current["input_schema"]["required"][0], "timezone");
+    assert!(
+        current["input_schema"]["properties"]["timezone"]["description"]
+            .as_str()
+            .is_some_and(|d| d.contains("IANA timezone name")),
+        "{current}"
+    );
+    assert_utc_now(&format!("now: {}", answer["result"].as_str().unwrap()));
+}
+
 #[test]
 fn a_tool_error_of_the_server_reaches_the_model_as_an_error() {
     if !time_server_available() {
