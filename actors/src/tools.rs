@@ -37,7 +37,8 @@ use crate::visibility::{AuthMarkers, Identity, PolicyRef};
 
 pub(crate) use served::{DueListing, ServerSlots};
 pub use served::{
-    ListFuture, ListedTool, RELIST_AFTER, ToolServer, ToolServers, schema_problem, served_tool_name,
+    ListFuture, ListedTool, MAX_RELIST_AFTER, RELIST_AFTER, ToolServer, ToolServers, relist_after,
+    schema_problem, served_tool_name,
 };
 pub use sql::{SQL_MAX_OUTPUT_BYTES, SQL_MAX_ROWS, SQL_MAX_VALUE_BYTES, SqlTool};
 

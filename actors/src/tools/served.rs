@@ -12,7 +12,8 @@
 //! When a server is asked: lazily. Nothing is started when the agent starts (a host may serve
 //! many agents, most of them asleep, and a server that is down must not keep an agent from
 //! starting); before a run's model turn, every server not yet listed, or whose last listing
-//! failed more than [`RELIST_AFTER`] ago, is listed on a task of its own, and the turn is asked
+//! failed long enough ago ([`relist_after`]: 15 s, doubling to 5 minutes while it keeps
+//! failing), is listed on a task of its own, and the turn is asked
 //! once the answers are in, so the model's first turn already sees the tools. A session, once
 //! open, is kept for the agent's life and restarted by the client on the next use after it
 //! died; dropping the slots (the actor stops, or a reload changes the entry) closes it.
@@ -37,6 +38,17 @@ use crate::model::ToolSpec;
 
 /// How long after a failed listing a server is asked again (before a later model turn).
 pub const RELIST_AFTER: Duration = Duration::from_secs(15);
+
+/// The longest wait between two listings of a server that keeps failing.
+pub const MAX_RELIST_AFTER: Duration = Duration::from_secs(300);
+
+/// How long after the `failures`-th failed listing in a row a server is asked again:
+/// [`RELIST_AFTER`], doubling with each failure, at most [`MAX_RELIST_AFTER`]. A server that
+/// hangs then costs a turn its time limit rarely, not every 15 s.
+pub fn relist_after(failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(8);
+    (RELIST_AFTER * 2u32.pow(doublings)).min(MAX_RELIST_AFTER)
+}
 
 /// The longest name the model may be given for a tool (the chat-completions rule, and
 /// consort's own for declared tools).
@@ -188,9 +200,16 @@ impl Tool for ServedTool {
 /// Where one server's listing stands.
 enum Listing {
     NotYet,
-    Asking,
+    /// Being asked; `failures` in a row before this one.
+    Asking {
+        failures: u32,
+    },
     Listed(Vec<Arc<dyn Tool>>),
-    Failed { at: Instant, error: ToolError },
+    Failed {
+        at: Instant,
+        error: ToolError,
+        failures: u32,
+    },
 }
 
 struct Slot {
@@ -288,21 +307,23 @@ impl ServerSlots {
     pub(crate) fn asking(&self) -> bool {
         self.slots
             .values()
-            .any(|s| matches!(s.listing, Listing::Asking))
+            .any(|s| matches!(s.listing, Listing::Asking { .. }))
     }
 
     /// The servers to list before the next model turn (not listed yet, or failed more than
-    /// [`RELIST_AFTER`] ago), marked as being asked.
+    /// [`relist_after`] ago), marked as being asked.
     pub(crate) fn take_due(&mut self, now: Instant) -> Vec<DueListing> {
         let mut due = Vec::new();
         for (name, slot) in &mut self.slots {
-            let is_due = match &slot.listing {
-                Listing::NotYet => true,
-                Listing::Failed { at, .. } => now.duration_since(*at) >= RELIST_AFTER,
-                Listing::Asking | Listing::Listed(_) => false,
+            let due_with = match &slot.listing {
+                Listing::NotYet => Some(0),
+                Listing::Failed { at, failures, .. } => {
+                    (now.duration_since(*at) >= relist_after(*failures)).then_some(*failures)
+                }
+                Listing::Asking { .. } | Listing::Listed(_) => None,
             };
-            if is_due {
-                slot.listing = Listing::Asking;
+            if let Some(failures) = due_with {
+                slot.listing = Listing::Asking { failures };
                 due.push(DueListing {
                     name: name.clone(),
                     opened: slot.opened,
@@ -349,7 +370,15 @@ impl ServerSlots {
                 left_out
             }
             Err(error) => {
-                slot.listing = Listing::Failed { at: now, error };
+                let failures = match slot.listing {
+                    Listing::Asking { failures } => failures + 1,
+                    _ => 1,
+                };
+                slot.listing = Listing::Failed {
+                    at: now,
+                    error,
+                    failures,
+                };
                 Vec::new()
             }
         }
@@ -380,7 +409,7 @@ impl ServerSlots {
             Listing::Listed(_) => ToolError::Failed(format!(
                 "the tool server `{entry}` lists no tool `{tool}`; use search_tools to find the tools you can use"
             )),
-            Listing::NotYet | Listing::Asking => ToolError::ServerUnavailable {
+            Listing::NotYet | Listing::Asking { .. } => ToolError::ServerUnavailable {
                 server: entry.to_owned(),
                 detail: "its tools are not listed yet".into(),
             },
@@ -400,6 +429,16 @@ mod tests {
             description: String::new(),
             input_schema: schema,
         }
+    }
+
+    #[test]
+    fn relisting_backs_off() {
+        assert_eq!(relist_after(1), Duration::from_secs(15));
+        assert_eq!(relist_after(2), Duration::from_secs(30));
+        assert_eq!(relist_after(4), Duration::from_secs(120));
+        assert_eq!(relist_after(6), MAX_RELIST_AFTER);
+        assert_eq!(relist_after(u32::MAX), MAX_RELIST_AFTER);
+        assert_eq!(relist_after(0), RELIST_AFTER);
     }
 
     #[test]
@@ -471,6 +510,13 @@ mod tests {
         assert!(slots.take_due(t0 + RELIST_AFTER / 2).is_empty());
         let due = slots.take_due(t0 + RELIST_AFTER);
         assert_eq!(due.len(), 1, "asked again after a failure");
+        // A second failure in a row waits twice as long.
+        let t1 = t0 + RELIST_AFTER;
+        let down = ToolError::Failed("still down".into());
+        slots.listed("time", due[0].opened, Err(down), t1);
+        assert!(slots.take_due(t1 + RELIST_AFTER).is_empty());
+        let due = slots.take_due(t1 + RELIST_AFTER * 2);
+        assert_eq!(due.len(), 1);
 
         let tool = listed("get_current_time", json!({"type": "object"}));
         let left_out = slots.listed("time", due[0].opened, Ok(vec![tool]), t0);
