@@ -343,6 +343,14 @@ tools:
         time_entry("    auth: {policies: [\"roles:ops\"]}\n")
     );
     fleet.agent("clock", &yaml);
+    // The same entry with a program that is not there: its tools cannot be listed.
+    fleet.agent(
+        "broken",
+        &yaml.replace("name: clock", "name: broken").replace(
+            &format!("[\"{}\", -m, mcp_server_time", python()),
+            "[/nonexistent/mcp-server-time",
+        ),
+    );
     let auth = fleet.dir.path().join("host-auth.yaml");
     std::fs::write(&auth, AUTH).unwrap();
     let served = Served::start_with(
@@ -351,10 +359,10 @@ tools:
         &[],
         &["--auth", path_str(&auth)],
     );
-    let ask = |token: &str| -> Value {
+    let ask_agent = |agent: &str, token: &str| -> Value {
         let out = served.cli(&[
             "run",
-            "clock",
+            agent,
             "what time is it?",
             "--wait",
             "--json",
@@ -365,6 +373,7 @@ tools:
         ]);
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&out)))
     };
+    let ask = |token: &str| ask_agent("clock", token);
 
     // bob holds no `ops`: the server's tools are hidden, load answers as for a missing tool,
     // and naming one anyway is refused before the server is asked.
@@ -391,6 +400,20 @@ tools:
     let results = tool_results_as(&served, allowed["id"].as_str().unwrap(), "tok-alice");
     let (search, _) = result_of(&results, "search_tools");
     assert!(search.contains("time__get_current_time"), "{search}");
+
+    // A server whose tools could not be listed: bob is refused by the entry's policy and learns
+    // nothing about the server; alice is told it is unavailable.
+    let denied = ask_agent("broken", "tok-bob");
+    let output = denied["output"].as_str().unwrap_or_default();
+    assert!(output.starts_with("now: forbidden: "), "{output}");
+    assert!(!output.contains("nonexistent"), "{output}");
+    let allowed = ask_agent("broken", "tok-alice");
+    let output = allowed["output"].as_str().unwrap_or_default();
+    assert!(
+        output.starts_with("now: the tool server `time` is unavailable: ")
+            && output.contains("could not be started"),
+        "{output}"
+    );
 }
 
 /// As [`tool_results`], read with a token.

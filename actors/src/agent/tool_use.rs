@@ -79,7 +79,13 @@ impl AgentActor {
             INVOKE_TOOL => {
                 let parsed = meta_tools::parse_invoke(&tool_use.input).and_then(|(name, args)| {
                     let Some(tool) = state.catalog.tool(&name) else {
-                        if let Some(error) = state.servers.unlisted(&name) {
+                        if let Some((stand_in, error)) = state.servers.unlisted(&name) {
+                            let identity = run_identity(record, &state.catalog, &state.options.host_grants);
+                            let error = state
+                                .catalog
+                                .authorize_unlisted(&name, stand_in.as_ref(), &identity, &args)
+                                .err()
+                                .unwrap_or(error);
                             return Err(MetaAnswer::from_tool_error(&error));
                         }
                         return Err(MetaAnswer::error(
@@ -118,15 +124,28 @@ impl AgentActor {
             }
             name => {
                 if state.catalog.tool(name).is_none() {
-                    // A tool of an MCP server that could not be listed is told why.
-                    let text = state.servers.unlisted(name).map_or_else(
-                        || {
-                            format!(
-                                "no tool named `{name}`; use search_tools to find the tools you can use"
-                            )
-                        },
-                        |error| error.to_string(),
-                    );
+                    // A tool of an MCP server that could not be listed is told why, once the
+                    // caller passed the authorization its entry declares.
+                    let text = match state.servers.unlisted(name) {
+                        None => format!(
+                            "no tool named `{name}`; use search_tools to find the tools you can use"
+                        ),
+                        Some((stand_in, error)) => {
+                            let identity =
+                                run_identity(record, &state.catalog, &state.options.host_grants);
+                            state
+                                .catalog
+                                .authorize_unlisted(
+                                    name,
+                                    stand_in.as_ref(),
+                                    &identity,
+                                    &tool_use.input,
+                                )
+                                .err()
+                                .unwrap_or(error)
+                                .to_string()
+                        }
+                    };
                     state.submit(
                         myself,
                         id,

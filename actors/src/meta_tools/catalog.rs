@@ -37,6 +37,8 @@ pub struct AgentCatalog {
     registry: PolicyRegistry,
     grants: RoleGrants,
     probe_budget: usize,
+    /// The agent's `fallback_policy`, for a tool authorized outside the catalog.
+    fallback: Option<PolicyRef>,
 }
 
 impl AgentCatalog {
@@ -95,10 +97,7 @@ impl AgentCatalog {
         let mut auths = BTreeMap::new();
         let mut entries = Vec::new();
         for (name, tool) in &tools {
-            let mut markers = tool.auth_markers();
-            markers.fallback_policy = fallback.clone();
-            markers.guard |= !tool.guards().is_empty();
-            let auth = markers.derive_auth();
+            let auth = auth_of(tool.as_ref(), fallback.as_ref());
             let spec = tool.spec();
             entries.push(CatalogEntry {
                 name: name.clone(),
@@ -128,6 +127,7 @@ impl AgentCatalog {
             registry,
             grants,
             probe_budget: vis.probe_budget,
+            fallback,
         }
     }
 
@@ -271,12 +271,34 @@ impl AgentCatalog {
         tool_guard::authorize(name, tool.as_ref(), auth, &self.access(identity), input)
     }
 
+    /// The real authorization of one use of `tool`, which the catalog does not hold (a tool of
+    /// an MCP server that could not be listed), exactly as if it did: a caller the tool's
+    /// declaration refuses is refused before it learns anything about the server.
+    pub(crate) fn authorize_unlisted(
+        &self,
+        name: &str,
+        tool: &dyn Tool,
+        identity: &Identity,
+        input: &Value,
+    ) -> Result<(), ToolError> {
+        let auth = auth_of(tool, self.fallback.as_ref());
+        tool_guard::authorize(name, tool, &auth, &self.access(identity), input)
+    }
+
     /// Tells `name`'s guards that an authorized use runs now.
     pub fn record_use(&self, name: &str, identity: &Identity) {
         if let Some(tool) = self.tools.get(name) {
             tool_guard::record_use(name, tool.as_ref(), &self.access(identity));
         }
     }
+}
+
+/// A tool's auth descriptor: its markers, the agent's fallback policy and its guards.
+fn auth_of(tool: &dyn Tool, fallback: Option<&PolicyRef>) -> Auth {
+    let mut markers = tool.auth_markers();
+    markers.fallback_policy = fallback.cloned();
+    markers.guard |= !tool.guards().is_empty();
+    markers.derive_auth()
 }
 
 /// T2 for one catalog: the tool's real pipeline, cut before the handler.

@@ -397,11 +397,19 @@ impl ServerSlots {
     }
 
     /// Why a use of `tool_name`, which the catalog does not hold, cannot run, when its name
-    /// says it belongs to one of these servers.
-    pub(crate) fn unlisted(&self, tool_name: &str) -> Option<ToolError> {
+    /// says it belongs to one of these servers; with a stand-in of the tool that carries its
+    /// entry's auth and guards, so the use is authorized as the tool would be before a caller
+    /// is told anything about the server.
+    pub(crate) fn unlisted(&self, tool_name: &str) -> Option<(Arc<dyn Tool>, ToolError)> {
         let (entry, tool) = tool_name.split_once(MCP_TOOL_SEPARATOR)?;
         let slot = self.slots.get(entry)?;
-        Some(match &slot.listing {
+        let stand_in = declare(
+            &slot.config,
+            Arc::new(Unlisted {
+                name: tool_name.to_owned(),
+            }),
+        );
+        let why = match &slot.listing {
             Listing::Failed { error, .. } => ToolError::ServerUnavailable {
                 server: entry.to_owned(),
                 detail: error.to_string(),
@@ -413,7 +421,27 @@ impl ServerSlots {
                 server: entry.to_owned(),
                 detail: "its tools are not listed yet".into(),
             },
-        })
+        };
+        Some((stand_in, why))
+    }
+}
+
+/// A tool of a server that is not listed, as authorization sees it: the entry's declaration
+/// and nothing to run.
+struct Unlisted {
+    name: String,
+}
+
+impl Tool for Unlisted {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: self.name.clone(),
+            description: String::new(),
+            input_schema: serde_json::json!({"type": "object"}),
+        }
+    }
+    fn invoke<'a>(&'a self, _ctx: ToolContext<'a>, _input: &'a Value) -> ToolFuture<'a> {
+        Box::pin(async { Err(ToolError::Failed("this tool is not listed".into())) })
     }
 }
 
@@ -491,7 +519,7 @@ mod tests {
         assert!(slots.asking());
         assert!(slots.take_due(t0).is_empty(), "asked once at a time");
         assert!(matches!(
-            slots.unlisted("time__get_current_time"),
+            slots.unlisted("time__get_current_time").map(|(_, e)| e),
             Some(ToolError::ServerUnavailable { .. })
         ));
 
@@ -501,12 +529,11 @@ mod tests {
         };
         slots.listed("time", due[0].opened, Err(down), t0);
         assert!(!slots.asking());
-        let told = slots
-            .unlisted("time__get_current_time")
-            .unwrap()
-            .to_string();
+        let (stand_in, told) = slots.unlisted("time__get_current_time").unwrap();
+        let told = told.to_string();
+        assert_eq!(stand_in.spec().name, "time__get_current_time");
         assert!(told.contains("it exited"), "{told}");
-        assert_eq!(slots.unlisted("ledger"), None);
+        assert!(slots.unlisted("ledger").is_none());
         assert!(slots.take_due(t0 + RELIST_AFTER / 2).is_empty());
         let due = slots.take_due(t0 + RELIST_AFTER);
         assert_eq!(due.len(), 1, "asked again after a failure");
@@ -531,6 +558,7 @@ mod tests {
             slots
                 .unlisted("time__convert_time")
                 .unwrap()
+                .1
                 .to_string()
                 .contains("lists no tool `convert_time`")
         );
