@@ -290,7 +290,8 @@ fn a_tool_error_of_the_server_reaches_the_model_as_an_error() {
         return;
     }
     let fleet = Fleet::new();
-    fleet.agent(
+    // The server is a script of the agent's own, named relative to its folder.
+    let file = fleet.agent(
         "clock",
         &format!(
             "name: clock
@@ -299,10 +300,18 @@ model:
     - tool: {{name: time__get_current_time, arguments: {{timezone: Mars/Olympus_Mons}}}}
     - answer: \"{{tool.time__get_current_time}}\"
 tools:
-{}",
-            time_entry("")
+  - name: time
+    kind: mcp
+    command: [\"{}\", server.py]
+",
+            python()
         ),
     );
+    std::fs::write(
+        file.parent().unwrap().join("server.py"),
+        "import sys\nfrom mcp_server_time import main\nsys.argv[1:] = ['--local-timezone=UTC']\nmain()\n",
+    )
+    .unwrap();
     let served = fleet.serve(&[]);
     let run = served.run_wait("clock", "time on mars");
     assert_eq!(run["status"], "succeeded", "{run}");
@@ -599,6 +608,45 @@ fn a_server_that_died_is_started_again_and_ends_with_the_host() {
     eventually("the server to end with the host", BOUND, || {
         gone(second[0]).then_some(())
     });
+}
+
+#[test]
+fn a_started_server_gets_only_the_env_keys_its_entry_lists() {
+    if !time_server_available() {
+        return;
+    }
+    let fleet = Fleet::new();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/env_server.py");
+    fleet.agent(
+        "envy",
+        &format!(
+            "name: envy
+model:
+  script:
+    - tool: {{name: report__environment, arguments: {{}}}}
+    - answer: \"{{tool.report__environment}}\"
+tools:
+  - name: report
+    kind: mcp
+    command: [\"{}\", \"{script}\"]
+    env_keys: [REGION]
+env:
+  REGION: eu-west
+  LEDGER_PASSWORD: hunter2
+",
+            python()
+        ),
+    );
+    let served = fleet.serve(&[("CONSORT_TEST_HOST_SECRET", "do-not-pass")]);
+    let run = served.run_wait("envy", "what do you see?");
+    assert_eq!(run["status"], "succeeded", "{run}");
+    let output = run["output"].as_str().unwrap_or_default();
+    let seen: Value = serde_json::from_str(output).unwrap_or_else(|e| panic!("{e}: {output}"));
+    assert_eq!(seen["REGION"], "eu-west", "{seen}");
+    assert!(seen.get("LEDGER_PASSWORD").is_none(), "{seen}");
+    assert!(seen.get("CONSORT_TEST_HOST_SECRET").is_none(), "{seen}");
+    assert!(seen.get("RUST_LOG").is_none(), "{seen}");
+    assert!(seen.get("PATH").is_some(), "{seen}");
 }
 
 #[test]

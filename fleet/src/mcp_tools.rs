@@ -8,7 +8,8 @@
 //! (`command:`), and a streamable HTTP endpoint (`url:`, with an optional bearer token read
 //! from the agent's env through `token_env:`).
 //!
-//! A started program gets a cleared environment: `PATH`, `HOME`, `TMPDIR`, `LANG`, `LC_ALL`
+//! A started program runs in its agent's folder (a relative `./server.py` is the agent's own)
+//! with a cleared environment: `PATH`, `HOME`, `TMPDIR`, `LANG`, `LC_ALL`
 //! and `SYSTEMROOT` of the host, and of the agent's env only the keys the entry lists in
 //! `env_keys:`. It runs in a process group of its own and is killed with its group when the
 //! session ends: the agent's actor stops (idle retirement, shutdown, restart), a reload changes
@@ -25,6 +26,7 @@
 mod answer;
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,6 +59,7 @@ impl ToolServers for McpClient {
     fn open(
         &self,
         agent: &str,
+        dir: &Path,
         name: &str,
         config: &McpServerConfig,
         env: &BTreeMap<String, String>,
@@ -65,6 +68,7 @@ impl ToolServers for McpClient {
             McpTransport::Command { program, args } => Target::Command {
                 program: program.clone(),
                 args: args.clone(),
+                dir: dir.to_path_buf(),
                 env: config
                     .env_keys
                     .iter()
@@ -92,6 +96,8 @@ enum Target {
     Command {
         program: String,
         args: Vec<String>,
+        /// The agent's folder: the program's working directory.
+        dir: PathBuf,
         env: Vec<(String, String)>,
     },
     Http {
@@ -147,9 +153,14 @@ impl McpSession {
 
     async fn connect(&self) -> Result<RunningService<RoleClient, ()>, ToolError> {
         match &self.target {
-            Target::Command { program, args, env } => {
+            Target::Command {
+                program,
+                args,
+                dir,
+                env,
+            } => {
                 let mut command = tokio::process::Command::new(program);
-                command.args(args).env_clear();
+                command.args(args).current_dir(dir).env_clear();
                 for var in PASSED_HOST_VARS {
                     if let Some(value) = std::env::var_os(var) {
                         command.env(var, value);

@@ -23,6 +23,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
+use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -81,11 +82,13 @@ pub trait ToolServer: Send + Sync + 'static {
 
 /// What a host reaches MCP servers with.
 pub trait ToolServers: Send + Sync + 'static {
-    /// The session of `agent` with the server its entry `name` declares, with the agent's
-    /// `env` (what the entry's `env_keys` and `token_env` name). Starts nothing yet.
+    /// The session of `agent` (whose folder is `dir`, where a started program runs) with the
+    /// server its entry `name` declares, with the agent's `env` (what the entry's `env_keys`
+    /// and `token_env` name). Starts nothing yet.
     fn open(
         &self,
         agent: &str,
+        dir: &Path,
         name: &str,
         config: &McpServerConfig,
         env: &BTreeMap<String, String>,
@@ -285,7 +288,7 @@ impl ServerSlots {
                 continue;
             }
             let server: Arc<dyn ToolServer> = match servers {
-                Some(s) => s.open(&config.name, &t.name, mcp, &config.env),
+                Some(s) => s.open(&config.name, &config.dir, &t.name, mcp, &config.env),
                 None => Arc::new(NoClient),
             };
             openings += 1;
@@ -498,7 +501,7 @@ mod tests {
         assert!(schema_problem(&json!({"type": "object", "properties": 3})).is_some());
     }
 
-    fn agent(dir: &std::path::Path, timeout_ms: u32) -> AgentConfig {
+    fn agent(dir: &Path, timeout_ms: u32) -> AgentConfig {
         let yaml = format!(
             "name: clock\nmodel: {{script: [{{answer: ok}}]}}\ntools:\n  - {{name: time, kind: mcp, command: [python3], timeout_ms: {timeout_ms}, approval: required}}\n"
         );
