@@ -616,17 +616,17 @@ fn a_started_server_gets_only_the_env_keys_its_entry_lists() {
         return;
     }
     let fleet = Fleet::new();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/env_server.py");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/probe_server.py");
     fleet.agent(
         "envy",
         &format!(
             "name: envy
 model:
   script:
-    - tool: {{name: report__environment, arguments: {{}}}}
-    - answer: \"{{tool.report__environment}}\"
+    - tool: {{name: probe__environment, arguments: {{}}}}
+    - answer: \"{{tool.probe__environment}}\"
 tools:
-  - name: report
+  - name: probe
     kind: mcp
     command: [\"{}\", \"{script}\"]
     env_keys: [REGION]
@@ -647,6 +647,55 @@ env:
     assert!(seen.get("CONSORT_TEST_HOST_SECRET").is_none(), "{seen}");
     assert!(seen.get("RUST_LOG").is_none(), "{seen}");
     assert!(seen.get("PATH").is_some(), "{seen}");
+}
+
+#[test]
+fn a_use_past_its_time_limit_is_abandoned_and_the_server_stays_usable() {
+    if !time_server_available() {
+        return;
+    }
+    let fleet = Fleet::new();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/probe_server.py");
+    fleet.agent(
+        "sleepy",
+        &format!(
+            "name: sleepy
+model:
+  script:
+    - tool: {{name: probe__sleep, arguments: {{seconds: 20}}}}
+    - tool: {{name: probe__sleep, arguments: {{seconds: 0.1}}}}
+    - answer: \"{{tool.probe__sleep}}\"
+tools:
+  - name: probe
+    kind: mcp
+    command: [\"{}\", \"{script}\"]
+    timeout_ms: 1500
+",
+            python()
+        ),
+    );
+    let served = fleet.serve(&[]);
+    let started = Instant::now();
+    let run = served.run_wait("sleepy", "nap");
+    assert_eq!(run["status"], "succeeded", "{run}");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    let results = tool_results(&served, run["id"].as_str().unwrap());
+    let sleeps: Vec<_> = results
+        .iter()
+        .filter(|(n, _, _)| n == "probe__sleep")
+        .collect();
+    assert_eq!(sleeps.len(), 2, "{results:?}");
+    let (_, first, first_error) = sleeps[0];
+    assert!(*first_error);
+    assert!(
+        first.starts_with("timed out: the tool server `probe` did not answer within 1500 ms"),
+        "{first}"
+    );
+    assert_eq!(run["output"], "slept 0.1 s");
 }
 
 #[test]
