@@ -167,6 +167,20 @@ pub fn declared_tool(config: &ToolConfig) -> Option<Arc<dyn Tool>> {
 
 /// `inner` with the markers and guards of the agent.yaml entry `config`.
 fn declare(config: &ToolConfig, inner: Arc<dyn Tool>) -> Arc<dyn Tool> {
+    declare_guarded(
+        config,
+        inner,
+        config.guard.iter().map(declared_guard).collect(),
+    )
+}
+
+/// `inner` with the markers of the agent.yaml entry `config` and the `guards` built from it
+/// (shared by the tools of one entry that stands for several).
+fn declare_guarded(
+    config: &ToolConfig,
+    inner: Arc<dyn Tool>,
+    guards: Vec<Arc<dyn Guard>>,
+) -> Arc<dyn Tool> {
     let markers = config
         .auth
         .as_ref()
@@ -187,7 +201,7 @@ fn declare(config: &ToolConfig, inner: Arc<dyn Tool>) -> Arc<dyn Tool> {
     Arc::new(Declared {
         inner,
         markers,
-        guards: config.guard.iter().map(declared_guard).collect(),
+        guards,
     })
 }
 

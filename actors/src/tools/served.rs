@@ -3,8 +3,9 @@
 //!
 //! This module owns the seam a host plugs its MCP client into ([`ToolServers`], which opens one
 //! [`ToolServer`] per declared entry of an agent), the tool each listed tool becomes
-//! ([`ServedTool`]: named `<entry>__<tool>`, with the entry's `auth:`, `guard:` and
-//! `approval:`, so it goes through the same authorization pipeline and approval gate as any
+//! ([`ServedTool`]: named `<entry>__<tool>`, with the entry's `auth:`, `guard:` (one set of
+//! guards for all the entry's tools: a `quota` counts uses of the server) and `approval:`, so
+//! it goes through the same authorization pipeline and approval gate as any
 //! declared tool), the pure rules of which listed tools are taken ([`served_tool_name`],
 //! [`schema_problem`]) and one agent's servers with where each listing stands
 //! ([`ServerSlots`]).
@@ -34,7 +35,8 @@ use consort_config::{
     AgentConfig, Approval, MCP_TOOL_SEPARATOR, McpServerConfig, ToolConfig, ToolKind,
 };
 
-use super::{Tool, ToolContext, ToolError, ToolFuture, declare};
+use super::{Tool, ToolContext, ToolError, ToolFuture, declare_guarded};
+use crate::guard::{Guard, declared_guard};
 use crate::model::ToolSpec;
 
 /// How long after a failed listing a server is asked again (before a later model turn).
@@ -222,6 +224,8 @@ struct Slot {
     config: ToolConfig,
     mcp: McpServerConfig,
     server: Arc<dyn ToolServer>,
+    /// The entry's guards, shared by all its tools: a `quota` counts the uses of the server.
+    guards: Vec<Arc<dyn Guard>>,
     listing: Listing,
 }
 
@@ -299,6 +303,7 @@ impl ServerSlots {
                     config: t.clone(),
                     mcp: mcp.clone(),
                     server,
+                    guards: t.guard.iter().map(declared_guard).collect(),
                     listing: Listing::NotYet,
                 },
             );
@@ -366,7 +371,7 @@ impl ServerSlots {
                             bound: bound_of(&slot.mcp),
                             entry: name.to_owned(),
                         };
-                        declare(&slot.config, Arc::new(served))
+                        declare_guarded(&slot.config, Arc::new(served), slot.guards.clone())
                     })
                     .collect();
                 slot.listing = Listing::Listed(tools);
@@ -406,11 +411,12 @@ impl ServerSlots {
     pub(crate) fn unlisted(&self, tool_name: &str) -> Option<(Arc<dyn Tool>, ToolError)> {
         let (entry, tool) = tool_name.split_once(MCP_TOOL_SEPARATOR)?;
         let slot = self.slots.get(entry)?;
-        let stand_in = declare(
+        let stand_in = declare_guarded(
             &slot.config,
             Arc::new(Unlisted {
                 name: tool_name.to_owned(),
             }),
+            slot.guards.clone(),
         );
         let why = match &slot.listing {
             Listing::Failed { error, .. } => ToolError::ServerUnavailable {
@@ -565,6 +571,29 @@ mod tests {
                 .to_string()
                 .contains("lists no tool `convert_time`")
         );
+    }
+
+    #[test]
+    fn the_tools_of_an_entry_share_its_guards() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("agent.yaml"),
+            "name: clock\nmodel: {script: [{answer: ok}]}\ntools:\n  - {name: time, kind: mcp, command: [python3], guard: {kind: quota, max_uses: 1}}\n",
+        )
+        .unwrap();
+        let config = AgentConfig::load(dir.path()).unwrap();
+        let mut slots = ServerSlots::for_config(&config, None, ServerSlots::default(), &config.env);
+        let due = slots.take_due(Instant::now());
+        let schema = json!({"type": "object"});
+        let listed_tools = vec![listed("a", schema.clone()), listed("b", schema)];
+        slots.listed("time", due[0].opened, Ok(listed_tools), Instant::now());
+        let tools = slots.tools();
+        assert_eq!(tools.len(), 2);
+        let (a, b) = (tools[0].guards(), tools[1].guards());
+        assert_eq!((a.len(), b.len()), (1, 1));
+        assert!(Arc::ptr_eq(&a[0], &b[0]), "one quota for the server");
+        let (stand_in, _) = slots.unlisted("time__c").unwrap();
+        assert!(Arc::ptr_eq(&stand_in.guards()[0], &a[0]));
     }
 
     #[test]
