@@ -26,7 +26,8 @@ pub use agent::{
     ToolKind, ToolStep, check_name,
 };
 pub use agent::{
-    DEFAULT_MCP_TIMEOUT_MS, MAX_MCP_TIMEOUT_MS, MCP_TOOL_SEPARATOR, McpServerConfig, McpTransport,
+    DEFAULT_MCP_CONNECT_TIMEOUT_MS, DEFAULT_MCP_TIMEOUT_MS, MAX_MCP_TIMEOUT_MS, MCP_TOOL_SEPARATOR,
+    McpServerConfig, McpTransport,
 };
 pub use error::ConfigError;
 pub use fleet::{FleetConfig, HostConfig, OperatorConfig, StoreConfig};

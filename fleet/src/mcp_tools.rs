@@ -15,8 +15,8 @@
 //! session ends: the agent's actor stops (idle retirement, shutdown, restart), a reload changes
 //! the entry, or the host drops it as dead. Nothing it started outlives the session.
 //!
-//! Every request is bounded by the entry's `timeout_ms` (connecting and the handshake, each
-//! listing, each call). Every failure is a typed `ToolError` whose text tells the model what to
+//! Every request is bounded: starting or reaching the server and the handshake by the entry's
+//! `connect_timeout_ms`, each listing and each call by its `timeout_ms`. Every failure is a typed `ToolError` whose text tells the model what to
 //! do; what a result means is decided in `answer`, pure.
 //!
 //! This module never decides whether a use is allowed (the agent's catalog did, before the
@@ -86,6 +86,7 @@ impl ToolServers for McpClient {
             entry: name.to_owned(),
             target,
             timeout: Duration::from_millis(u64::from(config.timeout_ms)),
+            connect_timeout: Duration::from_millis(u64::from(config.connect_timeout_ms)),
             running: Mutex::new(None),
         })
     }
@@ -111,7 +112,10 @@ struct McpSession {
     agent: String,
     entry: String,
     target: Target,
+    /// The bound of each request.
     timeout: Duration,
+    /// The bound of starting or reaching the server and its handshake.
+    connect_timeout: Duration,
     /// The running client; `None` before the first use and after the server was found dead.
     /// Dropping it ends the session (and kills a started program's process group).
     running: Mutex<Option<RunningService<RoleClient, ()>>>,
@@ -142,9 +146,14 @@ impl McpSession {
             info!(agent = %self.agent, server = %self.entry, "MCP session ended; connecting again");
             *running = None;
         }
-        let service = match tokio::time::timeout(self.timeout, self.connect()).await {
+        let service = match tokio::time::timeout(self.connect_timeout, self.connect()).await {
             Ok(result) => result?,
-            Err(_) => return Err(self.timed_out()),
+            Err(_) => {
+                return Err(self.unavailable(format!(
+                    "it did not start or answer the MCP handshake within {} ms",
+                    self.connect_timeout.as_millis()
+                )));
+            }
         };
         let peer = service.peer().clone();
         *running = Some(service);

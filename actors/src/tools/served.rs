@@ -264,9 +264,9 @@ fn no_client() -> ToolError {
     )
 }
 
-/// Twice the entry's limit and a second: a restart of the server, then the call.
+/// The entry's two limits and a second: a (re)start of the server, then the call.
 fn bound_of(mcp: &McpServerConfig) -> Duration {
-    Duration::from_millis(u64::from(mcp.timeout_ms) * 2 + 1_000)
+    Duration::from_millis(u64::from(mcp.connect_timeout_ms) + u64::from(mcp.timeout_ms) + 1_000)
 }
 
 impl ServerSlots {
@@ -419,9 +419,14 @@ impl ServerSlots {
             slot.guards.clone(),
         );
         let why = match &slot.listing {
-            Listing::Failed { error, .. } => ToolError::ServerUnavailable {
-                server: entry.to_owned(),
-                detail: error.to_string(),
+            Listing::Failed { error, .. } => match error {
+                ToolError::ServerUnavailable { .. } | ToolError::ServerTimedOut { .. } => {
+                    error.clone()
+                }
+                other => ToolError::ServerUnavailable {
+                    server: entry.to_owned(),
+                    detail: other.to_string(),
+                },
             },
             Listing::Listed(_) => ToolError::Failed(format!(
                 "the tool server `{entry}` lists no tool `{tool}`; use search_tools to find the tools you can use"
@@ -524,7 +529,7 @@ mod tests {
         assert!(!slots.asking());
         let due = slots.take_due(t0);
         assert_eq!(due.len(), 1);
-        assert_eq!(due[0].bound, Duration::from_millis(3_000));
+        assert_eq!(due[0].bound, Duration::from_millis(32_000));
         assert!(slots.asking());
         assert!(slots.take_due(t0).is_empty(), "asked once at a time");
         assert!(matches!(

@@ -27,7 +27,8 @@ use crate::visibility::{
 use crate::yaml::{Ctx, KeyPath, Pos};
 
 pub use mcp::{
-    DEFAULT_MCP_TIMEOUT_MS, MAX_MCP_TIMEOUT_MS, MCP_TOOL_SEPARATOR, McpServerConfig, McpTransport,
+    DEFAULT_MCP_CONNECT_TIMEOUT_MS, DEFAULT_MCP_TIMEOUT_MS, MAX_MCP_TIMEOUT_MS, MCP_TOOL_SEPARATOR,
+    McpServerConfig, McpTransport,
 };
 
 /// A tool declared in `agent.yaml`.
@@ -126,6 +127,7 @@ pub(super) struct RawTool {
     guard: Option<Spanned<RawGuard>>,
     bind_env: Option<Vec<Spanned<String>>>,
     timeout_ms: Option<Spanned<u64>>,
+    connect_timeout_ms: Option<Spanned<u64>>,
     command: Option<Spanned<Vec<Spanned<String>>>>,
     url: Option<Spanned<String>>,
     token_env: Option<Spanned<String>>,
@@ -205,6 +207,7 @@ pub(super) fn convert_tools(
                     database: t.database.as_ref().map(Pos::of),
                     bind_env: t.bind_env.as_ref().and_then(|b| b.first()).map(Pos::of),
                     timeout_ms: t.timeout_ms,
+                    connect_timeout_ms: t.connect_timeout_ms,
                     command: t.command,
                     url: t.url,
                     token_env: t.token_env,
@@ -213,9 +216,13 @@ pub(super) fn convert_tools(
                 ToolKind::Mcp(mcp::convert_mcp(ctx, at, &key, &tname, raw, env)?)
             }
             RawToolKind::Sql => {
-                if let Some((pos, name)) =
-                    mcp::mcp_only_key(&t.command, &t.url, &t.token_env, &t.env_keys)
-                {
+                if let Some((pos, name)) = mcp::mcp_only_key(
+                    &t.command,
+                    &t.url,
+                    &t.token_env,
+                    &t.env_keys,
+                    &t.connect_timeout_ms,
+                ) {
                     return Err(ctx.schema(
                         pos,
                         &key.key(name),

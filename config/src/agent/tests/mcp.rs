@@ -2,7 +2,9 @@
 //! makes located at its file, line and key with a sentence that says what to write instead.
 
 use super::{err, load_text};
-use crate::agent::{DEFAULT_MCP_TIMEOUT_MS, McpServerConfig, McpTransport, ToolKind};
+use crate::agent::{
+    DEFAULT_MCP_CONNECT_TIMEOUT_MS, DEFAULT_MCP_TIMEOUT_MS, McpServerConfig, McpTransport, ToolKind,
+};
 
 const HEAD: &str = "name: x\nmodel:\n  script:\n    - answer: ok\nenv:\n  TZ_TOKEN: secret\n  REGION: eu\ntools:\n";
 
@@ -32,6 +34,7 @@ fn both_transports_load() {
             },
             env_keys: vec!["REGION".into()],
             timeout_ms: DEFAULT_MCP_TIMEOUT_MS,
+            connect_timeout_ms: DEFAULT_MCP_CONNECT_TIMEOUT_MS,
         }
     );
     let m = mcp(
@@ -45,6 +48,8 @@ fn both_transports_load() {
         }
     );
     assert_eq!(m.timeout_ms, 500);
+    let m = mcp("  - {name: t, kind: mcp, command: [x], connect_timeout_ms: 90000}\n");
+    assert_eq!(m.connect_timeout_ms, 90_000);
 }
 
 #[test]
@@ -119,6 +124,20 @@ fn mistakes_name_line_and_key() {
             9,
             "tools[0].timeout_ms",
             "out of range",
+        ),
+        (
+            "  - {name: time, kind: mcp, command: [python], connect_timeout_ms: 300001}\n",
+            "invalid",
+            9,
+            "tools[0].connect_timeout_ms",
+            "out of range",
+        ),
+        (
+            "  - {name: ledger, kind: sql, database: ledger.db, connect_timeout_ms: 5}\n",
+            "schema",
+            9,
+            "tools[0].connect_timeout_ms",
+            "kind `mcp`",
         ),
         (
             "  - {name: time, kind: mcp, command: [python], comand: [x]}\n",

@@ -4,7 +4,8 @@
 //! transport (`command:` to start a program that speaks MCP on its stdio, or `url:` for a
 //! streamable HTTP endpoint, never both), the env keys the program may see (`env_keys:`, keys of
 //! the agent's `env` only) or the one that holds the bearer token (`token_env:`), and the time
-//! limit of one use (`timeout_ms:`). It must not start the program, open a connection or ask
+//! limits of one use (`timeout_ms:`) and of starting or reaching the server
+//! (`connect_timeout_ms:`). It must not start the program, open a connection or ask
 //! the server anything: which tools a server has is known only when the agent uses it.
 
 use std::collections::BTreeMap;
@@ -19,11 +20,15 @@ use crate::yaml::{Ctx, KeyPath, Pos};
 /// not available, and a declared server name may not hold this separator itself.
 pub const MCP_TOOL_SEPARATOR: &str = "__";
 
-/// An MCP tool use's time limit when `timeout_ms` is not given (also the limit of starting or
-/// reaching the server and listing its tools).
+/// An MCP tool use's time limit (and a listing's) when `timeout_ms` is not given.
 pub const DEFAULT_MCP_TIMEOUT_MS: u32 = 30_000;
 
-/// The longest `timeout_ms` an MCP server entry may declare: a run waits for the use.
+/// The time limit of starting or reaching a server and its handshake when
+/// `connect_timeout_ms` is not given: a program may have to load a runtime first.
+pub const DEFAULT_MCP_CONNECT_TIMEOUT_MS: u32 = 30_000;
+
+/// The longest `timeout_ms` or `connect_timeout_ms` an MCP server entry may declare: a run
+/// waits for the use.
 pub const MAX_MCP_TIMEOUT_MS: u32 = 300_000;
 
 /// An MCP server an agent uses tools of.
@@ -34,8 +39,10 @@ pub struct McpServerConfig {
     /// The agent's env keys the started program gets (`env_keys:`); none of the agent's other
     /// keys reach it.
     pub env_keys: Vec<String>,
-    /// How long one use (and starting or reaching the server) may take, in milliseconds.
+    /// How long one use (or listing the tools) may take, in milliseconds.
     pub timeout_ms: u32,
+    /// How long starting or reaching the server and its handshake may take, in milliseconds.
+    pub connect_timeout_ms: u32,
 }
 
 /// How an MCP server is reached.
@@ -64,6 +71,7 @@ pub(super) struct RawMcpKeys {
     pub database: Option<Pos>,
     pub bind_env: Option<Pos>,
     pub timeout_ms: Option<Spanned<u64>>,
+    pub connect_timeout_ms: Option<Spanned<u64>>,
     pub command: Option<Spanned<Vec<Spanned<String>>>>,
     pub url: Option<Spanned<String>>,
     pub token_env: Option<Spanned<String>>,
@@ -76,6 +84,7 @@ pub(super) fn mcp_only_key(
     url: &Option<Spanned<String>>,
     token_env: &Option<Spanned<String>>,
     env_keys: &Option<Vec<Spanned<String>>>,
+    connect_timeout_ms: &Option<Spanned<u64>>,
 ) -> Option<(Pos, &'static str)> {
     command
         .as_ref()
@@ -87,6 +96,11 @@ pub(super) fn mcp_only_key(
                 .as_ref()
                 .and_then(|k| k.first())
                 .map(|k| (Pos::of(k), "env_keys"))
+        })
+        .or_else(|| {
+            connect_timeout_ms
+                .as_ref()
+                .map(|c| (Pos::of(c), "connect_timeout_ms"))
         })
 }
 
@@ -215,24 +229,29 @@ pub(super) fn convert_mcp(
         }
         env_keys.push(k.value);
     }
-    let timeout_ms = match raw.timeout_ms {
-        None => DEFAULT_MCP_TIMEOUT_MS,
-        Some(ms) if (1..=u64::from(MAX_MCP_TIMEOUT_MS)).contains(&ms.value) => ms.value as u32,
-        Some(ms) => {
-            return Err(ctx.invalid(
-                Pos::of(&ms),
-                &key.key("timeout_ms"),
-                format!(
-                    "timeout_ms {} is out of range; expected 1 to {MAX_MCP_TIMEOUT_MS}",
-                    ms.value
-                ),
-            ));
-        }
+    let limit = |written: Option<Spanned<u64>>, name: &str, default: u32| match written {
+        None => Ok(default),
+        Some(ms) if (1..=u64::from(MAX_MCP_TIMEOUT_MS)).contains(&ms.value) => Ok(ms.value as u32),
+        Some(ms) => Err(ctx.invalid(
+            Pos::of(&ms),
+            &key.key(name),
+            format!(
+                "{name} {} is out of range; expected 1 to {MAX_MCP_TIMEOUT_MS}",
+                ms.value
+            ),
+        )),
     };
+    let timeout_ms = limit(raw.timeout_ms, "timeout_ms", DEFAULT_MCP_TIMEOUT_MS)?;
+    let connect_timeout_ms = limit(
+        raw.connect_timeout_ms,
+        "connect_timeout_ms",
+        DEFAULT_MCP_CONNECT_TIMEOUT_MS,
+    )?;
     Ok(McpServerConfig {
         transport,
         env_keys,
         timeout_ms,
+        connect_timeout_ms,
     })
 }
 
