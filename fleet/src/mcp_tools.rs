@@ -87,7 +87,10 @@ impl ToolServers for McpClient {
             target,
             timeout: Duration::from_millis(u64::from(config.timeout_ms)),
             connect_timeout: Duration::from_millis(u64::from(config.connect_timeout_ms)),
-            running: Mutex::new(None),
+            running: Mutex::new(Running {
+                session: None,
+                opened: 0,
+            }),
         })
     }
 }
@@ -116,9 +119,16 @@ struct McpSession {
     timeout: Duration,
     /// The bound of starting or reaching the server and its handshake.
     connect_timeout: Duration,
-    /// The running client; `None` before the first use and after the server was found dead.
-    /// Dropping it ends the session (and kills a started program's process group).
-    running: Mutex<Option<RunningService<RoleClient, ()>>>,
+    running: Mutex<Running>,
+}
+
+/// A session's running client.
+struct Running {
+    /// `None` before the first use and after the server was found dead. Dropping it ends the
+    /// session (and kills a started program's process group).
+    session: Option<RunningService<RoleClient, ()>>,
+    /// Connections opened so far: a request that failed drops only the connection it used.
+    opened: u64,
 }
 
 impl McpSession {
@@ -136,15 +146,16 @@ impl McpSession {
         }
     }
 
-    /// The peer of a live session, connecting first when there is none or it died.
-    async fn peer(&self) -> Result<Peer<RoleClient>, ToolError> {
+    /// The peer of a live session and which connection it is, connecting first when there is
+    /// none or it died.
+    async fn peer(&self) -> Result<(Peer<RoleClient>, u64), ToolError> {
         let mut running = self.running.lock().await;
-        if let Some(service) = running.as_ref() {
+        if let Some(service) = running.session.as_ref() {
             if !service.is_closed() && !service.peer().is_transport_closed() {
-                return Ok(service.peer().clone());
+                return Ok((service.peer().clone(), running.opened));
             }
             info!(agent = %self.agent, server = %self.entry, "MCP session ended; connecting again");
-            *running = None;
+            running.session = None;
         }
         let service = match tokio::time::timeout(self.connect_timeout, self.connect()).await {
             Ok(result) => result?,
@@ -156,8 +167,9 @@ impl McpSession {
             }
         };
         let peer = service.peer().clone();
-        *running = Some(service);
-        Ok(peer)
+        running.session = Some(service);
+        running.opened += 1;
+        Ok((peer, running.opened))
     }
 
     async fn connect(&self) -> Result<RunningService<RoleClient, ()>, ToolError> {
@@ -208,19 +220,23 @@ impl McpSession {
         }
     }
 
-    /// Ends the session after a transport failure, so the next use connects again.
-    async fn drop_session(&self) {
-        *self.running.lock().await = None;
+    /// Ends connection `opened` after a transport failure, so the next use connects again (a
+    /// newer connection another use opened meanwhile is kept).
+    async fn drop_session(&self, opened: u64) {
+        let mut running = self.running.lock().await;
+        if running.opened == opened {
+            running.session = None;
+        }
     }
 
     /// A failed request as the model reads it; a dead connection is dropped.
-    async fn request_failed(&self, error: ServiceError) -> ToolError {
+    async fn request_failed(&self, error: ServiceError, opened: u64) -> ToolError {
         match error {
             ServiceError::McpError(e) => answer::protocol_error(&e.code.0, &e.message),
             ServiceError::Timeout { .. } => self.timed_out(),
             other => {
                 warn!(agent = %self.agent, server = %self.entry, error = %other, "MCP request failed; the session is dropped");
-                self.drop_session().await;
+                self.drop_session(opened).await;
                 self.unavailable(format!(
                     "the connection failed ({other}); the next use starts or reaches it again"
                 ))
@@ -232,10 +248,10 @@ impl McpSession {
 impl ToolServer for McpSession {
     fn list(&self) -> ListFuture<'_> {
         Box::pin(async move {
-            let peer = self.peer().await?;
+            let (peer, opened) = self.peer().await?;
             let tools = match tokio::time::timeout(self.timeout, peer.list_all_tools()).await {
                 Ok(Ok(tools)) => tools,
-                Ok(Err(e)) => return Err(self.request_failed(e).await),
+                Ok(Err(e)) => return Err(self.request_failed(e, opened).await),
                 Err(_) => return Err(self.timed_out()),
             };
             Ok(tools
@@ -263,12 +279,12 @@ impl ToolServer for McpSession {
                             .into(),
                     ));
                 };
-                let peer = self.peer().await?;
+                let (peer, opened) = self.peer().await?;
                 let params =
                     CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments.clone());
                 match tokio::time::timeout(self.timeout, peer.call_tool(params)).await {
                     Ok(Ok(result)) => answer_text(&result),
-                    Ok(Err(e)) => Err(self.request_failed(e).await),
+                    Ok(Err(e)) => Err(self.request_failed(e, opened).await),
                     Err(_) => Err(self.timed_out()),
                 }
             }
