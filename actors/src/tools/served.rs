@@ -247,21 +247,27 @@ pub(crate) struct ServerSlots {
 
 /// A session for an agent on a host that reaches no MCP servers (an embedding app that gave
 /// its host no [`ToolServers`]).
-struct NoClient;
+struct NoClient {
+    entry: String,
+}
 
-impl ToolServer for NoClient {
-    fn list(&self) -> ListFuture<'_> {
-        Box::pin(async { Err(no_client()) })
-    }
-    fn call<'a>(&'a self, _tool: &'a str, _input: &'a Value) -> ToolFuture<'a> {
-        Box::pin(async { Err(no_client()) })
+impl NoClient {
+    fn refusal(&self) -> ToolError {
+        ToolError::ServerUnavailable {
+            server: self.entry.clone(),
+            detail: "this host reaches no MCP servers (it was started without an MCP client)"
+                .into(),
+        }
     }
 }
 
-fn no_client() -> ToolError {
-    ToolError::Failed(
-        "this host reaches no MCP servers (it was started without an MCP client); answer without this tool".into(),
-    )
+impl ToolServer for NoClient {
+    fn list(&self) -> ListFuture<'_> {
+        Box::pin(async { Err(self.refusal()) })
+    }
+    fn call<'a>(&'a self, _tool: &'a str, _input: &'a Value) -> ToolFuture<'a> {
+        Box::pin(async { Err(self.refusal()) })
+    }
 }
 
 /// The entry's two limits and a second: a (re)start of the server, then the call.
@@ -293,7 +299,9 @@ impl ServerSlots {
             }
             let server: Arc<dyn ToolServer> = match servers {
                 Some(s) => s.open(&config.name, &config.dir, &t.name, mcp, &config.env),
-                None => Arc::new(NoClient),
+                None => Arc::new(NoClient {
+                    entry: t.name.clone(),
+                }),
             };
             openings += 1;
             slots.insert(
