@@ -699,6 +699,36 @@ tools:
 }
 
 #[test]
+fn a_reload_that_changes_the_entry_replaces_its_server() {
+    if !time_server_available() {
+        return;
+    }
+    let fleet = Fleet::new();
+    let file = fleet.agent("clock", &clock(&time_entry("")));
+    let mut served = fleet.serve(&[]);
+    let first = served.run_wait("clock", "now");
+    assert_eq!(first["status"], "succeeded", "{first}");
+    let before = children_of(served.child.id());
+    assert_eq!(before.len(), 1, "{before:?}");
+
+    std::fs::write(&file, clock(&time_entry("    timeout_ms: 20000\n"))).unwrap();
+    assert!(
+        served.wait_for_line("config reloaded", BOUND).is_some(),
+        "the host reloads the edited agent.yaml"
+    );
+    // The old session is closed: its server ends; the next run starts the new one.
+    eventually("the old server to end", BOUND, || {
+        gone(before[0]).then_some(())
+    });
+    let second = served.run_wait("clock", "now again");
+    assert_eq!(second["status"], "succeeded", "{second}");
+    assert_utc_now(second["output"].as_str().unwrap_or_default());
+    let after = children_of(served.child.id());
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_ne!(after, before);
+}
+
+#[test]
 fn a_wrong_mcp_entry_names_its_file_line_and_key() {
     let fleet = Fleet::new();
     let file = fleet.agent(
