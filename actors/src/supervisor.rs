@@ -74,6 +74,9 @@ pub struct HostSpec {
     pub models: BTreeMap<String, Arc<dyn Model>>,
     /// Tools registered by an embedding app, by agent.
     pub tools: BTreeMap<String, Vec<Arc<dyn Tool>>>,
+    /// How agents reach the MCP servers their `kind: mcp` entries declare; `None` leaves
+    /// those entries without tools (a use is told the host has no MCP client).
+    pub tool_servers: Option<Arc<dyn crate::tools::ToolServers>>,
     /// How calls and replies reach agents on other hosts; `None` for a single host.
     pub remote: Option<Arc<dyn RemoteCalls>>,
     /// How calls reach the remote A2A agents agents declare (`a2a_agents:`); `None` refuses
@@ -104,6 +107,7 @@ impl HostSpec {
             store_probe: ProbeBackoff::default(),
             models: BTreeMap::new(),
             tools: BTreeMap::new(),
+            tool_servers: None,
             remote: None,
             a2a: None,
             watch_config: Some(Duration::from_millis(500)),
@@ -229,6 +233,7 @@ impl HostSupervisor {
             writer: state.writer.clone(),
             model: state.spec.models.get(name).cloned(),
             extra_tools: state.spec.tools.get(name).cloned().unwrap_or_default(),
+            tool_servers: state.spec.tool_servers.clone(),
             supervisor: myself.clone(),
             fleet_agents: state.fleet_agents.clone(),
             options: state.spec.options.clone(),

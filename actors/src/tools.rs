@@ -11,11 +11,13 @@
 //! [`Tool::check_resource`]); the engine runs them through the authorization pipeline
 //! (`tool_guard`, which imports this module, not the other way round) before the handler.
 //!
-//! The declared `sql` tool and the bounds of its queries live in `sql`.
+//! The declared `sql` tool and the bounds of its queries live in `sql`; the tools an MCP
+//! server lists (`kind: mcp`), and the seam a host's MCP client plugs into, in `served`.
 //!
 //! This module never places calls and never writes run state; it runs one tool use and returns
 //! its text.
 
+mod served;
 mod sql;
 
 use std::collections::BTreeMap;
@@ -33,6 +35,11 @@ use crate::guard::{Guard, declared_guard};
 use crate::model::ToolSpec;
 use crate::visibility::{AuthMarkers, Identity, PolicyRef};
 
+pub(crate) use served::{DueListing, ServerSlots};
+pub use served::{
+    ListFuture, ListedTool, MAX_RELIST_AFTER, RELIST_AFTER, ToolServer, ToolServers, relist_after,
+    schema_problem, served_tool_name,
+};
 pub use sql::{SQL_MAX_OUTPUT_BYTES, SQL_MAX_ROWS, SQL_MAX_VALUE_BYTES, SqlTool};
 
 /// What a tool may know about the run that uses it.
@@ -78,6 +85,34 @@ pub enum ToolError {
         /// The longest value allowed, in bytes.
         limit_bytes: u64,
     },
+    #[error(
+        "the tool server `{server}` is unavailable: {detail}; answer without its tools, or try \
+         again later"
+    )]
+    /// The server behind the tool could not be started or reached, or it ended the session.
+    ServerUnavailable {
+        /// The declared name of the server (its agent.yaml entry).
+        server: String,
+        /// What went wrong.
+        detail: String,
+    },
+    #[error(
+        "timed out: the tool server `{server}` did not answer within {limit_ms} ms and the use \
+         was abandoned; try again with a smaller request, or answer without it"
+    )]
+    /// The server behind the tool did not answer within its time limit.
+    ServerTimedOut {
+        /// The declared name of the server.
+        server: String,
+        /// The limit, in milliseconds.
+        limit_ms: u64,
+    },
+    #[error(
+        "the tool reported an error: {0}; check the arguments against the tool's input schema, \
+         or answer without it"
+    )]
+    /// The tool ran and reported an error of its own (an MCP result with `isError`).
+    Reported(String),
 }
 
 /// The boxed future a [`Tool`] returns.
@@ -109,8 +144,9 @@ pub trait Tool: Send + Sync + 'static {
     }
 }
 
-/// Builds the tool an agent.yaml declaration describes, with its `auth:` and `guard:`.
-pub fn declared_tool(config: &ToolConfig) -> Arc<dyn Tool> {
+/// Builds the tool an agent.yaml declaration describes, with its `auth:` and `guard:`; `None`
+/// for an entry of `kind: mcp`, which stands for the tools its server lists (see `served`).
+pub fn declared_tool(config: &ToolConfig) -> Option<Arc<dyn Tool>> {
     let inner: Arc<dyn Tool> = match &config.kind {
         ToolKind::Sql {
             database,
@@ -124,7 +160,27 @@ pub fn declared_tool(config: &ToolConfig) -> Arc<dyn Tool> {
             bind_env: bind_env.clone(),
             timeout: Duration::from_millis(u64::from(*timeout_ms)),
         }),
+        ToolKind::Mcp(_) => return None,
     };
+    Some(declare(config, inner))
+}
+
+/// `inner` with the markers and guards of the agent.yaml entry `config`.
+fn declare(config: &ToolConfig, inner: Arc<dyn Tool>) -> Arc<dyn Tool> {
+    declare_guarded(
+        config,
+        inner,
+        config.guard.iter().map(declared_guard).collect(),
+    )
+}
+
+/// `inner` with the markers of the agent.yaml entry `config` and the `guards` built from it
+/// (shared by the tools of one entry that stands for several).
+fn declare_guarded(
+    config: &ToolConfig,
+    inner: Arc<dyn Tool>,
+    guards: Vec<Arc<dyn Guard>>,
+) -> Arc<dyn Tool> {
     let markers = config
         .auth
         .as_ref()
@@ -145,7 +201,7 @@ pub fn declared_tool(config: &ToolConfig) -> Arc<dyn Tool> {
     Arc::new(Declared {
         inner,
         markers,
-        guards: config.guard.iter().map(declared_guard).collect(),
+        guards,
     })
 }
 

@@ -563,3 +563,38 @@ model:
         .count();
     assert_eq!(refused, 20, "the callee refused every call past its cap");
 }
+
+/// A host given no MCP client (an embedding app that set no `tool_servers`): a `kind: mcp`
+/// entry's tools are told why they cannot run, and the run goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_tool_on_a_host_without_an_mcp_client_is_told_why() {
+    let tmp = tempfile::tempdir().unwrap();
+    let agents = tmp.path().join("agents");
+    write(
+        &agents,
+        "clock",
+        r#"
+name: clock
+model:
+  script:
+    - tool: {name: time__get_current_time, arguments: {timezone: UTC}}
+    - answer: "{tool.time__get_current_time}"
+tools:
+  - {name: time, kind: mcp, command: [python3, -m, mcp_server_time]}
+"#,
+    );
+    let set = AgentSet::load(std::slice::from_ref(&agents)).unwrap();
+    let (host, _join) = Host::spawn(HostSpec::new(set, tmp.path().join("data")))
+        .await
+        .unwrap();
+    let run = host.start_run("clock", "now", Channel::Api).await.unwrap();
+    let done = host.wait(&run.id, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(done.status, RunStatus::Succeeded, "{done:?}");
+    assert_eq!(
+        done.output.as_deref(),
+        Some(
+            "the tool server `time` is unavailable: this host reaches no MCP servers (it was \
+             started without an MCP client); answer without its tools, or try again later"
+        )
+    );
+}

@@ -26,6 +26,10 @@ pub use agent::{
     MAX_WAIT_S, MIN_A2A_TIMEOUT_MS, ModelConfig, OpenAiModel, ScriptStep, ToolChoice, ToolConfig,
     ToolKind, ToolStep, check_name,
 };
+pub use agent::{
+    DEFAULT_MCP_CONNECT_TIMEOUT_MS, DEFAULT_MCP_TIMEOUT_MS, MAX_MCP_TIMEOUT_MS, MCP_TOOL_SEPARATOR,
+    McpServerConfig, McpTransport,
+};
 pub use error::ConfigError;
 pub use fleet::{FleetConfig, HostConfig, OperatorConfig, StoreConfig};
 pub use goals::{DirectorySettings, GoalConfig, GoalsConfig, load_dev_goals};

@@ -8,6 +8,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use tokio::net::TcpListener;
 use tracing::info;
@@ -88,6 +89,7 @@ impl DevHost {
         let mut spec = HostSpec::new(agents, options.data_dir.clone());
         spec.store = options.store.clone();
         spec.directory = crate::directory_spec(&goals, Default::default());
+        spec.tool_servers = Some(Arc::new(crate::McpClient));
         spec.options = options.agent_options;
         // What an origin (`api:<name>`) holds here bounds what a called agent acts with.
         spec.options.host_grants = auth.grants().clone();
@@ -106,7 +108,7 @@ impl DevHost {
         let (host, _supervisor) = Host::spawn(spec).await?;
         let app = api::router(
             host.clone(),
-            std::sync::Arc::new(auth),
+            Arc::new(auth),
             HostCheck::new(addr, &options.allow_hosts),
             &options.http,
         )

@@ -6,7 +6,8 @@
 //! other hosts are `remote`; an operator's fleet commands to those hosts, both ends, are
 //! [`operator`]. Every host's API also serves the dashboard, a web page that reads the same
 //! routes (`dashboard`). Calls from its agents to remote A2A agents go out through
-//! [`a2a_client`]. The CLI is one user of these; an embedding app is another. The crate
+//! [`a2a_client`]; agents reach the MCP servers their `kind: mcp` tools declare through the
+//! host's MCP client (`mcp_tools`). The CLI is one user of these; an embedding app is another. The crate
 //! decides no call rules itself (they live in consort-core's guards) and never touches a run
 //! store except through the host handle or the read-only data folder.
 
@@ -19,6 +20,7 @@ mod dashboard;
 pub mod dev;
 mod error;
 pub mod listener;
+mod mcp_tools;
 mod metrics_route;
 pub mod operator;
 mod remote;
@@ -28,6 +30,7 @@ mod trace_header;
 pub use auth::HostAuth;
 pub use client::Client;
 pub use error::FleetError;
+pub use mcp_tools::McpClient;
 pub use metrics_route::{
     CONTENT_TYPE_PROMETHEUS, MetricsExport, UPKEEP_EVERY, prometheus_builder, run_upkeep,
 };

@@ -325,6 +325,7 @@ impl ServedHost {
         spec.options.host_grants = auth.grants().clone();
         spec.remote = Some(Arc::new(remote));
         spec.a2a = Some(Arc::new(crate::a2a_client::A2aClient::new()?));
+        spec.tool_servers = Some(Arc::new(crate::McpClient));
 
         let listener = TcpListener::bind(options.listen_http)
             .await

@@ -8,6 +8,7 @@
 //! remote host or a model answers.
 
 use std::collections::VecDeque;
+use std::time::Instant;
 
 use consort_core::event::ReplyOutcome;
 use consort_core::step::{
@@ -25,12 +26,16 @@ use crate::fault::{self, Point};
 use crate::model::{ModelError, ModelReply, ModelRequest, ToolSpec};
 use crate::routing::SupervisorMsg;
 use crate::run::{RunRecord, RunStatus, now_ms};
+use crate::tools::{ListedTool, ToolError};
+
+/// What one MCP server listed (or why it could not): its entry, which opening, the answer.
+pub(super) type Listed = (String, u64, Result<Vec<ListedTool>, ToolError>);
 
 impl AgentActor {
     /// Asks the model for a turn. An immediate model (the script) answers here and its answer
     /// is the next input; any other model answers on its own task (`ModelDone`), so one slow
     /// turn never holds up this agent's other runs and calls.
-    async fn ask_model(
+    pub(super) async fn ask_model(
         &self,
         myself: &ActorRef<AgentMsg>,
         state: &mut AgentState,
@@ -38,6 +43,17 @@ impl AgentActor {
         asked: TurnAsked,
     ) -> Option<Input> {
         let id = record.id.clone();
+        // The agent's MCP servers are listed before a turn that would not see their tools: the
+        // turn waits (the run counts as thinking) and is asked again once the answers are in.
+        let due = state.servers.take_due(Instant::now());
+        if !due.is_empty() {
+            spawn_listing(state, myself, due);
+        }
+        if state.servers.asking() {
+            state.thinking.insert(id.clone());
+            state.awaiting_listing.push((id, asked));
+            return None;
+        }
         let identity =
             super::tool_use::run_identity(record, &state.catalog, &state.options.host_grants);
         let mut specs: Vec<ToolSpec> = state
@@ -86,6 +102,45 @@ impl AgentActor {
         };
         let result = state.model.respond(request).await;
         Some(model_input(asked, result))
+    }
+
+    /// What the agent's MCP servers listed: the catalog is built again with their tools, and
+    /// once no listing is out, the turns that waited are asked again.
+    pub(super) fn tools_listed(
+        &self,
+        myself: &ActorRef<AgentMsg>,
+        state: &mut AgentState,
+        listings: Vec<Listed>,
+    ) {
+        let now = Instant::now();
+        for (server, opened, result) in listings {
+            match &result {
+                Ok(tools) => {
+                    info!(agent = %state.config.name, %server, tools = tools.len(), "MCP server listed its tools");
+                }
+                Err(e) => {
+                    warn!(agent = %state.config.name, %server, error = %e, "MCP server could not be listed; its tools are left out until a later turn asks again");
+                }
+            }
+            for why in state.servers.listed(&server, opened, result, now) {
+                warn!(agent = %state.config.name, %server, "an MCP tool is left out: {why}");
+            }
+        }
+        state.rebuild_catalog();
+        if state.servers.asking() {
+            return;
+        }
+        let depth = state.metrics.host().mailbox().clone();
+        for (run, asked) in std::mem::take(&mut state.awaiting_listing) {
+            tell(
+                &depth,
+                myself,
+                AgentMsg::AskAgain {
+                    run,
+                    asked: Box::new(asked),
+                },
+            );
+        }
     }
 
     /// Places a call from its own task: the envelope goes to the supervisor, whose answer
@@ -548,4 +603,41 @@ async fn build_envelope(
         hops,
         input,
     })
+}
+
+/// Lists the `due` MCP servers on a task of their own, each within its bound, and tells the
+/// actor what they answered.
+fn spawn_listing(
+    state: &AgentState,
+    myself: &ActorRef<AgentMsg>,
+    due: Vec<crate::tools::DueListing>,
+) {
+    let depth = state.metrics.host().mailbox().clone();
+    let me = myself.clone();
+    tokio::spawn(
+        async move {
+            let mut tasks = tokio::task::JoinSet::new();
+            for d in due {
+                tasks.spawn(async move {
+                    let result = match tokio::time::timeout(d.bound, d.server.list()).await {
+                        Ok(result) => result,
+                        Err(_) => Err(ToolError::ServerTimedOut {
+                            server: d.name.clone(),
+                            limit_ms: d.bound.as_millis() as u64,
+                        }),
+                    };
+                    (d.name, d.opened, result)
+                });
+            }
+            let mut listings = Vec::new();
+            while let Some(joined) = tasks.join_next().await {
+                match joined {
+                    Ok(listing) => listings.push(listing),
+                    Err(e) => warn!("an MCP listing task ended abnormally: {e}"),
+                }
+            }
+            tell(&depth, &me, AgentMsg::ToolsListed(listings));
+        }
+        .in_current_span(),
+    );
 }

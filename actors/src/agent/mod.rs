@@ -54,7 +54,7 @@ use crate::routing::SupervisorMsg;
 use crate::run::{Channel, RunRecord};
 use crate::script::ScriptModel;
 use crate::store::{Durability, StoreWriter};
-use crate::tools::{Tool, ToolError};
+use crate::tools::{ServerSlots, Tool, ToolError, ToolServers};
 use crate::visibility::{Identity, ProbeCache, RoleGrants};
 
 /// Settings of one agent actor.
@@ -193,6 +193,10 @@ pub(crate) enum AgentMsg {
     },
     /// The store writer committed a job of this actor (or failed to).
     Committed(Box<commits::Committed>),
+    /// What the agent's MCP servers listed (or why they could not), by entry name.
+    ToolsListed(Vec<engine::Listed>),
+    /// Ask a run's model turn again: it waited for a listing of the MCP servers.
+    AskAgain { run: RunId, asked: Box<TurnAsked> },
 }
 
 impl AgentMsg {
@@ -207,7 +211,8 @@ impl AgentMsg {
             | Self::CallDone { run, .. }
             | Self::ToolDone { run, .. }
             | Self::WaitElapsed { run, .. }
-            | Self::ModelDone { run, .. } => Some(run),
+            | Self::ModelDone { run, .. }
+            | Self::AskAgain { run, .. } => Some(run),
             Self::Reply(reply) | Self::OfferReply { reply, .. } => Some(&reply.parent_run),
             Self::Deliver { run, .. } => run.as_ref(),
             Self::Start { .. }
@@ -215,6 +220,7 @@ impl AgentMsg {
             | Self::Checkpoint
             | Self::Retire(_)
             | Self::Accept { .. }
+            | Self::ToolsListed(_)
             | Self::Committed(_) => None,
         }
     }
@@ -231,6 +237,8 @@ pub(crate) struct AgentArgs {
     pub model: Option<Arc<dyn Model>>,
     /// Tools registered by an embedding app, beside the declared ones.
     pub extra_tools: Vec<Arc<dyn Tool>>,
+    /// The host's MCP client, if it has one.
+    pub tool_servers: Option<Arc<dyn ToolServers>>,
     pub supervisor: ActorRef<SupervisorMsg>,
     /// Every agent of the fleet, shared by all agent actors of the host (one list, not one
     /// per agent: a host of many agents would hold the square of their names).
@@ -326,6 +334,14 @@ impl Actor for AgentActor {
         let model_from_app = args.model.is_some();
         let model = args.model.unwrap_or_else(|| model_for(&args.config));
         let catalog = AgentCatalog::build(&args.config, &args.extra_tools, 1);
+        // Nothing is started here: a server is asked for its tools before the first model
+        // turn that needs them (see `tools::served`).
+        let servers = ServerSlots::for_config(
+            &args.config,
+            args.tool_servers.as_ref(),
+            ServerSlots::default(),
+            &args.config.env,
+        );
         let metrics = args.metrics.agent(&args.config.name);
         let callable = state::callable_agents(&args.fleet_agents, &args.config);
         Ok(AgentState {
@@ -336,6 +352,9 @@ impl Actor for AgentActor {
             model,
             model_from_app,
             extra_tools: args.extra_tools,
+            tool_servers: args.tool_servers,
+            servers,
+            awaiting_listing: Vec::new(),
             supervisor: args.supervisor,
             callable,
             fleet_agents: args.fleet_agents,
@@ -507,16 +526,33 @@ impl AgentActor {
                     .await?;
             }
             AgentMsg::Config(config) => {
-                let generation = state.catalog.generation() + 1;
-                info!(agent = %config.name, generation, "config reloaded; tool catalog generation changed");
-                state.catalog = AgentCatalog::build(&config, &state.extra_tools, generation);
                 if !state.model_from_app && config.model != state.config.model {
                     // The declared model is part of the config: new turns play the new one.
                     info!(agent = %config.name, "declared model changed; new turns use it");
                     state.model = model_for(&config);
                 }
                 state.callable = state::callable_agents(&state.fleet_agents, &config);
+                // An unchanged mcp entry keeps its session and listing; a changed one is
+                // opened again (the old session closes once its last use is over).
+                state.servers = ServerSlots::for_config(
+                    &config,
+                    state.tool_servers.as_ref(),
+                    std::mem::take(&mut state.servers),
+                    &state.config.env,
+                );
                 state.config = *config;
+                let generation = state.rebuild_catalog();
+                info!(agent = %state.config.name, generation, "config reloaded; tool catalog generation changed");
+            }
+            AgentMsg::ToolsListed(listings) => self.tools_listed(myself, state, listings),
+            AgentMsg::AskAgain { run, asked } => {
+                state.thinking.remove(&run);
+                if state.load(&run).await?
+                    && let Some(record) = state.records.get(&run).cloned()
+                    && let Some(input) = self.ask_model(myself, state, &record, *asked).await
+                {
+                    self.drive(myself, state, &run, input).await?;
+                }
             }
             AgentMsg::Checkpoint => {
                 // On a blocking thread with its own connection: the actor goes on stepping runs

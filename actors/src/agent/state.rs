@@ -14,7 +14,7 @@ use tracing::{Span, debug, warn};
 
 use consort_config::AgentConfig;
 use consort_core::RunView;
-use consort_core::step::Input;
+use consort_core::step::{Input, TurnAsked};
 use consort_net::{Hop, ReplyEnvelope, RunId};
 
 use super::{AgentOptions, commits};
@@ -24,7 +24,7 @@ use crate::model::Model;
 use crate::routing::SupervisorMsg;
 use crate::run::RunRecord;
 use crate::store::AgentStore;
-use crate::tools::Tool;
+use crate::tools::{ServerSlots, Tool, ToolServers};
 use crate::visibility::ProbeCache;
 
 /// Unsettled root runs per principal, and which principal each belongs to.
@@ -91,6 +91,12 @@ pub(crate) struct AgentState {
     /// T2 probe outcomes per principal, for the catalog's generation.
     pub(super) probe_cache: ProbeCache,
     pub(super) extra_tools: Vec<Arc<dyn Tool>>,
+    /// The host's MCP client, which opens the sessions of `servers`.
+    pub(super) tool_servers: Option<Arc<dyn ToolServers>>,
+    /// The agent's MCP servers (`kind: mcp`): their sessions and what each listed.
+    pub(super) servers: ServerSlots,
+    /// Runs whose model turn waits for a listing of the agent's MCP servers.
+    pub(super) awaiting_listing: Vec<(RunId, TurnAsked)>,
     pub(super) supervisor: ActorRef<SupervisorMsg>,
     pub(super) fleet_agents: Arc<[String]>,
     /// What a call may name: the fleet's agents and this agent's own A2A agents
@@ -154,12 +160,26 @@ pub(crate) struct AgentState {
 impl AgentState {
     /// Whether the actor holds nothing a retirement would lose: no unsettled run, no job out
     /// at the store writer, no task out, nothing held for later.
+    /// Builds the catalog again from the config, the app's tools and what the MCP servers
+    /// listed, at the next generation (cached probe outcomes of the last one go stale).
+    pub(super) fn rebuild_catalog(&mut self) -> u64 {
+        let generation = self.catalog.generation() + 1;
+        self.catalog = AgentCatalog::build_with_served(
+            &self.config,
+            &self.extra_tools,
+            &self.servers.tools(),
+            generation,
+        );
+        generation
+    }
+
     pub(super) fn is_idle(&self) -> bool {
         self.unsettled == 0
             && self.commits.is_quiet()
             && self.in_flight.is_empty()
             && self.awaiting.is_empty()
             && self.thinking.is_empty()
+            && self.awaiting_listing.is_empty()
             && self.early_replies.is_empty()
             && self.children_counting.is_empty()
             && self.just_settled.is_empty()

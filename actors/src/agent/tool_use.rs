@@ -79,6 +79,15 @@ impl AgentActor {
             INVOKE_TOOL => {
                 let parsed = meta_tools::parse_invoke(&tool_use.input).and_then(|(name, args)| {
                     let Some(tool) = state.catalog.tool(&name) else {
+                        if let Some((stand_in, error)) = state.servers.unlisted(&name) {
+                            let identity = run_identity(record, &state.catalog, &state.options.host_grants);
+                            let error = state
+                                .catalog
+                                .authorize_unlisted(&name, stand_in.as_ref(), &identity, &args)
+                                .err()
+                                .unwrap_or(error);
+                            return Err(MetaAnswer::from_tool_error(&error));
+                        }
                         return Err(MetaAnswer::error(
                             "no_such_tool",
                             format!("no tool named `{name}`; use search_tools to find the tools you can use"),
@@ -115,9 +124,28 @@ impl AgentActor {
             }
             name => {
                 if state.catalog.tool(name).is_none() {
-                    let text = format!(
-                        "no tool named `{name}`; use search_tools to find the tools you can use"
-                    );
+                    // A tool of an MCP server that could not be listed is told why, once the
+                    // caller passed the authorization its entry declares.
+                    let text = match state.servers.unlisted(name) {
+                        None => format!(
+                            "no tool named `{name}`; use search_tools to find the tools you can use"
+                        ),
+                        Some((stand_in, error)) => {
+                            let identity =
+                                run_identity(record, &state.catalog, &state.options.host_grants);
+                            state
+                                .catalog
+                                .authorize_unlisted(
+                                    name,
+                                    stand_in.as_ref(),
+                                    &identity,
+                                    &tool_use.input,
+                                )
+                                .err()
+                                .unwrap_or(error)
+                                .to_string()
+                        }
+                    };
                     state.submit(
                         myself,
                         id,

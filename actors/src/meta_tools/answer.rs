@@ -29,7 +29,7 @@ impl MetaAnswer {
     }
 
     /// A tool refusal as a typed error (`forbidden`, `invalid_arguments`, `failed`,
-    /// `timed_out`, `too_large`).
+    /// `timed_out`, `too_large`, `server_unavailable`, `tool_error`).
     pub fn from_tool_error(error: &ToolError) -> Self {
         match error {
             ToolError::Forbidden(m) => Self::error("forbidden", m.clone()),
@@ -37,6 +37,11 @@ impl MetaAnswer {
             ToolError::Failed(m) => Self::error("failed", m.clone()),
             ToolError::TimedOut { .. } => Self::error("timed_out", error.to_string()),
             ToolError::TooLarge { .. } => Self::error("too_large", error.to_string()),
+            ToolError::ServerUnavailable { .. } => {
+                Self::error("server_unavailable", error.to_string())
+            }
+            ToolError::ServerTimedOut { .. } => Self::error("timed_out", error.to_string()),
+            ToolError::Reported(_) => Self::error("tool_error", error.to_string()),
         }
     }
 }

@@ -37,17 +37,40 @@ pub struct AgentCatalog {
     registry: PolicyRegistry,
     grants: RoleGrants,
     probe_budget: usize,
+    /// The agent's `fallback_policy`, for a tool authorized outside the catalog.
+    fallback: Option<PolicyRef>,
 }
 
 impl AgentCatalog {
     /// The catalog of `config`'s declared tools and an app's `extra` tools, at `generation`.
     pub fn build(config: &AgentConfig, extra: &[Arc<dyn Tool>], generation: u64) -> Self {
+        Self::build_with_served(config, extra, &[], generation)
+    }
+
+    /// As [`AgentCatalog::build`], with the tools the agent's MCP servers listed (`served`).
+    /// A served tool never replaces a declared or an app's tool of the same name.
+    pub fn build_with_served(
+        config: &AgentConfig,
+        extra: &[Arc<dyn Tool>],
+        served: &[Arc<dyn Tool>],
+        generation: u64,
+    ) -> Self {
         let mut tools: BTreeMap<String, Arc<dyn Tool>> = BTreeMap::new();
         for t in &config.tools {
-            tools.insert(t.name.clone(), declared_tool(t));
+            if let Some(tool) = declared_tool(t) {
+                tools.insert(t.name.clone(), tool);
+            }
         }
         for t in extra {
             tools.insert(t.spec().name, t.clone());
+        }
+        for t in served {
+            let name = t.spec().name;
+            if tools.contains_key(&name) {
+                warn!(agent = %config.name, tool = %name, "a tool of an MCP server has the name of another tool; left out");
+                continue;
+            }
+            tools.insert(name, t.clone());
         }
         let vis = &config.visibility;
         let mut registry = PolicyRegistry::new();
@@ -74,10 +97,7 @@ impl AgentCatalog {
         let mut auths = BTreeMap::new();
         let mut entries = Vec::new();
         for (name, tool) in &tools {
-            let mut markers = tool.auth_markers();
-            markers.fallback_policy = fallback.clone();
-            markers.guard |= !tool.guards().is_empty();
-            let auth = markers.derive_auth();
+            let auth = auth_of(tool.as_ref(), fallback.as_ref());
             let spec = tool.spec();
             entries.push(CatalogEntry {
                 name: name.clone(),
@@ -107,6 +127,7 @@ impl AgentCatalog {
             registry,
             grants,
             probe_budget: vis.probe_budget,
+            fallback,
         }
     }
 
@@ -250,12 +271,34 @@ impl AgentCatalog {
         tool_guard::authorize(name, tool.as_ref(), auth, &self.access(identity), input)
     }
 
+    /// The real authorization of one use of `tool`, which the catalog does not hold (a tool of
+    /// an MCP server that could not be listed), exactly as if it did: a caller the tool's
+    /// declaration refuses is refused before it learns anything about the server.
+    pub(crate) fn authorize_unlisted(
+        &self,
+        name: &str,
+        tool: &dyn Tool,
+        identity: &Identity,
+        input: &Value,
+    ) -> Result<(), ToolError> {
+        let auth = auth_of(tool, self.fallback.as_ref());
+        tool_guard::authorize(name, tool, &auth, &self.access(identity), input)
+    }
+
     /// Tells `name`'s guards that an authorized use runs now.
     pub fn record_use(&self, name: &str, identity: &Identity) {
         if let Some(tool) = self.tools.get(name) {
             tool_guard::record_use(name, tool.as_ref(), &self.access(identity));
         }
     }
+}
+
+/// A tool's auth descriptor: its markers, the agent's fallback policy and its guards.
+fn auth_of(tool: &dyn Tool, fallback: Option<&PolicyRef>) -> Auth {
+    let mut markers = tool.auth_markers();
+    markers.fallback_policy = fallback.cloned();
+    markers.guard |= !tool.guards().is_empty();
+    markers.derive_auth()
 }
 
 /// T2 for one catalog: the tool's real pipeline, cut before the handler.

@@ -46,7 +46,11 @@ pub use names::check_name;
 pub(crate) use names::{is_valid_name, name_problem};
 pub use set::AgentSet;
 pub(crate) use set::{AddError, SetBuilder};
-pub use tools::{Approval, DEFAULT_SQL_TIMEOUT_MS, MAX_SQL_TIMEOUT_MS, ToolConfig, ToolKind};
+pub use tools::{
+    Approval, DEFAULT_MCP_CONNECT_TIMEOUT_MS, DEFAULT_MCP_TIMEOUT_MS, DEFAULT_SQL_TIMEOUT_MS,
+    MAX_MCP_TIMEOUT_MS, MAX_SQL_TIMEOUT_MS, MCP_TOOL_SEPARATOR, McpServerConfig, McpTransport,
+    ToolConfig, ToolKind,
+};
 use tools::{RawTool, convert_tools, sql_tool_names};
 
 /// One agent, as declared in its folder's `agent.yaml`, validated.

@@ -5,9 +5,12 @@
 //! that are well formed, unique and not one of the runtime's own tools; for a sql tool, a
 //! database file confined to the agent's folder (relative, no `..`, no symlink out, never one
 //! of consort's own store files), the env keys it may bind (`bind_env`) and its time limit
-//! (`timeout_ms`). The `auth:` and `guard:` blocks are converted by [`crate::visibility`]; this
-//! module only hands them over. It must not open a database or run a tool: it resolves the
-//! file's path and checks that it is there, nothing more.
+//! (`timeout_ms`). The keys of a `kind: mcp` entry (an MCP server whose tools the agent uses)
+//! are read in `mcp`. The `auth:` and `guard:` blocks are converted by [`crate::visibility`];
+//! this module only hands them over. It must not open a database, start a server or run a
+//! tool: it resolves the file's path and checks that it is there, nothing more.
+
+mod mcp;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
@@ -22,6 +25,11 @@ use crate::visibility::{
     convert_tool_auth,
 };
 use crate::yaml::{Ctx, KeyPath, Pos};
+
+pub use mcp::{
+    DEFAULT_MCP_CONNECT_TIMEOUT_MS, DEFAULT_MCP_TIMEOUT_MS, MAX_MCP_TIMEOUT_MS, MCP_TOOL_SEPARATOR,
+    McpServerConfig, McpTransport,
+};
 
 /// A tool declared in `agent.yaml`.
 #[derive(Clone, Debug, PartialEq)]
@@ -54,6 +62,9 @@ pub enum ToolKind {
         /// [`DEFAULT_SQL_TIMEOUT_MS`], at most [`MAX_SQL_TIMEOUT_MS`]).
         timeout_ms: u32,
     },
+    /// An MCP server: each tool it lists becomes one of the agent's tools, named
+    /// `<declared name>__<tool name>`, with this entry's `auth:`, `guard:` and `approval:`.
+    Mcp(McpServerConfig),
 }
 
 /// A sql tool's time limit per query when `timeout_ms` is not given.
@@ -116,12 +127,18 @@ pub(super) struct RawTool {
     guard: Option<Spanned<RawGuard>>,
     bind_env: Option<Vec<Spanned<String>>>,
     timeout_ms: Option<Spanned<u64>>,
+    connect_timeout_ms: Option<Spanned<u64>>,
+    command: Option<Spanned<Vec<Spanned<String>>>>,
+    url: Option<Spanned<String>>,
+    token_env: Option<Spanned<String>>,
+    env_keys: Option<Vec<Spanned<String>>>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "snake_case")]
 enum RawToolKind {
     Sql,
+    Mcp,
 }
 
 #[derive(Deserialize)]
@@ -184,7 +201,36 @@ pub(super) fn convert_tools(
             ));
         }
         let kind = match t.kind.value {
+            RawToolKind::Mcp => {
+                let raw = mcp::RawMcpKeys {
+                    description: t.description.is_some(),
+                    database: t.database.as_ref().map(Pos::of),
+                    bind_env: t.bind_env.as_ref().and_then(|b| b.first()).map(Pos::of),
+                    timeout_ms: t.timeout_ms,
+                    connect_timeout_ms: t.connect_timeout_ms,
+                    command: t.command,
+                    url: t.url,
+                    token_env: t.token_env,
+                    env_keys: t.env_keys.unwrap_or_default(),
+                };
+                ToolKind::Mcp(mcp::convert_mcp(ctx, at, &key, &tname, raw, env)?)
+            }
             RawToolKind::Sql => {
+                if let Some((pos, name)) = mcp::mcp_only_key(
+                    &t.command,
+                    &t.url,
+                    &t.token_env,
+                    &t.env_keys,
+                    &t.connect_timeout_ms,
+                ) {
+                    return Err(ctx.schema(
+                        pos,
+                        &key.key(name),
+                        format!(
+                            "`{name}` belongs to tools of kind `mcp`; a sql tool does not take it"
+                        ),
+                    ));
+                }
                 let Some(db) = t.database else {
                     return Err(ctx.schema(
                         at,

@@ -49,7 +49,7 @@ fn unknown_variants_name_the_allowed_ones() {
     let (k, l, c, key, msg) =
         err("name: x\nmodel:\n  script: []\ntools:\n  - name: t\n    kind: sqll\n");
     assert_eq!((k, l, c, key.as_str()), ("schema", 6, 11, "tools[0].kind"));
-    assert_eq!(msg, "unknown value `sqll`; expected one of `sql`");
+    assert_eq!(msg, "unknown value `sqll`; expected one of `sql`, `mcp`");
 
     let (k, l, c, key, _) = err("name: x\nmodel:\n  gpt: {}\n");
     assert_eq!((k, l, c, key.as_str()), ("schema", 3, 3, "model.gpt"));

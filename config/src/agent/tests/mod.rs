@@ -9,6 +9,7 @@ mod a2a;
 mod adapters;
 mod errors;
 mod loading;
+mod mcp;
 mod set;
 mod sql;
 mod visibility;

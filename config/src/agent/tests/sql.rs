@@ -99,7 +99,10 @@ fn bind_env_names_keys_of_the_env_and_nothing_else() {
         bind_env,
         timeout_ms,
         ..
-    } = &a.tools[0].kind;
+    } = &a.tools[0].kind
+    else {
+        panic!("not a sql tool");
+    };
     assert_eq!(bind_env, &vec!["REGION".to_owned()]);
     assert_eq!(*timeout_ms, DEFAULT_SQL_TIMEOUT_MS);
 
@@ -139,7 +142,9 @@ fn timeout_ms_is_bounded() {
     let d = agent_dir(t.path(), "x", &tools("500"));
     fs::write(d.join("ledger.db"), b"").unwrap();
     let a = AgentConfig::load(&d).unwrap();
-    let ToolKind::Sql { timeout_ms, .. } = &a.tools[0].kind;
+    let ToolKind::Sql { timeout_ms, .. } = &a.tools[0].kind else {
+        panic!("not a sql tool");
+    };
     assert_eq!(*timeout_ms, 500);
 }
 
@@ -232,7 +237,9 @@ fn a_symlink_out_of_the_agent_folder_is_refused() {
         symlink(d.join("ledger-2026.db"), d.join("current.db")).unwrap();
     })
     .unwrap();
-    let ToolKind::Sql { database, .. } = &a.tools[0].kind;
+    let ToolKind::Sql { database, .. } = &a.tools[0].kind else {
+        panic!("not a sql tool");
+    };
     assert_eq!(database, &a.dir.join("ledger-2026.db"));
 }
 
