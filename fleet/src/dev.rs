@@ -93,7 +93,7 @@ impl DevHost {
         spec.options = options.agent_options;
         // What an origin (`api:<name>`) holds here bounds what a called agent acts with.
         spec.options.host_grants = auth.grants().clone();
-        spec.a2a = Some(std::sync::Arc::new(crate::a2a_client::A2aClient::new()?));
+        spec.a2a = Some(Arc::new(crate::a2a_client::A2aClient::new()?));
         let listener =
             TcpListener::bind(options.listen)
                 .await
