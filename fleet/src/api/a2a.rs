@@ -549,11 +549,7 @@ impl Call {
 
     /// The approval request a blocked run waits on.
     async fn gate(&self, run: &RunRecord) -> Result<Option<ApprovalRequested>, Failure> {
-        if run.status != RunStatus::Blocked {
-            return Ok(None);
-        }
-        let asked = run.clone();
-        Ok(blocking(&self.host, move |h| h.pending_gate(&asked)).await?)
+        gate_of(&self.host, run).await
     }
 
     async fn task(&self, run: &RunRecord, history_length: Option<i32>) -> Result<Task, Failure> {
@@ -896,15 +892,9 @@ fn scan(
 
 // ---- waiting and streaming ------------------------------------------------------------------
 
-/// Reads a run off the async workers.
+/// Reads a run off the async workers; one that is gone is `TaskNotFoundError`.
 async fn read_run(host: &Host, id: &RunId) -> Result<RunRecord, Failure> {
-    let key = id.clone();
-    blocking(host, move |h| {
-        h.run(&key)?
-            .ok_or_else(|| ActorsError::UnknownRun(key.to_string()))
-    })
-    .await
-    .map_err(Failure::from)
+    Ok(super::stored_run(host, id).await?)
 }
 
 /// Whether a task in `state` has stopped, for now or for good.
