@@ -28,7 +28,7 @@ use consort_net::{
 
 use super::FleetMap;
 use super::signer::{Signer, Unsigned};
-use super::wire::{refusal_from_wire, run_status};
+use super::wire::{ReplyNext, after_reply_answer, refusal_from_wire, run_status};
 
 /// How long a presence query that could not reach a host answers the next ones at once (one
 /// query in the background keeps checking whether the host is back).
@@ -232,28 +232,21 @@ impl LinkRemote {
         let mut delay = Duration::from_millis(50);
         for attempt in 1..=self.reply_attempts {
             match self.endpoint.request(&peer, addr, &frame).await {
-                Ok(Frame::Ack) => {
-                    debug!(attempt, "reply delivered");
-                    return;
-                }
-                // Not known *yet* (the caller records the call when its ack arrives) or the
-                // caller's host is starting: try again shortly.
-                // A reply that is still unknown after a few tries answers no call of the caller.
-                Ok(Frame::Refused {
-                    reason: RefusalReason::UnknownRun,
-                    text,
-                }) if attempt >= 3 => {
-                    warn!(peer_host = %peer, %text, "reply refused: the caller placed no such call");
-                    return;
-                }
-                Ok(Frame::Refused {
-                    reason: RefusalReason::UnknownRun | RefusalReason::Internal,
-                    text,
-                }) => debug!(attempt, %text, "reply not taken yet"),
-                Ok(other) => {
-                    warn!(peer_host = %peer, "reply refused: {other:?}");
-                    return;
-                }
+                Ok(answer) => match after_reply_answer(&answer) {
+                    ReplyNext::Delivered => {
+                        debug!(attempt, "reply delivered");
+                        return;
+                    }
+                    ReplyNext::Retry => debug!(attempt, "reply not taken yet: {answer:?}"),
+                    ReplyNext::Unwanted => {
+                        warn!(peer_host = %peer, "reply refused: the caller placed no such call: {answer:?}");
+                        return;
+                    }
+                    ReplyNext::Refused => {
+                        warn!(peer_host = %peer, "reply refused: {answer:?}");
+                        return;
+                    }
+                },
                 Err(e) => debug!(attempt, error = %e, "reply not delivered yet"),
             }
             tokio::time::sleep(delay).await;

@@ -1,7 +1,8 @@
 //! What the link glue puts into and reads out of frames: a [`Refusal`] as a refused frame and
 //! back (`wire_reason`, `refusal_frame`, `refusal_from_wire`), a chain that failed
-//! verification and a [`Denial`] of consort-core's remote guards as refused frames, and a run's
-//! status as `check_run` reports it.
+//! verification and a [`Denial`] of consort-core's remote guards as refused frames, a run's
+//! status as `check_run` reports it, and what a reply's sender does with the caller host's
+//! answer ([`after_reply_answer`]).
 //!
 //! It must not make up a refusal: every refusal a model reads comes from consort-core (a
 //! refusal read off the wire whose reason does not match its JSON is rebuilt from the reason
@@ -13,6 +14,39 @@ use consort_core::{Limits, Refusal};
 #[cfg(test)]
 use consort_net::RunId;
 use consort_net::{ChainError, Frame, RefusalReason, RemoteRunState};
+
+/// What the sender of a reply does after the caller's host answered it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReplyNext {
+    /// The caller's run took it (or had it already): done.
+    Delivered,
+    /// The caller's host could not decide yet (it is starting, or failed for a moment): send
+    /// the same reply again after a pause.
+    Retry,
+    /// The caller's agent looked and no call of its runs waits for this reply: sending it
+    /// again cannot change that. A reply that beat its call's ack is held by the caller's
+    /// actor, not refused, and a call placed again after a restart asks for its reply itself,
+    /// so nothing is lost by stopping.
+    Unwanted,
+    /// Refused for another reason (verification, placement): sending it again is refused again.
+    Refused,
+}
+
+/// What to do after `answer`, the caller host's answer to a reply (see [`ReplyNext`]).
+pub(crate) fn after_reply_answer(answer: &Frame) -> ReplyNext {
+    match answer {
+        Frame::Ack => ReplyNext::Delivered,
+        Frame::Refused {
+            reason: RefusalReason::Internal,
+            ..
+        } => ReplyNext::Retry,
+        Frame::Refused {
+            reason: RefusalReason::UnknownRun,
+            ..
+        } => ReplyNext::Unwanted,
+        _ => ReplyNext::Refused,
+    }
+}
 
 /// The wire reason of a refusal.
 pub(crate) fn wire_reason(refusal: &Refusal) -> RefusalReason {
@@ -217,6 +251,38 @@ mod tests {
                 }
             );
         }
+    }
+
+    #[test]
+    fn a_reply_is_sent_again_only_while_the_callers_host_cannot_decide() {
+        let refused = |reason| Frame::Refused {
+            reason,
+            text: String::new(),
+        };
+        assert_eq!(after_reply_answer(&Frame::Ack), ReplyNext::Delivered);
+        assert_eq!(
+            after_reply_answer(&refused(RefusalReason::Internal)),
+            ReplyNext::Retry
+        );
+        // Final at the first answer: retrying an unknown call was three round trips per
+        // stray reply, and a queue of them took the link's streams from real traffic.
+        assert_eq!(
+            after_reply_answer(&refused(RefusalReason::UnknownRun)),
+            ReplyNext::Unwanted
+        );
+        for reason in [
+            RefusalReason::NotAccepted,
+            RefusalReason::DepthLimit,
+            RefusalReason::CallLimit,
+            RefusalReason::Saturated,
+            RefusalReason::BadChain,
+            RefusalReason::Expired,
+            RefusalReason::UnknownAgent,
+            RefusalReason::Malformed,
+        ] {
+            assert_eq!(after_reply_answer(&refused(reason)), ReplyNext::Refused);
+        }
+        assert_eq!(after_reply_answer(&Frame::Ack), ReplyNext::Delivered);
     }
 
     #[test]
