@@ -293,7 +293,7 @@ fn admit(
     parent: &RunId,
     new: NewRun,
 ) -> Result<(Admission, Option<Refusal>), ActorsError> {
-    if store.run(&new.id)?.is_some() {
+    if store.has_run(&new.id)? {
         return Ok((Admission::Replay, None));
     }
     let children = match known_children {

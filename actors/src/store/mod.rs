@@ -29,6 +29,7 @@ use consort_net::{Hop, RunId};
 
 use crate::ActorsError;
 use consort_core::event::Created;
+use consort_core::step::CostDelta;
 use consort_core::{RunEvent, Transition};
 
 use crate::run::{Channel, Cost, EventRecord, RunRecord, RunStatus, now_ms};
@@ -178,6 +179,11 @@ pub trait RunLog {
     /// One run, if it exists here.
     fn run(&mut self, id: &RunId) -> Result<Option<RunRecord>, ActorsError>;
 
+    /// Whether a run with this id is stored here (a replay check: nothing of it is read).
+    fn has_run(&mut self, id: &RunId) -> Result<bool, ActorsError> {
+        Ok(self.run(id)?.is_some())
+    }
+
     /// The chain of hops that led to a run (empty for a root run).
     fn chain(&mut self, id: &RunId) -> Result<Vec<Hop>, ActorsError>;
 
@@ -248,6 +254,8 @@ pub struct RunStore {
     has_descendants: bool,
     /// Whether the runs table has the origin column.
     has_origin: bool,
+    /// The read of one run by id, for the columns this table has.
+    select_run: String,
 }
 
 impl RunStore {
@@ -307,9 +315,7 @@ impl RunStore {
 
 impl RunLog for RunStore {
     fn insert_run(&mut self, new: NewRun) -> Result<Inserted, ActorsError> {
-        if let Some(existing) = self.run(&new.id)? {
-            return Ok(Inserted::Existing(existing));
-        }
+        // No read first: the insert itself says whether the run existed (`ON CONFLICT`).
         let now = now_ms();
         let chain = serde_json::to_string(&new.chain).map_err(|e| ActorsError::CorruptStore {
             path: self.path.clone(),
@@ -365,14 +371,14 @@ impl RunLog for RunStore {
         }
         tx.commit()
             .map_err(|source| ActorsError::sqlite(&path, source))?;
+        if inserted == 1 {
+            // Exactly the row just written: what a read of it would decode to.
+            return Ok(Inserted::Created(new.record(now)));
+        }
         let record = self
             .run(&new.id)?
             .ok_or_else(|| ActorsError::UnknownRun(new.id.to_string()))?;
-        Ok(if inserted == 1 {
-            Inserted::Created(record)
-        } else {
-            Inserted::Existing(record)
-        })
+        Ok(Inserted::Existing(record))
     }
 
     fn append(&mut self, id: &RunId, update: Transition) -> Result<Applied, ActorsError> {
@@ -413,44 +419,44 @@ impl RunLog for RunStore {
             )
             .map_err(e)?;
         }
+        // One statement for the counts and the status, and none when neither moves.
         let (c, d) = (update.cost, update.descendants);
-        exec(
-            &tx,
-            "UPDATE runs SET model_turns = model_turns + ?2, tool_calls = tool_calls + ?3, \
-             calls_placed = calls_placed + ?4, input_tokens = input_tokens + ?5, \
-             output_tokens = output_tokens + ?6, desc_model_turns = desc_model_turns + ?7, \
-             desc_tool_calls = desc_tool_calls + ?8, desc_calls_placed = desc_calls_placed + ?9, \
-             desc_input_tokens = desc_input_tokens + ?10, \
-             desc_output_tokens = desc_output_tokens + ?11 WHERE id = ?1",
-            params![
-                id.as_str(),
-                c.model_turns as i64,
-                c.tool_calls as i64,
-                c.calls_placed as i64,
-                c.input_tokens as i64,
-                c.output_tokens as i64,
-                d.model_turns as i64,
-                d.tool_calls as i64,
-                d.calls_placed as i64,
-                d.input_tokens as i64,
-                d.output_tokens as i64
-            ],
-        )
-        .map_err(e)?;
+        let counts_move = c != CostDelta::default() || d != CostDelta::default();
         let next = update.next_status(status);
-        if next != status || update.status.is_some() {
+        let status_moves = next != status || update.status.is_some();
+        if counts_move || status_moves {
             let settled = next.is_settled().then_some(now as i64);
+            let (output, error) = if status_moves {
+                (update.output, update.error)
+            } else {
+                (None, None)
+            };
             exec(
                 &tx,
-                "UPDATE runs SET status = ?2, output = COALESCE(?3, output), \
-                 error = COALESCE(?4, error), settled_at_ms = COALESCE(?5, settled_at_ms) \
-                 WHERE id = ?1",
+                "UPDATE runs SET model_turns = model_turns + ?2, tool_calls = tool_calls + ?3, \
+                 calls_placed = calls_placed + ?4, input_tokens = input_tokens + ?5, \
+                 output_tokens = output_tokens + ?6, desc_model_turns = desc_model_turns + ?7, \
+                 desc_tool_calls = desc_tool_calls + ?8, desc_calls_placed = desc_calls_placed + ?9, \
+                 desc_input_tokens = desc_input_tokens + ?10, \
+                 desc_output_tokens = desc_output_tokens + ?11, status = ?12, \
+                 output = COALESCE(?13, output), error = COALESCE(?14, error), \
+                 settled_at_ms = COALESCE(?15, settled_at_ms) WHERE id = ?1",
                 params![
                     id.as_str(),
+                    c.model_turns as i64,
+                    c.tool_calls as i64,
+                    c.calls_placed as i64,
+                    c.input_tokens as i64,
+                    c.output_tokens as i64,
+                    d.model_turns as i64,
+                    d.tool_calls as i64,
+                    d.calls_placed as i64,
+                    d.input_tokens as i64,
+                    d.output_tokens as i64,
                     next.as_str(),
-                    update.output,
-                    update.error,
-                    settled
+                    output,
+                    error,
+                    settled.filter(|_| status_moves)
                 ],
             )
             .map_err(e)?;
@@ -467,14 +473,25 @@ impl RunLog for RunStore {
     }
 
     fn run(&mut self, id: &RunId) -> Result<Option<RunRecord>, ActorsError> {
-        let sql = format!("SELECT {} FROM runs WHERE id = ?1", self.columns());
         let row = self
             .conn
-            .prepare_cached(&sql)
+            .prepare_cached(&self.select_run)
             .and_then(|mut stmt| stmt.query_row(params![id.as_str()], rows::raw_run))
             .optional()
             .map_err(|e| self.err(e))?;
         row.map(|raw| rows::decode(&self.path, raw)).transpose()
+    }
+
+    fn has_run(&mut self, id: &RunId) -> Result<bool, ActorsError> {
+        query_one(
+            &self.conn,
+            "SELECT 1 FROM runs WHERE id = ?1",
+            params![id.as_str()],
+            |_| Ok(()),
+        )
+        .optional()
+        .map(|found| found.is_some())
+        .map_err(|e| self.err(e))
     }
 
     fn chain(&mut self, id: &RunId) -> Result<Vec<Hop>, ActorsError> {

@@ -149,13 +149,7 @@ impl RunStore {
             conn.execute_batch("PRAGMA journal_mode=WAL;")
                 .map_err(err)?;
         }
-        Ok(Self {
-            conn,
-            path: path.to_owned(),
-            has_principal: true,
-            has_descendants: true,
-            has_origin: true,
-        })
+        Ok(Self::with_columns(conn, path, true, true, true))
     }
 
     /// Opens an existing store for reading only (inspection of a stopped or serving host).
@@ -170,13 +164,34 @@ impl RunStore {
         let has_principal = columns.iter().any(|c| c == "principal");
         let has_descendants = columns.iter().any(|c| c == "desc_model_turns");
         let has_origin = columns.iter().any(|c| c == "origin");
-        Ok(Self {
+        Ok(Self::with_columns(
+            conn,
+            path,
+            has_principal,
+            has_descendants,
+            has_origin,
+        ))
+    }
+
+    /// A store on `conn` whose runs table has these columns; the one-run read is built once
+    /// here, not per read (it is on every write's path).
+    fn with_columns(
+        conn: Connection,
+        path: &Path,
+        has_principal: bool,
+        has_descendants: bool,
+        has_origin: bool,
+    ) -> Self {
+        let mut store = Self {
             conn,
             path: path.to_owned(),
             has_principal,
             has_descendants,
             has_origin,
-        })
+            select_run: String::new(),
+        };
+        store.select_run = format!("SELECT {} FROM runs WHERE id = ?1", store.columns());
+        store
     }
 
     /// Folds the write-ahead log of the store at `path` into its database through a
