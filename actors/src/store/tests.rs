@@ -44,7 +44,7 @@ fn apply_writes_events_status_and_cost_together() {
     store.insert_run(new_run(id.clone())).unwrap();
     let update = Transition {
         output: Some("42".into()),
-        cost: consort_core::step::CostDelta {
+        cost: CostDelta {
             model_turns: 1,
             ..Default::default()
         },
