@@ -227,20 +227,24 @@ pub(crate) async fn carry(outbox: Outbox, remote: Arc<dyn RemoteCalls>) {
     outbox.adopt_unfinished().await;
     let mut tries: HashMap<Key, Tries> = HashMap::new();
     loop {
-        let pending = match outbox.all().await {
-            Ok(pending) => pending,
+        let read = outbox.all().await;
+        let unread = read.is_err();
+        let due = match read {
+            Ok(pending) => {
+                let kept: HashSet<Key> = pending.iter().map(key_of).collect();
+                tries.retain(|key, _| kept.contains(key));
+                let now = Instant::now();
+                pending
+                    .into_iter()
+                    .filter(|p| tries.get(&key_of(p)).is_none_or(|t| t.next_at <= now))
+                    .collect()
+            }
+            // Nothing is forgotten: the schedule stands and the file is read again later.
             Err(e) => {
                 warn!(error = %e, "outbox: journaled deliveries could not be read");
                 Vec::new()
             }
         };
-        let kept: HashSet<Key> = pending.iter().map(key_of).collect();
-        tries.retain(|key, _| kept.contains(key));
-        let now = Instant::now();
-        let due: Vec<Pending> = pending
-            .into_iter()
-            .filter(|p| tries.get(&key_of(p)).is_none_or(|t| t.next_at <= now))
-            .collect();
         for tried in carry_due(&outbox, &remote, due).await {
             let key = key_of(&tried.pending);
             let Some(failure) = tried.failed else {
@@ -258,11 +262,11 @@ pub(crate) async fn carry(outbox: Outbox, remote: Arc<dyn RemoteCalls>) {
             );
         }
         let rescan = Instant::now() + CARRY_EVERY;
-        let next = tries
-            .values()
-            .map(|t| t.next_at)
-            .min()
-            .map_or(rescan, |at| at.min(rescan));
+        // A file that could not be read is read again a whole pass later, not in a loop.
+        let next = match tries.values().map(|t| t.next_at).min() {
+            Some(at) if !unread => at.min(rescan),
+            _ => rescan,
+        };
         tokio::select! {
             () = outbox.handed.notified() => {}
             () = tokio::time::sleep_until(next) => {}
