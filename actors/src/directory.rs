@@ -23,6 +23,7 @@ use consort_core::directory::{
 use crate::presence::PresenceBoard;
 use crate::routing::RemoteCalls;
 
+mod carry_schedule;
 mod deliver;
 mod observe;
 mod outbox;

@@ -8,20 +8,22 @@
 //! host never delivers twice. This module decides nothing about a delivery: consent and
 //! refusals are the receiving agent's.
 
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tracing::{info, warn};
 
 use consort_core::RunId;
 use consort_core::directory::Receipt;
 
+use super::carry_schedule::{AttemptFailure, CARRY_EVERY, wait_after_failure};
 use crate::routing::{RemoteCalls, RemoteFailure};
-
-/// How often journaled deliveries are tried again.
-pub(crate) const CARRY_EVERY: Duration = Duration::from_secs(2);
 
 /// One journaled delivery.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,12 +40,15 @@ pub(crate) struct Pending {
 #[derive(Clone, Debug)]
 pub(crate) struct Outbox {
     path: Arc<PathBuf>,
+    /// Rung when a delivery is handed to the carrier, which then tries it at once.
+    handed: Arc<Notify>,
 }
 
 impl Outbox {
     pub(crate) fn new(data_root: &Path) -> Self {
         Self {
             path: Arc::new(data_root.join("outbox.db")),
+            handed: Arc::new(Notify::new()),
         }
     }
 
@@ -110,7 +115,10 @@ impl Outbox {
             .await
         {
             warn!(error = %e, "outbox: a delivery could not be handed to the carrier; it is carried after the next restart");
+            return;
         }
+        // A permit is kept if the carrier is busy: it reads the outbox again when it is done.
+        self.handed.notify_one();
     }
 
     /// At start: rows a previous process was still sending are the carrier's now.
@@ -188,44 +196,167 @@ impl Outbox {
     }
 }
 
-/// Carries journaled deliveries for as long as the host runs: each one again with its id, every
-/// [`CARRY_EVERY`], until its peer's host answers with a receipt.
+/// Where the carrier stands with one journaled delivery it could not carry yet.
+#[derive(Clone, Copy, Debug)]
+struct Tries {
+    /// Failed attempts in a row.
+    failures: u32,
+    /// Not tried again before this.
+    next_at: Instant,
+}
+
+/// A journaled delivery's key in the outbox.
+type Key = (String, String, String);
+
+fn key_of(p: &Pending) -> Key {
+    (p.sender.clone(), p.agent.clone(), p.delivery_id.clone())
+}
+
+/// What one attempt at a delivery came to, and how long it took.
+struct Tried {
+    pending: Pending,
+    failed: Option<AttemptFailure>,
+    took: Duration,
+}
+
+/// Carries journaled deliveries for as long as the host runs: each one again with its id until
+/// its peer's host answers with a receipt. A delivery handed over is tried at once, then on
+/// the [`carry_schedule`](super::carry_schedule) backoff (milliseconds at first, never more
+/// than [`CARRY_EVERY`] apart); the outbox is read again at least every [`CARRY_EVERY`].
 pub(crate) async fn carry(outbox: Outbox, remote: Arc<dyn RemoteCalls>) {
     outbox.adopt_unfinished().await;
+    let mut tries: HashMap<Key, Tries> = HashMap::new();
     loop {
-        tokio::time::sleep(CARRY_EVERY).await;
-        let pending = match outbox.all().await {
-            Ok(pending) => pending,
+        let read = outbox.all().await;
+        let unread = read.is_err();
+        let due = match read {
+            Ok(pending) => {
+                let kept: HashSet<Key> = pending.iter().map(key_of).collect();
+                tries.retain(|key, _| kept.contains(key));
+                let now = Instant::now();
+                pending
+                    .into_iter()
+                    .filter(|p| tries.get(&key_of(p)).is_none_or(|t| t.next_at <= now))
+                    .collect()
+            }
+            // Nothing is forgotten: the schedule stands and the file is read again later.
             Err(e) => {
                 warn!(error = %e, "outbox: journaled deliveries could not be read");
-                continue;
+                Vec::new()
             }
         };
-        for p in pending {
-            let asker =
-                (p.sender != consort_core::directory::OPERATOR_SENDER).then(|| p.sender.clone());
-            match remote
-                .deliver(
-                    p.host.clone(),
-                    asker,
-                    p.agent.clone(),
-                    p.run.clone(),
-                    p.delivery_id.clone(),
-                    p.text.clone(),
-                )
-                .await
-            {
-                Ok(receipt) => {
-                    info!(agent = %p.agent, delivery_id = %p.delivery_id, receipt = receipt.code(), "outbox: a journaled delivery was carried");
-                    outbox.done(&p.sender, &p.agent, &p.delivery_id).await;
+        for tried in carry_due(&outbox, &remote, due).await {
+            let key = key_of(&tried.pending);
+            let Some(failure) = tried.failed else {
+                tries.remove(&key);
+                continue;
+            };
+            let failures = tries.get(&key).map_or(0, |t| t.failures).saturating_add(1);
+            let wait = wait_after_failure(failures, failure, tried.took, rand::random::<f64>());
+            tries.insert(
+                key,
+                Tries {
+                    failures,
+                    next_at: Instant::now() + wait,
+                },
+            );
+        }
+        let rescan = Instant::now() + CARRY_EVERY;
+        // A file that could not be read is read again a whole pass later, not in a loop.
+        let next = match tries.values().map(|t| t.next_at).min() {
+            Some(at) if !unread => at.min(rescan),
+            _ => rescan,
+        };
+        tokio::select! {
+            () = outbox.handed.notified() => {}
+            () = tokio::time::sleep_until(next) => {}
+        }
+    }
+}
+
+/// Tries every delivery in `due` once, the peer hosts' in parallel, each host's in the order
+/// they were journaled; once a host cannot be reached, its other deliveries share that
+/// failure without a dial each.
+async fn carry_due(
+    outbox: &Outbox,
+    remote: &Arc<dyn RemoteCalls>,
+    due: Vec<Pending>,
+) -> Vec<Tried> {
+    let mut by_host: BTreeMap<String, Vec<Pending>> = BTreeMap::new();
+    for p in due {
+        by_host.entry(p.host.clone()).or_default().push(p);
+    }
+    let mut hosts = JoinSet::new();
+    for (_, deliveries) in by_host {
+        let (outbox, remote) = (outbox.clone(), remote.clone());
+        hosts.spawn(async move {
+            let mut tried = Vec::with_capacity(deliveries.len());
+            let mut unreachable: Option<Duration> = None;
+            for p in deliveries {
+                if let Some(took) = unreachable {
+                    tried.push(Tried {
+                        pending: p,
+                        failed: Some(AttemptFailure::Unreachable),
+                        took,
+                    });
+                    continue;
                 }
-                Err(RemoteFailure::Unreachable(_)) => {}
-                Err(RemoteFailure::Refused(detail)) => {
-                    // The peer's host answered without a receipt (starting, or refusing the
-                    // frame): keep it; a refusal of the delivery itself comes as a receipt.
-                    warn!(agent = %p.agent, delivery_id = %p.delivery_id, %detail, "outbox: not taken yet");
+                let started = Instant::now();
+                let failed = carry_one(&outbox, remote.as_ref(), &p).await;
+                let took = started.elapsed();
+                if failed == Some(AttemptFailure::Unreachable) {
+                    unreachable = Some(took);
                 }
+                tried.push(Tried {
+                    pending: p,
+                    failed,
+                    took,
+                });
             }
+            tried
+        });
+    }
+    let mut all = Vec::new();
+    while let Some(joined) = hosts.join_next().await {
+        match joined {
+            Ok(tried) => all.extend(tried),
+            // The rows stay journaled: the next pass tries them again.
+            Err(e) => warn!(error = %e, "outbox: a carrying task failed"),
+        }
+    }
+    all
+}
+
+/// Sends one journaled delivery again; `None` once its peer answered with a receipt (and the
+/// row is removed).
+async fn carry_one(
+    outbox: &Outbox,
+    remote: &dyn RemoteCalls,
+    p: &Pending,
+) -> Option<AttemptFailure> {
+    let asker = (p.sender != consort_core::directory::OPERATOR_SENDER).then(|| p.sender.clone());
+    match remote
+        .deliver(
+            p.host.clone(),
+            asker,
+            p.agent.clone(),
+            p.run.clone(),
+            p.delivery_id.clone(),
+            p.text.clone(),
+        )
+        .await
+    {
+        Ok(receipt) => {
+            info!(agent = %p.agent, delivery_id = %p.delivery_id, receipt = receipt.code(), "outbox: a journaled delivery was carried");
+            outbox.done(&p.sender, &p.agent, &p.delivery_id).await;
+            None
+        }
+        Err(RemoteFailure::Unreachable(_)) => Some(AttemptFailure::Unreachable),
+        Err(RemoteFailure::Refused(detail)) => {
+            // The peer's host answered without a receipt (starting, or refusing the frame):
+            // keep it; a refusal of the delivery itself comes as a receipt.
+            warn!(agent = %p.agent, delivery_id = %p.delivery_id, %detail, "outbox: not taken yet");
+            Some(AttemptFailure::Refused)
         }
     }
 }

@@ -67,9 +67,67 @@ fn percentile(sorted: &[Duration], q: f64) -> f64 {
     sorted[i].as_secs_f64() * 1e6
 }
 
-/// Latency from `seq` one-at-a-time operations, throughput from `total` with `inflight`
-/// concurrent.
+/// How long the hosts must have been idle before a row's one-at-a-time phase.
+const QUIET_FOR: Duration = Duration::from_millis(200);
+/// Idle: at most this much CPU time (in clock ticks, 10 ms each) used by this process within
+/// [`QUIET_FOR`], i.e. a tenth of one core.
+const QUIET_TICKS: u64 = 2;
+/// The longest the bench waits for the hosts to go idle.
+const SETTLE_LIMIT: Duration = Duration::from_secs(120);
+
+/// The hosts the rows' work lands on. A row's throughput phase ends with its last answer
+/// while the work it started goes on for seconds (after the burst row, about 4 s of one core:
+/// every acked call's run still answers, and its reply goes to alpha, which refuses it three
+/// times, since the bench's calls come from parent runs that do not exist). Before the next
+/// row's one-at-a-time phase the bench waits for that to drain; otherwise that row's
+/// latencies are the previous row's leftovers (it made "delivery to receipt", the row after
+/// the burst, look like a p99 of 5-12x its p50).
+#[derive(Clone, Default)]
+struct Quiet(Vec<consort_actors::Host>);
+
+impl Quiet {
+    /// Waits until, over one [`QUIET_FOR`], no host's store writer took a write and this
+    /// process (both hosts run in it) used at most [`QUIET_TICKS`] of CPU; how long it waited.
+    async fn settle(&self) -> Result<Duration> {
+        let start = Instant::now();
+        if self.0.is_empty() {
+            return Ok(Duration::ZERO);
+        }
+        let writes = || self.0.iter().map(|h| h.store_counts().writes).sum::<u64>();
+        loop {
+            let (writes_before, cpu_before) = (writes(), cpu_ticks());
+            tokio::time::sleep(QUIET_FOR).await;
+            let cpu_quiet = match (cpu_before, cpu_ticks()) {
+                (Some(before), Some(after)) => after.saturating_sub(before) <= QUIET_TICKS,
+                // No /proc here: the store writers' quiet is all there is to go by.
+                _ => true,
+            };
+            if cpu_quiet && writes() == writes_before {
+                return Ok(start.elapsed());
+            }
+            anyhow::ensure!(
+                start.elapsed() < SETTLE_LIMIT,
+                "the hosts were still busy after {SETTLE_LIMIT:?}"
+            );
+        }
+    }
+}
+
+/// The CPU time this process has used (user and system), in clock ticks; `None` without
+/// `/proc/self/stat`.
+fn cpu_ticks() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The fields after the command name (in parentheses, which may hold spaces): utime and
+    // stime are the 12th and 13th of them.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i)?.parse::<u64>().ok();
+    Some(ticks(11)? + ticks(12)?)
+}
+
+/// Latency from `seq` one-at-a-time operations (once `quiet`'s hosts are idle), throughput
+/// from `total` with `inflight` concurrent.
 async fn measure<F, Fut>(
+    quiet: &Quiet,
     name: impl Into<String>,
     seq: usize,
     total: usize,
@@ -80,6 +138,7 @@ where
     F: Fn(u64) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Result<()>> + Send + 'static,
 {
+    let settled = quiet.settle().await?;
     for i in 0..(seq / 10).max(5) {
         op(u64::MAX - i as u64).await?; // warm-up
     }
@@ -114,8 +173,12 @@ where
         per_sec,
     };
     eprintln!(
-        "  {:<34} p50 {:>8.0} µs  p99 {:>8.0} µs  {:>8.0}/s ({inflight} in flight)",
-        stats.name, stats.p50_us, stats.p99_us, stats.per_sec
+        "  {:<34} p50 {:>8.0} µs  p99 {:>8.0} µs  {:>8.0}/s ({inflight} in flight; hosts idle after {} ms)",
+        stats.name,
+        stats.p50_us,
+        stats.p99_us,
+        stats.per_sec,
+        settled.as_millis()
     );
     Ok(stats)
 }
@@ -256,6 +319,7 @@ async fn run(root: &std::path::Path) -> Result<()> {
             .with_context(|| format!("starting {host}"))?,
         );
     }
+    let quiet = Quiet(hosts.iter().map(|h| h.host.clone()).collect());
     let alpha = &hosts[0];
     let prepared = prepare(&fleet_file, "alpha", None)?;
     let remote = Arc::new(LinkRemote::new(
@@ -276,6 +340,7 @@ async fn run(root: &std::path::Path) -> Result<()> {
     let rc = raw_client.clone();
     rows.push(
         measure(
+            &quiet,
             "floor: raw quinn request/response",
             2000,
             10_000,
@@ -316,6 +381,7 @@ async fn run(root: &std::path::Path) -> Result<()> {
     let c = client.clone();
     rows.push(
         measure(
+            &quiet,
             "floor: link request/response",
             2000,
             10_000,
@@ -335,6 +401,7 @@ async fn run(root: &std::path::Path) -> Result<()> {
     let signed_before = remote.signing_counts();
     rows.push(
         measure(
+            &quiet,
             "cross-host call to accepted ack",
             1000,
             3000,
@@ -360,7 +427,7 @@ async fn run(root: &std::path::Path) -> Result<()> {
     // it (one op is the whole burst: its p50 is the burst's, its rate counts calls).
     let r = remote.clone();
     let signed_before = remote.signing_counts();
-    let mut burst = measure(BURST_ROW, 100, 300, 2, move |n| {
+    let mut burst = measure(&quiet, BURST_ROW, 100, 300, 2, move |n| {
         let r = r.clone();
         async move {
             let mut calls = JoinSet::new();
@@ -390,47 +457,61 @@ async fn run(root: &std::path::Path) -> Result<()> {
     // and committed on beta): the peer-directory counterpart of the call's accepted ack.
     let r = remote.clone();
     rows.push(
-        measure("cross-host delivery to receipt", 1000, 3000, 32, move |n| {
-            let r = r.clone();
-            async move {
-                let receipt = r
-                    .deliver(
-                        "beta".into(),
-                        None,
-                        "cfo".into(),
-                        None,
-                        format!("bench-{n}"),
-                        "2026-08".into(),
-                    )
-                    .await
-                    .map_err(|e| anyhow::anyhow!("not delivered: {e}"))?;
-                match receipt {
-                    consort_core::directory::Receipt::Enqueued { .. } => Ok(()),
-                    other => anyhow::bail!("not enqueued: {other:?}"),
+        measure(
+            &quiet,
+            "cross-host delivery to receipt",
+            1000,
+            3000,
+            32,
+            move |n| {
+                let r = r.clone();
+                async move {
+                    let receipt = r
+                        .deliver(
+                            "beta".into(),
+                            None,
+                            "cfo".into(),
+                            None,
+                            format!("bench-{n}"),
+                            "2026-08".into(),
+                        )
+                        .await
+                        .map_err(|e| anyhow::anyhow!("not delivered: {e}"))?;
+                    match receipt {
+                        consort_core::directory::Receipt::Enqueued { .. } => Ok(()),
+                        other => anyhow::bail!("not enqueued: {other:?}"),
+                    }
                 }
-            }
-        })
+            },
+        )
         .await?,
     );
     let s = supervisor.clone();
     rows.push(
-        measure("in-host call to accepted ack", 1000, 3000, 32, move |n| {
-            let s = s.clone();
-            async move {
-                let outcome = ractor::call_t!(
-                    s,
-                    |reply| SupervisorMsg::PlaceCall {
-                        envelope: envelope("lcmo", "lcfo", n),
-                        reply
-                    },
-                    30_000
-                )?;
-                match outcome {
-                    CallOutcome::Accepted { .. } => Ok(()),
-                    CallOutcome::Refused(refusal) => anyhow::bail!("refused: {refusal}"),
+        measure(
+            &quiet,
+            "in-host call to accepted ack",
+            1000,
+            3000,
+            32,
+            move |n| {
+                let s = s.clone();
+                async move {
+                    let outcome = ractor::call_t!(
+                        s,
+                        |reply| SupervisorMsg::PlaceCall {
+                            envelope: envelope("lcmo", "lcfo", n),
+                            reply
+                        },
+                        30_000
+                    )?;
+                    match outcome {
+                        CallOutcome::Accepted { .. } => Ok(()),
+                        CallOutcome::Refused(refusal) => anyhow::bail!("refused: {refusal}"),
+                    }
                 }
-            }
-        })
+            },
+        )
         .await?,
     );
     // The peers: what the same acked call costs as a hand-rolled HTTP service with one SQLite
@@ -440,7 +521,7 @@ async fn run(root: &std::path::Path) -> Result<()> {
         .pool_max_idle_per_host(64)
         .build()?;
     rows.push(
-        measure(PEER_HTTP, 1000, 3000, 32, move |n| {
+        measure(&quiet, PEER_HTTP, 1000, 3000, 32, move |n| {
             let (http, url) = (http.clone(), http_peer.clone());
             async move {
                 let answer: serde_json::Value = http
@@ -460,7 +541,7 @@ async fn run(root: &std::path::Path) -> Result<()> {
     let store_actor = peers::start_actor_peer(root).await?;
     let a = store_actor.clone();
     rows.push(
-        measure(PEER_ACTOR, 1000, 3000, 32, move |n| {
+        measure(&quiet, PEER_ACTOR, 1000, 3000, 32, move |n| {
             let a = a.clone();
             async move {
                 let stored = ractor::call_t!(
@@ -481,7 +562,7 @@ async fn run(root: &std::path::Path) -> Result<()> {
     ] {
         let host = alpha.host.clone();
         rows.push(
-            measure(name, 300, 1000, 16, move |_| {
+            measure(&quiet, name, 300, 1000, 16, move |_| {
                 let host = host.clone();
                 async move {
                     let run = host.start_run(agent, "2026-08", Channel::Api).await?;
@@ -1033,6 +1114,7 @@ async fn measure_directory(
     let (host, counted) = (alpha.clone(), calls.clone());
     rows.push(
         measure(
+            &Quiet::default(),
             format!("directory of {n} agents over 2 hosts (cap {cap})"),
             seq,
             total,
