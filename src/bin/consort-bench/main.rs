@@ -663,6 +663,15 @@ async fn run(root: &std::path::Path) -> Result<()> {
         }
     }
     println!();
+    println!("| consort row | p99 ÷ p50 | target |");
+    println!("|---|---:|---:|");
+    for r in rows
+        .iter()
+        .filter(|r| !r.name.starts_with("floor") && !r.name.starts_with("peer"))
+    {
+        println!("| {} | {:.1}× | ≤ 3× |", r.name, r.p99_us / r.p50_us);
+    }
+    println!();
     println!("| signed by alpha's link glue | calls and replies | signatures | per call |");
     println!("|---|---:|---:|---:|");
     for line in &signing {
