@@ -12,9 +12,6 @@
 //! only then answers the batch's jobs, reads included. An answer therefore never reports a
 //! write that a crash could still take back, and a read never shows one. Jobs of one store run
 //! in the order they were sent: a read sent after an append sees it.
-//! Between batches the thread looks for the next job a few times, yielding its core, before
-//! it sleeps ([`next_job`]): while calls flow the next job is microseconds away, and a sleeping
-//! thread takes longer to wake than a commit takes.
 //!
 //! **Connections on demand.** A host may serve far more agents than it may hold files open.
 //! [`StoreWriter::open`] registers a store and opens it; the writer then keeps at most
@@ -448,7 +445,7 @@ fn gone() -> ActorsError {
 /// The writer thread: batches until every handle is dropped.
 fn run(queue: &mpsc::Receiver<Job>, counts: &Counts, max_open: usize) {
     let mut stores = Stores::new(max_open, counts);
-    while let Some(first) = next_job(queue) {
+    while let Ok(first) = queue.recv() {
         let mut batch = Batch {
             counts,
             in_transaction: HashSet::new(),
@@ -464,25 +461,6 @@ fn run(queue: &mpsc::Receiver<Job>, counts: &Counts, max_open: usize) {
         batch.finish_all(&mut stores);
         stores.trim(&HashSet::new());
     }
-}
-
-/// How many times the writer looks for a next job, giving up its core in between, before it
-/// sleeps (see [`next_job`]).
-const LOOK_BEFORE_SLEEP: usize = 64;
-
-/// The next job, or `None` once every handle is gone. A job usually follows a batch within
-/// microseconds while calls flow (the answers just sent start the next ones); waking a
-/// sleeping thread costs tens of microseconds on each side, more than the whole commit, so
-/// the writer yields its core a few times first and sleeps only when nothing comes.
-pub(in crate::store) fn next_job(queue: &mpsc::Receiver<Job>) -> Option<Job> {
-    for _ in 0..LOOK_BEFORE_SLEEP {
-        match queue.try_recv() {
-            Ok(job) => return Some(job),
-            Err(mpsc::TryRecvError::Disconnected) => return None,
-            Err(mpsc::TryRecvError::Empty) => std::thread::yield_now(),
-        }
-    }
-    queue.recv().ok()
 }
 
 /// The stores the writer writes and the connections it keeps open for them.

@@ -23,9 +23,7 @@ use std::sync::mpsc;
 use tracing::{error, warn};
 
 use super::Database;
-use crate::store::writer::{
-    CommitFailure, Counts, Deliver, Job, MAX_BATCH, guarded, next_job, not_open,
-};
+use crate::store::writer::{CommitFailure, Counts, Deliver, Job, MAX_BATCH, guarded, not_open};
 
 /// The agent a store path names: `<data>/agents/<agent>/runs.db` (the layout of
 /// [`crate::DataFolder::store_path`]).
@@ -37,7 +35,7 @@ pub(crate) fn agent_of(path: &Path) -> Option<&str> {
 pub(in crate::store) fn run(mut db: Database, queue: &mpsc::Receiver<Job>, counts: &Counts) {
     // Stores open for writing (an agent actor that is up); reads need no opening.
     let mut open: HashSet<Arc<Path>> = HashSet::new();
-    while let Some(first) = next_job(queue) {
+    while let Ok(first) = queue.recv() {
         let mut jobs = vec![first];
         while jobs.len() < MAX_BATCH {
             match queue.try_recv() {
