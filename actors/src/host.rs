@@ -32,7 +32,8 @@ pub struct Host {
     data: DataFolder,
     settled: broadcast::Sender<RunRecord>,
     feed: RunFeed,
-    agents: Vec<String>,
+    /// Shared, not copied: the HTTP API clones the handle once per route it registers.
+    agents: std::sync::Arc<[String]>,
     /// Each agent's `description` from its agent.yaml as the host started, in `agents` order.
     descriptions: std::sync::Arc<[String]>,
     writer: StoreWriter,
@@ -90,7 +91,7 @@ impl Host {
                 data,
                 settled,
                 feed,
-                agents,
+                agents: agents.into(),
                 descriptions,
                 writer,
             },
@@ -419,7 +420,7 @@ impl Host {
     /// Synchronous (SQLite): call it from a blocking thread.
     pub fn last_failed_run(&self) -> Result<Option<RunRecord>, ActorsError> {
         let mut last: Option<RunRecord> = None;
-        for agent in &self.agents {
+        for agent in self.agents.iter() {
             if let Some(run) = self.data.last_failed(agent)?
                 && last
                     .as_ref()

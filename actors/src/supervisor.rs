@@ -22,13 +22,13 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tokio::sync::broadcast;
 use tracing::{debug, error, info, warn};
 
-use consort_config::{AgentConfig, AgentSet};
+use consort_config::{AgentConfig, AgentSet, FileStamp};
 use consort_core::Refusal;
 use consort_core::step::CallOutcome;
 use consort_net::ReplyEnvelope;
@@ -124,7 +124,9 @@ struct AgentSlot {
     actor: Option<ActorRef<AgentMsg>>,
     restarts: VecDeque<Instant>,
     total_restarts: usize,
-    modified: Option<SystemTime>,
+    /// What the agent.yaml's stat said when it was last read: the config watch re-reads
+    /// the file when this changes.
+    stamp: Option<FileStamp>,
     /// Bumped each time the agent's actor starts and each time its config changes: with the
     /// host's start time it names who holds the agent's seat (its incarnation).
     generation: u32,
@@ -178,10 +180,8 @@ pub struct HostSupervisor;
 /// The most agent.yaml files the config watch looks at per tick.
 const WATCHED_PER_TICK: usize = 2048;
 
-fn modified(config: &AgentConfig) -> Option<SystemTime> {
-    std::fs::metadata(&config.file)
-        .and_then(|m| m.modified())
-        .ok()
+fn stamp_of(config: &AgentConfig) -> Option<FileStamp> {
+    FileStamp::read(&config.file).ok()
 }
 
 impl SupervisorState {
@@ -472,11 +472,11 @@ impl HostSupervisor {
             let Some(slot) = state.slots.get_mut(&name) else {
                 continue;
             };
-            let stamp = modified(&slot.config);
-            if only_changed && stamp == slot.modified {
+            let stamp = stamp_of(&slot.config);
+            if only_changed && stamp == slot.stamp {
                 continue;
             }
-            slot.modified = stamp;
+            slot.stamp = stamp;
             match state
                 .spec
                 .agents
@@ -552,7 +552,14 @@ impl Actor for HostSupervisor {
                 (
                     name.clone(),
                     AgentSlot {
-                        modified: modified(config),
+                        // The load's own stat of the file: it is not stat'ed again here.
+                        stamp: args
+                            .spec
+                            .agents
+                            .stamps
+                            .get(name)
+                            .copied()
+                            .or_else(|| stamp_of(config)),
                         config: config.clone(),
                         actor: None,
                         restarts: VecDeque::new(),

@@ -18,7 +18,10 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
-use crate::agent::{AddError, AgentSet, SetBuilder, is_valid_name, name_problem};
+use crate::agent::{
+    AddError, AgentSet, RACY_MARGIN, SetBuilder, SnapshotReport, is_valid_name, load_with_snapshot,
+    name_problem,
+};
 use crate::error::ConfigError;
 use crate::goals::{GoalsConfig, ParsedGoals, RawDirectory, RawGoal, convert_goals};
 use crate::yaml::{Ctx, KeyPath, Pos, load_file};
@@ -196,6 +199,9 @@ pub(crate) fn parse_public_key(text: &str) -> Result<[u8; 32], String> {
     Ok(key)
 }
 
+/// The fleet's agents as one set, and the host that serves each agent (by agent name).
+pub type FleetAgents = (AgentSet, BTreeMap<String, String>);
+
 impl FleetConfig {
     /// Reads and checks `fleet.yaml` (agent folders are resolved, not yet loaded, and goal
     /// members are checked for form, not yet against the agents: see [`FleetConfig::agents`]).
@@ -294,9 +300,27 @@ impl FleetConfig {
     /// An agent placed on two hosts, an `agents` entry that is not an agent folder (or a
     /// folder of them) and a goal member that is no agent of the fleet are
     /// [`ConfigError::Invalid`] pointing into `fleet.yaml`.
-    pub fn agents(&self) -> Result<(AgentSet, BTreeMap<String, String>), ConfigError> {
+    pub fn agents(&self) -> Result<FleetAgents, ConfigError> {
+        self.agents_into(&mut SetBuilder::new())
+    }
+
+    /// As [`FleetConfig::agents`], taking the agents whose agent.yaml is unchanged from the
+    /// compiled snapshot at `snapshot` (see [`AgentSet::load_cached`]); errors are the same.
+    pub fn agents_cached(
+        &self,
+        snapshot: &Path,
+    ) -> Result<(FleetAgents, SnapshotReport), ConfigError> {
+        load_with_snapshot(
+            snapshot,
+            RACY_MARGIN,
+            |b| self.agents_into(b),
+            |(set, _)| set,
+            || self.agents(),
+        )
+    }
+
+    fn agents_into(&self, builder: &mut SetBuilder) -> Result<FleetAgents, ConfigError> {
         let ctx = Ctx { file: &self.file };
-        let mut builder = SetBuilder::new();
         let mut placement: BTreeMap<String, String> = BTreeMap::new();
         for (i, host) in self.hosts.iter().enumerate() {
             for (j, dir) in host.agent_dirs.iter().enumerate() {

@@ -22,16 +22,16 @@ mod yaml;
 
 pub use agent::{
     A2aAgentConfig, AgentConfig, AgentSet, Approval, CallStep, CommandModel,
-    DEFAULT_A2A_TIMEOUT_MS, DEFAULT_SQL_TIMEOUT_MS, Limits, MAX_A2A_TIMEOUT_MS, MAX_SQL_TIMEOUT_MS,
-    MAX_WAIT_S, MIN_A2A_TIMEOUT_MS, ModelConfig, OpenAiModel, ScriptStep, ToolChoice, ToolConfig,
-    ToolKind, ToolStep, check_name,
+    DEFAULT_A2A_TIMEOUT_MS, DEFAULT_SQL_TIMEOUT_MS, FileStamp, Limits, MAX_A2A_TIMEOUT_MS,
+    MAX_SQL_TIMEOUT_MS, MAX_WAIT_S, MIN_A2A_TIMEOUT_MS, ModelConfig, OpenAiModel, ScriptStep,
+    SnapshotReport, ToolChoice, ToolConfig, ToolKind, ToolStep, check_name,
 };
 pub use agent::{
     DEFAULT_MCP_CONNECT_TIMEOUT_MS, DEFAULT_MCP_TIMEOUT_MS, MAX_MCP_TIMEOUT_MS, MCP_TOOL_SEPARATOR,
     McpServerConfig, McpTransport,
 };
 pub use error::ConfigError;
-pub use fleet::{FleetConfig, HostConfig, OperatorConfig, StoreConfig};
+pub use fleet::{FleetAgents, FleetConfig, HostConfig, OperatorConfig, StoreConfig};
 pub use goals::{DirectorySettings, GoalConfig, GoalsConfig, load_dev_goals};
 pub use host_auth::{
     AnonymousAccess, HostAuthConfig, IdentityHookConfig, TokenConfig, TokenSecret,

@@ -29,7 +29,7 @@ pub(crate) const ROLE_POLICY_PREFIX: &str = "roles:";
 pub(crate) const DEFAULT_PROBE_BUDGET: usize = 25;
 
 /// A tool's `auth:` block: the markers visibility's T0 reads.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ToolAuthConfig {
     /// `anonymous: true`: the anonymous marker (the tool needs no identity).
     pub anonymous: bool,
@@ -39,7 +39,7 @@ pub struct ToolAuthConfig {
 
 /// A declarable guard: code that runs before a tool's handler and decides without its
 /// arguments.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum GuardConfig {
     /// A feature gate: `enabled: false` refuses every use with `message`.
     Feature {
@@ -57,7 +57,7 @@ pub enum GuardConfig {
 }
 
 /// A named policy: every requirement given must hold.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PolicyConfig {
     /// The caller must have one of these roles.
     pub roles: Vec<String>,
@@ -73,7 +73,7 @@ pub struct PolicyConfig {
 
 /// What an agent grants one peer agent that calls it: `grants: {<agent>: [roles]}` or
 /// `grants: {<agent>: {roles: [...], on_behalf_of: any}}`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct GrantConfig {
     /// The roles granted.
     pub roles: Vec<String>,
@@ -84,7 +84,7 @@ pub struct GrantConfig {
 }
 
 /// The agent-level visibility declarations.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct VisibilityConfig {
     /// Named policies, by name.
     pub policies: BTreeMap<String, PolicyConfig>,

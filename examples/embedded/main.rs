@@ -152,7 +152,13 @@ async fn main() -> anyhow::Result<()> {
             &[("RATE", "12")],
         ),
     );
-    let mut spec = HostSpec::new(AgentSet { agents }, data.path());
+    let mut spec = HostSpec::new(
+        AgentSet {
+            agents,
+            ..Default::default()
+        },
+        data.path(),
+    );
     spec.watch_config = None; // agents built in code have no agent.yaml to watch
     spec.models.insert("planner".into(), Arc::new(Planner));
     spec.tools.insert("pricing".into(), vec![Arc::new(Quote)]);

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tracing::info;
+use tracing::{info, warn};
 
 use consort_actors::{AgentOptions, Host, HostSpec};
 use consort_config::AgentSet;
@@ -21,6 +21,28 @@ use crate::MetricsExport;
 use crate::api;
 use crate::auth::HostAuth;
 use crate::listener::{self, HostCheck, HttpBounds};
+
+/// The compiled snapshot of the agent set in a host's data folder: read instead of the
+/// agent.yaml files that did not change since the host last loaded them (see
+/// [`AgentSet::load_cached`]).
+pub const AGENT_SET_SNAPSHOT: &str = "agent-set.snapshot";
+
+/// Says what a load through the snapshot did: how many agents it took and parsed, and why it
+/// was discarded or not written (the host starts either way).
+pub(crate) fn log_snapshot(file: &std::path::Path, report: &consort_config::SnapshotReport) {
+    info!(
+        from_snapshot = report.from_snapshot,
+        parsed = report.parsed,
+        written = ?report.written,
+        "agents loaded"
+    );
+    if let Some(why) = &report.discarded {
+        warn!(snapshot = %file.display(), "agent set snapshot discarded, the agents were parsed: {why}");
+    }
+    if let Some(why) = &report.write_failed {
+        warn!(snapshot = %file.display(), "agent set snapshot not written: {why}");
+    }
+}
 
 /// How to serve.
 #[derive(Clone, Debug)]
@@ -74,13 +96,17 @@ pub struct DevHost {
     pub addr: SocketAddr,
     /// The HTTP server task.
     pub server: tokio::task::JoinHandle<()>,
+    /// What loading the agents through the data folder's snapshot did.
+    pub snapshot: consort_config::SnapshotReport,
 }
 
 impl DevHost {
     /// Loads the agents, starts the host and serves its API.
     pub async fn start(options: DevOptions) -> Result<Self, FleetError> {
         listener::check_listen(options.listen, options.auth.is_some())?;
-        let agents = AgentSet::load(&options.dirs)?;
+        let snapshot = options.data_dir.join(AGENT_SET_SNAPSHOT);
+        let (agents, report) = AgentSet::load_cached(&options.dirs, &[], &snapshot)?;
+        log_snapshot(&snapshot, &report);
         let goals = consort_config::load_dev_goals(&options.dirs, &agents)?;
         let auth = options
             .auth
@@ -118,6 +144,11 @@ impl DevHost {
         let note = serde_json::json!({"url": url, "pid": std::process::id()});
         let _ = std::fs::write(options.data_dir.join("serve.json"), note.to_string());
         info!(%url, agents = ?host.agents(), "serving");
-        Ok(Self { host, addr, server })
+        Ok(Self {
+            host,
+            addr,
+            server,
+            snapshot: report,
+        })
     }
 }

@@ -169,6 +169,17 @@ pub fn prepare(
     host: &str,
     key_file: Option<&Path>,
 ) -> Result<Prepared, FleetError> {
+    prepare_in(fleet_file, host, key_file, None)
+}
+
+/// As [`prepare`]; with a data folder, the fleet's agents are loaded through the compiled
+/// snapshot kept in it (see [`crate::dev::AGENT_SET_SNAPSHOT`]).
+fn prepare_in(
+    fleet_file: &Path,
+    host: &str,
+    key_file: Option<&Path>,
+    data_dir: Option<&Path>,
+) -> Result<Prepared, FleetError> {
     let fleet = FleetConfig::load(fleet_file)?;
     let Some(me) = fleet.host(host) else {
         return Err(FleetError::UnknownHost {
@@ -182,7 +193,15 @@ pub fn prepare(
                 .join(", "),
         });
     };
-    let (set, placements) = fleet.agents()?;
+    let (set, placements) = match data_dir {
+        Some(data) => {
+            let file = data.join(crate::dev::AGENT_SET_SNAPSHOT);
+            let (loaded, report) = fleet.agents_cached(&file)?;
+            crate::dev::log_snapshot(&file, &report);
+            loaded
+        }
+        None => fleet.agents()?,
+    };
     let key_path = key_file
         .map(Path::to_path_buf)
         .unwrap_or_else(|| default_key_path(&fleet.file, host));
@@ -257,10 +276,11 @@ impl ServedHost {
         limits: InboundLimits,
     ) -> Result<Self, FleetError> {
         listener::check_listen(options.listen_http, options.auth.is_some())?;
-        let prepared = prepare(
+        let prepared = prepare_in(
             &options.fleet_file,
             &options.host,
             options.key_file.as_deref(),
+            Some(&options.data_dir),
         )?;
         let store = store_backend(&prepared.store, options.store_url_env.as_deref())?;
         let deepest = prepared

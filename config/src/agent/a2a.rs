@@ -20,7 +20,7 @@ use crate::yaml::{Ctx, KeyPath, Pos};
 use super::{is_valid_name, name_problem};
 
 /// A remote A2A agent an agent may call (`a2a_agents:` in agent.yaml).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct A2aAgentConfig {
     /// The name the agent's model (or script) calls it by; never an agent of the fleet.
     pub name: String,

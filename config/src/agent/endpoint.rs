@@ -18,7 +18,7 @@ use crate::yaml::{Ctx, KeyPath, Pos};
 
 /// `model: {kind: openai, …}`: a server that speaks the OpenAI-compatible chat-completions API
 /// with tool calls (vLLM, llama.cpp's server, Ollama, hosted APIs).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct OpenAiModel {
     /// The API root, without a trailing slash (`http://127.0.0.1:8080/v1`); requests go to
     /// `{base_url}/chat/completions`.
@@ -52,7 +52,7 @@ pub struct OpenAiModel {
 }
 
 /// `tool_choice:` of `kind: openai`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ToolChoice {
     /// The model answers in text or calls tools, as it likes (the API's default).
     #[default]
@@ -64,7 +64,7 @@ pub enum ToolChoice {
 
 /// `model: {kind: command, argv: […]}`: a local program that reads one JSON request per line on
 /// stdin and answers one JSON line on stdout.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CommandModel {
     /// The program and its arguments; a relative program path is relative to the agent's folder.
     pub argv: Vec<String>,

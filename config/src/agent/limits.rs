@@ -15,7 +15,7 @@ use crate::yaml::{Ctx, KeyPath, Pos};
 ///
 /// The caller's limits bound the calls its runs place; the callee's bound the calls it
 /// accepts, so each side enforces its own.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Limits {
     /// The longest call chain, in hops: `a -> b -> c -> d -> e` is four.
     pub max_depth: u32,

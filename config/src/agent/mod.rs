@@ -17,6 +17,7 @@ mod limits;
 mod model;
 mod names;
 mod set;
+mod snapshot;
 mod tools;
 
 #[cfg(test)]
@@ -45,7 +46,9 @@ use model::{RawModel, convert_model};
 pub use names::check_name;
 pub(crate) use names::{is_valid_name, name_problem};
 pub use set::AgentSet;
-pub(crate) use set::{AddError, SetBuilder};
+pub(crate) use set::{AddError, SetBuilder, load_with_snapshot};
+pub(crate) use snapshot::RACY_MARGIN;
+pub use snapshot::{FileStamp, SnapshotReport};
 pub use tools::{
     Approval, DEFAULT_MCP_CONNECT_TIMEOUT_MS, DEFAULT_MCP_TIMEOUT_MS, DEFAULT_SQL_TIMEOUT_MS,
     MAX_MCP_TIMEOUT_MS, MAX_SQL_TIMEOUT_MS, MCP_TOOL_SEPARATOR, McpServerConfig, McpTransport,
@@ -54,7 +57,7 @@ pub use tools::{
 use tools::{RawTool, convert_tools, sql_tool_names};
 
 /// One agent, as declared in its folder's `agent.yaml`, validated.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct AgentConfig {
     /// The agent's name (`name:`), unique in a fleet.
     pub name: String,
@@ -128,6 +131,19 @@ struct PeerSpans {
     a2a_agents: Vec<Pos>,
 }
 
+impl PeerSpans {
+    /// For an agent taken from a snapshot: no positions are kept there (an error in the set
+    /// is reported by a load from the files, which has them).
+    fn unknown() -> Self {
+        Self {
+            name: Pos::START,
+            can_call: Vec::new(),
+            accept_from: Vec::new(),
+            a2a_agents: Vec::new(),
+        }
+    }
+}
+
 impl AgentConfig {
     /// Reads and checks `dir/agent.yaml` on its own (peer names are checked for form, not for
     /// existence: that needs the set, see [`AgentSet::load`]). Paths in the result are absolute.
@@ -146,7 +162,11 @@ fn absolute_dir(dir: &Path) -> Result<PathBuf, ConfigError> {
 }
 
 fn load_agent(dir: &Path) -> Result<(AgentConfig, PeerSpans), ConfigError> {
-    let dir = absolute_dir(dir)?;
+    load_agent_in(absolute_dir(dir)?)
+}
+
+/// As [`load_agent`], for a folder whose canonical path is already known.
+fn load_agent_in(dir: PathBuf) -> Result<(AgentConfig, PeerSpans), ConfigError> {
     let file = dir.join(AGENT_FILE);
     let raw: RawAgent = load_file(&file, "an agent declaration with `name` and `model`")?;
     convert(raw, dir, file)

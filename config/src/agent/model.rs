@@ -22,7 +22,7 @@ use crate::error::ConfigError;
 use crate::yaml::{Ctx, KeyPath, Pos, SpannedPairs};
 
 /// Which model drives the agent.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum ModelConfig {
     /// The deterministic script model: step `i` is played on the agent's `i`-th model turn.
     Script {
@@ -36,7 +36,7 @@ pub enum ModelConfig {
 }
 
 /// One turn of a script model. Text fields are templates rendered by the script model.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum ScriptStep {
     /// Final answer.
     Answer(String),
@@ -61,11 +61,12 @@ pub enum ScriptStep {
         /// The tool to invoke.
         name: String,
         /// Its arguments.
+        #[serde(with = "super::snapshot::json_value")]
         arguments: serde_json::Value,
     },
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 /// One `call:` entry of a script step.
 pub struct CallStep {
     /// The agent to call.
@@ -78,7 +79,7 @@ pub struct CallStep {
     pub wait_s: Option<u32>,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 /// One `tool:` script step: a use of a declared tool.
 pub struct ToolStep {
     /// The declared tool to use.
@@ -87,6 +88,7 @@ pub struct ToolStep {
     pub input: String,
     /// The tool's whole input object instead (string values are templates), for tools whose
     /// input has several fields.
+    #[serde(with = "super::snapshot::json_value::option")]
     pub arguments: Option<serde_json::Value>,
 }
 

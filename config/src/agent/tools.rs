@@ -32,7 +32,7 @@ pub use mcp::{
 };
 
 /// A tool declared in `agent.yaml`.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ToolConfig {
     /// The tool's name, unique within the agent.
     pub name: String,
@@ -48,7 +48,7 @@ pub struct ToolConfig {
     pub guard: Option<GuardConfig>,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 /// What a declared tool runs.
 pub enum ToolKind {
     /// A read-only SQL query against a SQLite file that belongs to the agent.
@@ -82,7 +82,7 @@ const STORE_FILE_NAMES: &[&str] = &["runs.db", "outbox.db"];
 /// The files SQLite keeps beside a database in WAL and rollback-journal modes.
 const STORE_FILE_SUFFIXES: &[&str] = &["", "-wal", "-shm", "-journal"];
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 /// Whether a tool use waits for an operator's decision.
 pub enum Approval {
     #[default]

@@ -11,6 +11,7 @@ mod errors;
 mod loading;
 mod mcp;
 mod set;
+mod snapshot;
 mod sql;
 mod visibility;
 

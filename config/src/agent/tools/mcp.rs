@@ -32,7 +32,7 @@ pub const DEFAULT_MCP_CONNECT_TIMEOUT_MS: u32 = 30_000;
 pub const MAX_MCP_TIMEOUT_MS: u32 = 300_000;
 
 /// An MCP server an agent uses tools of.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct McpServerConfig {
     /// How the server is reached.
     pub transport: McpTransport,
@@ -46,7 +46,7 @@ pub struct McpServerConfig {
 }
 
 /// How an MCP server is reached.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum McpTransport {
     /// A program the host starts, speaking MCP over its stdin and stdout (`command:`).
     Command {
