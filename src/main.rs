@@ -27,6 +27,7 @@ use consort_actors::store::Durability;
 use consort_actors::visibility::{Identity, Principal};
 use consort_actors::{AgentOptions, Channel, DataFolder, RunRecord, RunStatus};
 use consort_config::AgentSet;
+use consort_core::step::Decision;
 use consort_fleet::dev::{DevHost, DevOptions};
 use consort_fleet::listener::HttpBounds;
 use consort_fleet::{Client, HostAuth};
@@ -83,11 +84,23 @@ enum Command {
         #[command(subcommand)]
         command: RunsCommand,
     },
-    /// Approve (or deny) the gated tool a blocked run waits on.
+    /// Decide a gate of a run: approve (or deny) its gated tool, or record what a tool in doubt
+    /// did. Without --gate, the gate the run waits on is read first and decided by its id, so
+    /// running the command again never decides a later gate.
     Approve {
         run_id: String,
-        #[arg(long)]
+        /// Deny: the tool does not run (for a gate in doubt: it is not run again).
+        #[arg(long, conflicts_with_all = ["record_result", "record_error"])]
         deny: bool,
+        /// The gate to decide (its id, as `runs show` prints it).
+        #[arg(long)]
+        gate: Option<String>,
+        /// A gate in doubt: do not run the tool again; record this as its result.
+        #[arg(long, value_name = "TEXT", conflicts_with = "record_error")]
+        record_result: Option<String>,
+        /// A gate in doubt: do not run the tool again; record this as its failure.
+        #[arg(long, value_name = "TEXT")]
+        record_error: Option<String>,
         #[command(flatten)]
         at: At,
         #[arg(long)]
@@ -597,19 +610,49 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Approve {
             run_id,
             deny,
+            gate,
+            record_result,
+            record_error,
             at,
             json,
         } => {
-            let run = at.client().decide(&run_id, !deny).await?;
+            let client = at.client();
+            let decision = match (record_result, record_error) {
+                (Some(content), _) => Decision::Record {
+                    content,
+                    is_error: false,
+                },
+                (None, Some(content)) => Decision::Record {
+                    content,
+                    is_error: true,
+                },
+                (None, None) => Decision::from(!deny),
+            };
+            // Name the gate waiting now: a retry of this command then answers "already
+            // decided" instead of deciding whatever gate the run waits on next.
+            let gate = match gate {
+                Some(gate) => Some(gate),
+                None => client.waiting_gate(&run_id).await?.map(|g| g.id),
+            };
+            let decided = client
+                .decide_gate(&run_id, gate.as_deref(), &decision)
+                .await?;
             if json {
-                print_json(&run)?;
+                print_json(&decided)?;
             } else {
+                let what = match decision {
+                    Decision::Approve => "approved",
+                    Decision::Deny => "denied",
+                    _ => "recorded the result of",
+                };
+                let again = if decided.already_decided {
+                    " (already decided: nothing changed)"
+                } else {
+                    ""
+                };
                 println!(
-                    "{} {}: run {} is {}",
-                    if deny { "denied" } else { "approved" },
-                    run_id,
-                    run.id,
-                    run.status
+                    "{what} gate {}{again}: run {} is {}",
+                    decided.gate, decided.run.id, decided.run.status
                 );
             }
             Ok(ExitCode::SUCCESS)

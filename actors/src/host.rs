@@ -11,7 +11,9 @@ use std::time::Duration;
 use ractor::{ActorCell, ActorRef};
 use tokio::sync::broadcast;
 
+use consort_core::step::Decision;
 use consort_net::RunId;
+use serde::{Deserialize, Serialize};
 
 use crate::ActorsError;
 use crate::data::DataFolder;
@@ -21,6 +23,19 @@ use crate::run::{Channel, EventRecord, RunRecord};
 use crate::store::{StoreWriter, WriterCounts};
 use crate::supervisor::{AgentStatus, HostSpec, Reloaded, SupervisorMsg, spawn_supervisor};
 use crate::visibility::Identity;
+
+/// The answer to a decision on a gate: the run as committed after it, and the gate decided.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Decided {
+    /// The run after the decision.
+    #[serde(flatten)]
+    pub run: RunRecord,
+    /// The gate decided (see [`consort_core::step::gate_id`]).
+    pub gate: String,
+    /// The gate had this decision already (a repeat): nothing was written.
+    pub already_decided: bool,
+}
 
 /// How long a mailbox request may take before the handle reports the host unresponsive.
 const ASK_TIMEOUT_MS: u64 = 30_000;
@@ -289,52 +304,52 @@ impl Host {
     }
 
     /// The approval request a run waits on, if it waits on one: the last `approval_requested`
-    /// of its log that no decision followed.
+    /// of its log that no decision followed, with its gate id
+    /// ([`consort_core::step::waiting_request`]).
     pub fn pending_gate(
         &self,
         run: &RunRecord,
     ) -> Result<Option<consort_core::event::ApprovalRequested>, ActorsError> {
-        let mut pending = None;
-        for record in self.data.events_of(&run.agent, &run.id)? {
-            match record.event {
-                consort_core::RunEvent::ApprovalRequested(asked) => pending = Some(asked),
-                consort_core::RunEvent::ApprovalDecided(decided)
-                    if pending
-                        .as_ref()
-                        .is_some_and(|p| p.tool_use_id == decided.tool_use_id) =>
-                {
-                    pending = None;
-                }
-                _ => {}
-            }
-        }
-        Ok(pending)
+        let events = self.data.events_of(&run.agent, &run.id)?;
+        Ok(consort_core::step::waiting_request(
+            &run.id,
+            events.iter().map(|record| &record.event),
+        ))
     }
 
-    /// An operator's approve (or deny) of the gated tool a blocked run waits on; the event
-    /// log records the decision as the local `operator`'s (see [`Host::decide_as`]).
-    pub async fn decide(&self, id: &RunId, approve: bool) -> Result<RunRecord, ActorsError> {
-        self.decide_as(id, approve, "operator").await
+    /// An operator's approve (or deny) of the gate a blocked run waits on; the event log
+    /// records the decision as the local `operator`'s (see [`Host::decide_as`]).
+    pub async fn decide(&self, id: &RunId, approve: bool) -> Result<Decided, ActorsError> {
+        self.decide_as(id, None, Decision::from(approve), "operator")
+            .await
     }
 
-    /// [`Host::decide`], recording `by` (a principal the caller checked) as who decided.
+    /// A decision on gate `gate` of run `id` (`None`: the gate the run waits on), recording
+    /// `by` (a principal the caller checked) as who decided. The same decision again on a gate
+    /// that has it is answered [`Decided::already_decided`] and writes nothing; a gate that does
+    /// not wait is refused ([`Refusal::StaleDecision`](consort_core::Refusal::StaleDecision)),
+    /// as is a run that waits on none when no gate is named
+    /// ([`Refusal::NotAwaitingApproval`](consort_core::Refusal::NotAwaitingApproval)).
     pub async fn decide_as(
         &self,
         id: &RunId,
-        approve: bool,
+        gate: Option<&str>,
+        decision: Decision,
         by: &str,
-    ) -> Result<RunRecord, ActorsError> {
+    ) -> Result<Decided, ActorsError> {
         let by = by.to_owned();
         let run = self
             .run(id)?
             .ok_or_else(|| ActorsError::UnknownRun(id.to_string()))?;
         let target = id.clone();
+        let gate = gate.map(str::to_owned);
         ractor::call_t!(
             self.supervisor,
             |reply| SupervisorMsg::Decide {
                 agent: run.agent.clone(),
                 run: target.clone(),
-                approve,
+                gate: gate.clone(),
+                decision: decision.clone(),
                 by: by.clone(),
                 reply
             },

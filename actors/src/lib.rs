@@ -52,7 +52,7 @@ pub use data::DataFolder;
 pub use error::ActorsError;
 pub use feed::{RunChange, RunFeed};
 pub use guard::{Guard, GuardContext, GuardVerdict};
-pub use host::Host;
+pub use host::{Decided, Host};
 pub use meta_tools::{AgentCatalog, MetaAnswer};
 pub use presence::PresenceBoard;
 pub use restart::{ProbeBackoff, RestartBudget};

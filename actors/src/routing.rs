@@ -198,18 +198,20 @@ pub enum SupervisorMsg {
         /// Answered with the run, or why it cannot be read.
         reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
     },
-    /// An operator's approve or deny.
+    /// A decision on a gate of a run.
     Decide {
         /// The agent whose run waits for the decision.
         agent: String,
         /// The blocked run.
         run: RunId,
-        /// True approves the pending tool use, false denies it.
-        approve: bool,
+        /// The gate decided; `None` decides the one the run waits on.
+        gate: Option<String>,
+        /// What was decided.
+        decision: consort_core::step::Decision,
         /// Who decided: the principal the host checked, or `operator` for its local operator.
         by: String,
-        /// Answered with the run after the decision.
-        reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
+        /// Answered with the run after the decision, and the gate it decided.
+        reply: RpcReplyPort<Result<crate::Decided, ActorsError>>,
     },
     /// A cancel of a run, by someone the host checked.
     Cancel {

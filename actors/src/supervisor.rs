@@ -825,7 +825,8 @@ impl Actor for HostSupervisor {
             SupervisorMsg::Decide {
                 agent,
                 run,
-                approve,
+                gate,
+                decision,
                 by,
                 reply,
             } => match Self::wake(&myself, state, &agent).await {
@@ -835,7 +836,8 @@ impl Actor for HostSupervisor {
                         &actor,
                         AgentMsg::Decide {
                             run,
-                            approve,
+                            gate,
+                            decision,
                             by,
                             reply,
                         },

@@ -42,6 +42,9 @@ pub enum RunEvent {
     ApprovalRequested(ApprovalRequested),
     /// An operator decided on a gated tool use.
     ApprovalDecided(ApprovalDecided),
+    /// An approved gated tool is about to run: recorded before it runs, so a host that dies
+    /// while it runs finds the gate in doubt instead of running it again.
+    ToolStarted(ToolStarted),
     /// The run succeeded with this answer.
     Answer(Answer),
     /// The run failed.
@@ -183,6 +186,10 @@ fn succeeded() -> ReplyOutcome {
 /// [`RunEvent::ApprovalRequested`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ApprovalRequested {
+    /// The gate's id (see [`gate_id`](crate::step::gate_id)): a decision names it. Absent in
+    /// events written before gates had ids; readers derive it from the run and tool use.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub gate: String,
     /// The gated tool use.
     pub tool_use_id: String,
     /// The tool.
@@ -194,18 +201,41 @@ pub struct ApprovalRequested {
     /// `approval: requester`); absent in events written before it existed, which means no.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub requester_may_decide: bool,
+    /// The tool was approved and started before, and its host stopped before its result was
+    /// recorded: it may or may not have run. The decision is whether to run it again, or what
+    /// to record as its result.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub in_doubt: bool,
 }
 
 /// [`RunEvent::ApprovalDecided`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ApprovalDecided {
+    /// The gate decided (absent in events written before gates had ids).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub gate: String,
     /// The gated tool use.
     pub tool_use_id: String,
-    /// The decision.
+    /// The decision: run the tool (again, for a gate in doubt), or not.
     pub approved: bool,
     /// Who decided.
     #[serde(default)]
     pub by: String,
+    /// For a gate in doubt: the decider recorded what happened instead (the `tool_result`
+    /// that follows holds it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub recorded: bool,
+}
+
+/// [`RunEvent::ToolStarted`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolStarted {
+    /// The gate whose approval it runs under.
+    pub gate: String,
+    /// The gated tool use.
+    pub tool_use_id: String,
+    /// The tool.
+    pub tool: String,
 }
 
 /// [`RunEvent::MessageReceived`].
@@ -247,7 +277,7 @@ pub struct Failed {
 
 impl RunEvent {
     /// Every kind this version reads and writes.
-    pub const KINDS: [&'static str; 13] = [
+    pub const KINDS: [&'static str; 14] = [
         "created",
         "status",
         "model_turn",
@@ -257,6 +287,7 @@ impl RunEvent {
         "reply_received",
         "approval_requested",
         "approval_decided",
+        "tool_started",
         "answer",
         "failed",
         "message_received",
@@ -275,6 +306,7 @@ impl RunEvent {
             Self::ReplyReceived(_) => "reply_received",
             Self::ApprovalRequested(_) => "approval_requested",
             Self::ApprovalDecided(_) => "approval_decided",
+            Self::ToolStarted(_) => "tool_started",
             Self::Answer(_) => "answer",
             Self::Failed(_) => "failed",
             Self::MessageReceived(_) => "message_received",
@@ -294,6 +326,7 @@ impl RunEvent {
             Self::ReplyReceived(e) => serde_json::to_value(e),
             Self::ApprovalRequested(e) => serde_json::to_value(e),
             Self::ApprovalDecided(e) => serde_json::to_value(e),
+            Self::ToolStarted(e) => serde_json::to_value(e),
             Self::Answer(e) => serde_json::to_value(e),
             Self::Failed(e) => serde_json::to_value(e),
             Self::MessageReceived(e) => serde_json::to_value(e),
@@ -321,6 +354,7 @@ impl RunEvent {
             "reply_received" => Self::ReplyReceived(read(kind, data)?),
             "approval_requested" => Self::ApprovalRequested(read(kind, data)?),
             "approval_decided" => Self::ApprovalDecided(read(kind, data)?),
+            "tool_started" => Self::ToolStarted(read(kind, data)?),
             "answer" => Self::Answer(read(kind, data)?),
             "failed" => Self::Failed(read(kind, data)?),
             "message_received" => Self::MessageReceived(read(kind, data)?),

@@ -49,4 +49,4 @@ pub use ids::RunId;
 pub use refusal::Refusal;
 pub use run::{Channel, RunStatus};
 pub use step::{Effect, Input, Policy, Step, Transition, step};
-pub use view::{ApprovalState, PlacedCall, RunView};
+pub use view::{GateView, PlacedCall, RunView};

@@ -122,6 +122,26 @@ pub enum Refusal {
         /// Its status.
         status: String,
     },
+    /// A decision named a gate that is not the one waiting (a retry that arrived after its gate
+    /// was decided otherwise, or a gate of another time): nothing was decided.
+    #[error(
+        "gate {gate} is not waiting for a decision (the run waits on: {waiting}); nothing was decided: read the run again and decide the gate it waits on"
+    )]
+    StaleDecision {
+        /// The gate named.
+        gate: String,
+        /// The gate the run waits on, or `none`.
+        waiting: String,
+    },
+    /// A decision recorded a result for a gate that is not in doubt: its tool has not run, so
+    /// there is nothing to record.
+    #[error(
+        "gate {gate} is not in doubt: its tool has not run; approve or deny it instead of recording a result"
+    )]
+    NotInDoubt {
+        /// The gate named.
+        gate: String,
+    },
     /// A cancel named a run that has already settled: its log is final.
     #[error(
         "run {run} has already settled ({status}): there is nothing left to cancel and nothing was written"
@@ -210,6 +230,8 @@ impl Refusal {
             Self::MalformedCall => "malformed_call",
             Self::EmptyInput => "empty_input",
             Self::NotAwaitingApproval { .. } => "not_awaiting_approval",
+            Self::StaleDecision { .. } => "stale_decision",
+            Self::NotInDoubt { .. } => "not_in_doubt",
             Self::AlreadySettled { .. } => "already_settled",
             Self::DeliveryTargetSettled { .. } => "delivery_target_settled",
             Self::DeliveryTargetBlocked { .. } => "delivery_target_blocked",
@@ -280,6 +302,13 @@ mod tests {
             Refusal::NotAwaitingApproval {
                 run: s("run_1"),
                 status: s("running"),
+            },
+            Refusal::StaleDecision {
+                gate: s("run_1:tu_0_0"),
+                waiting: s("run_1:tu_1_0"),
+            },
+            Refusal::NotInDoubt {
+                gate: s("run_1:tu_0_0"),
             },
             Refusal::AlreadySettled {
                 run: s("run_1"),

@@ -37,7 +37,7 @@ use crate::{RunStatus, RunView};
 pub use call::accepted_text;
 pub use cancel::canceled_error;
 pub use effect::{Effect, Step, Verdict};
-pub use gate::{Gate, approval_gate};
+pub use gate::{Decision, Gate, GatedUse, approval_gate, gate_id, waiting_request};
 pub use input::{CallOutcome, Input, ModelAnswer, Policy, ReplyIn, TurnAsked};
 pub use reply::cap_output;
 pub use transition::{CostDelta, Transition};
@@ -67,7 +67,12 @@ pub fn step(view: &RunView, input: Input, policy: &Policy<'_>) -> Step {
         Input::Reply { reply, placing } => {
             reply::take_reply(view, reply, placing, policy.reply_cap)
         }
-        Input::Decide { run, approve, by } => gate::decide(view, &run, approve, &by),
+        Input::Decide {
+            run,
+            gate,
+            decision,
+            by,
+        } => gate::decide(view, &run, gate.as_deref(), decision, &by),
         Input::Cancel { run, by, reason } => cancel::cancel(view, &run, by, reason),
         Input::WaitElapsed { tool_use_id } => call::wait_elapsed(view, &tool_use_id),
         Input::Resume => reply::resume(view),

@@ -10,6 +10,7 @@ use serde_json::json;
 use crate::event::{
     Answer, ApprovalDecided, ApprovalRequested, CallPlaced, CallRefused, Canceled, Created, Failed,
     MessageReceived, ModelTurn, ReplyOutcome, ReplyReceived, StatusChanged, ToolResult,
+    ToolStarted,
 };
 use crate::{Channel, ModelStep, Refusal, RunEvent, RunId, RunStatus, ToolUse};
 
@@ -131,19 +132,30 @@ pub(crate) fn event() -> impl Strategy<Value = RunEvent> {
                 tree_cost: Default::default(),
             })
         }),
-        tool_use_id().prop_map(|id| RunEvent::ApprovalRequested(ApprovalRequested {
-            tool_use_id: id,
-            tool: "ledger".into(),
-            input: json!({"q": 1}),
-            requester_may_decide: false,
-        })),
-        (tool_use_id(), any::<bool>()).prop_map(|(id, approved)| {
+        (tool_use_id(), any::<bool>()).prop_map(|(id, in_doubt)| RunEvent::ApprovalRequested(
+            ApprovalRequested {
+                gate: String::new(),
+                tool_use_id: id,
+                tool: "ledger".into(),
+                input: json!({"q": 1}),
+                requester_may_decide: false,
+                in_doubt,
+            }
+        )),
+        (tool_use_id(), any::<bool>(), any::<bool>()).prop_map(|(id, approved, recorded)| {
             RunEvent::ApprovalDecided(ApprovalDecided {
+                gate: String::new(),
                 tool_use_id: id,
                 approved,
                 by: "operator".into(),
+                recorded,
             })
         }),
+        tool_use_id().prop_map(|id| RunEvent::ToolStarted(ToolStarted {
+            gate: String::new(),
+            tool_use_id: id,
+            tool: "ledger".into(),
+        })),
         "[a-z]{0,6}".prop_map(|text| RunEvent::Answer(Answer { text })),
         "[a-z]{0,6}".prop_map(|error| RunEvent::Failed(Failed { error })),
         (

@@ -25,8 +25,35 @@ pub struct PlacedCall {
     pub replied: bool,
 }
 
-/// An operator decision on a gated tool use: `None` while it is still asked.
-pub type ApprovalState = Option<bool>;
+/// What the log says about the approval gate of one gated tool use.
+///
+/// A use is asked once; it is asked again (a new gate, `asks` + 1) only when it was approved
+/// and started and its host stopped before its result was recorded: that gate is *in doubt*.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GateView {
+    /// How many times the use was asked (each ask is a gate of its own; see
+    /// [`gate_id`](crate::step::gate_id)).
+    pub asks: u32,
+    /// The decision on the last ask: `None` while it waits.
+    pub decision: Option<bool>,
+    /// The tool was started under the last decision (a `tool_started` after it).
+    pub started: bool,
+    /// The last ask is in doubt (the tool may or may not have run).
+    pub in_doubt: bool,
+    /// The run's own requester may decide it, besides an operator.
+    pub requester_may_decide: bool,
+    /// The gated tool.
+    pub tool: String,
+    /// Every decision made, by ask (1-based): what a repeated decision is compared with.
+    pub decided: BTreeMap<u32, bool>,
+}
+
+impl GateView {
+    /// The last ask waits for a decision.
+    pub fn waiting(&self) -> bool {
+        self.asks > 0 && self.decision.is_none()
+    }
+}
 
 /// What the log says about a run.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -57,8 +84,8 @@ pub struct RunView {
     pub calls: BTreeMap<RunId, PlacedCall>,
     /// Calls placed, by the tool use that placed them.
     pub calls_by_tool_use: BTreeMap<String, RunId>,
-    /// Approvals asked, by tool-use id.
-    pub approvals: BTreeMap<String, ApprovalState>,
+    /// Approval gates, by the tool use they gate.
+    pub approvals: BTreeMap<String, GateView>,
     /// `call_agent` uses whose placement ended unreachable: the callee may have stored the
     /// call all the same, so they count against the cap.
     pub unreachable_calls: BTreeSet<String>,
@@ -150,13 +177,28 @@ impl RunView {
                 });
             }
             RunEvent::ApprovalRequested(asked) => {
-                self.approvals
-                    .entry(asked.tool_use_id.clone())
-                    .or_insert(None);
+                let gate = self.approvals.entry(asked.tool_use_id.clone()).or_default();
+                gate.asks += 1;
+                gate.decision = None;
+                gate.started = false;
+                gate.in_doubt = asked.in_doubt;
+                gate.requester_may_decide = asked.requester_may_decide;
+                gate.tool.clone_from(&asked.tool);
             }
             RunEvent::ApprovalDecided(decided) => {
-                self.approvals
-                    .insert(decided.tool_use_id.clone(), Some(decided.approved));
+                let gate = self
+                    .approvals
+                    .entry(decided.tool_use_id.clone())
+                    .or_default();
+                gate.asks = gate.asks.max(1);
+                gate.decision = Some(decided.approved);
+                gate.started = false;
+                gate.decided.insert(gate.asks, decided.approved);
+            }
+            RunEvent::ToolStarted(started) => {
+                if let Some(gate) = self.approvals.get_mut(&started.tool_use_id) {
+                    gate.started = true;
+                }
             }
             RunEvent::MessageReceived(message) => {
                 // The first record of a (sender, id) is the one a repeat is answered with; a
@@ -228,6 +270,14 @@ impl RunView {
                 .any(|u| !self.calls_by_tool_use.contains_key(&u.id) || u.wait_s().is_some()),
             ModelStep::Wait | ModelStep::Answer(_) => false,
         }
+    }
+
+    /// The gated tool use the run waits on, with its gate, if it waits on one.
+    pub fn waiting_gate(&self) -> Option<(&str, &GateView)> {
+        self.approvals
+            .iter()
+            .find(|(_, gate)| gate.waiting())
+            .map(|(tool_use_id, gate)| (tool_use_id.as_str(), gate))
     }
 
     /// The call placed through `tool_use_id`, if any.

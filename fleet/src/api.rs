@@ -45,13 +45,15 @@ use utoipa_axum::routes;
 use consort_actors::directory::{DeliveryRequest, WaitRequest};
 use consort_actors::page::{RunCursor, page_size};
 use consort_actors::visibility::Identity;
-use consort_actors::{ActorsError, Channel, Host, RunRecord};
+use consort_actors::{ActorsError, Channel, Host, RunRecord, RunStatus};
 use consort_core::directory::{Audience, ExcerptSource, WaitUntil};
 use consort_net::RunId;
 
 use crate::access::{self, Action, Denial, Requester};
 use follow::StreamSlots;
-use openapi::{AgentStatusDoc, ErrorDoc, EventPageDoc, ReloadedDoc, RunDoc, RunPageDoc};
+use openapi::{
+    AgentStatusDoc, DecidedDoc, ErrorDoc, EventPageDoc, ReloadedDoc, RunDoc, RunPageDoc,
+};
 
 mod a2a;
 mod follow;
@@ -82,9 +84,90 @@ pub(crate) struct StartRun {
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Decision {
-    /// `true` runs the gated tool, `false` refuses it.
-    pub approve: bool,
+    /// `true` runs the gated tool (again, for a gate in doubt), `false` refuses it. Required
+    /// unless `record` is given.
+    #[serde(default)]
+    pub approve: Option<bool>,
+    /// The gate decided (its id, as `GET /runs/{id}` and the run's `approval_requested` event
+    /// show it). A decision that names a gate decides that gate only: the same decision again
+    /// answers `already_decided: true` and changes nothing, and a gate that does not wait
+    /// answers 409 `stale_decision`. Without it, the gate the run waits on is decided.
+    #[serde(default)]
+    pub gate: Option<String>,
+    /// For a gate in doubt only (its tool was started before its host stopped and may or may
+    /// not have run): do not run it again, and record this as its result.
+    #[serde(default)]
+    pub record: Option<RecordedOutcome>,
 }
+
+/// What an operator records as the result of a gated tool in doubt: exactly one of `result`
+/// (it ran, and this is what it returned) and `error` (it failed, or did not run).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RecordedOutcome {
+    /// The tool's result, as the model reads it.
+    #[serde(default)]
+    pub result: Option<String>,
+    /// The tool's failure, as the model reads it.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+impl Decision {
+    /// The decision the body asks for, or why it is malformed.
+    fn decision(self) -> Result<(Option<String>, consort_core::step::Decision), ApiError> {
+        use consort_core::step::Decision as Decided;
+        let bad = |message: &str| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_decision",
+                message.to_owned(),
+            )
+        };
+        let decision = match (self.approve, self.record) {
+            (None, None) => return Err(bad("give `approve` (true or false), or `record`")),
+            (Some(true), Some(_)) => {
+                return Err(bad(
+                    "`record` keeps the tool from running again: it cannot go with `approve: true`",
+                ));
+            }
+            (Some(approve), None) => {
+                if approve {
+                    Decided::Approve
+                } else {
+                    Decided::Deny
+                }
+            }
+            (_, Some(record)) => match (record.result, record.error) {
+                (Some(content), None) => Decided::Record {
+                    content,
+                    is_error: false,
+                },
+                (None, Some(content)) => Decided::Record {
+                    content,
+                    is_error: true,
+                },
+                _ => return Err(bad("`record` takes exactly one of `result` and `error`")),
+            },
+        };
+        if let Decided::Record { content, .. } = &decision
+            && (content.trim().is_empty() || content.len() > MAX_RECORD_BYTES)
+        {
+            return Err(bad("a recorded result must be 1 to 65,536 bytes"));
+        }
+        if self
+            .gate
+            .as_ref()
+            .is_some_and(|g| g.is_empty() || g.len() > 512)
+        {
+            return Err(bad("`gate` must be a gate id of 1 to 512 characters"));
+        }
+        Ok((self.gate, decision))
+    }
+}
+
+/// Longest result an operator may record for a gate in doubt.
+const MAX_RECORD_BYTES: usize = 65_536;
 
 /// The body of `POST /runs/{id}/cancel` (optional: no body cancels without a reason).
 #[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
@@ -852,7 +935,55 @@ async fn get_run(
         }
         _ => run,
     };
-    Ok(Json(run).into_response())
+    let gate = if run.status == RunStatus::Blocked {
+        let asked = run.clone();
+        blocking(&host, move |h| h.pending_gate(&asked))
+            .await?
+            .map(WaitingGate::from)
+    } else {
+        None
+    };
+    Ok(Json(RunRead { run, gate }).into_response())
+}
+
+/// A run as `GET /runs/{id}` answers it: with the gate it waits on, when it is blocked.
+#[derive(Serialize)]
+struct RunRead {
+    #[serde(flatten)]
+    run: RunRecord,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gate: Option<WaitingGate>,
+}
+
+/// The gate a blocked run waits on, as `GET /runs/{id}` shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct WaitingGate {
+    /// The gate's id: what a decision names.
+    pub id: String,
+    /// The gated tool.
+    pub tool: String,
+    /// The tool use it gates.
+    pub tool_use_id: String,
+    /// The input the model gave the tool.
+    pub input: serde_json::Value,
+    /// The tool was started before its host stopped and may or may not have run.
+    pub in_doubt: bool,
+    /// The run's own requester may decide it, besides an operator.
+    pub requester_may_decide: bool,
+}
+
+impl From<consort_core::event::ApprovalRequested> for WaitingGate {
+    fn from(asked: consort_core::event::ApprovalRequested) -> Self {
+        Self {
+            id: asked.gate,
+            tool: asked.tool,
+            tool_use_id: asked.tool_use_id,
+            input: asked.input,
+            in_doubt: asked.in_doubt,
+            requester_may_decide: asked.requester_may_decide,
+        }
+    }
 }
 
 #[utoipa::path(
@@ -904,15 +1035,15 @@ async fn get_events(
 
 #[utoipa::path(
     post, path = "/runs/{id}/approve", tag = "runs",
-    summary = "Approve or deny a blocked run's gated tool",
+    summary = "Decide a gate of a run: approve or deny its gated tool, or record what a tool in doubt did",
     params(("id" = String, Path, description = "The run id: `run_` and 32 hex digits")),
     request_body = Decision,
     responses(
-        (status = 200, description = "the run after the decision", body = RunDoc),
+        (status = 200, description = "the run after the decision, with the gate decided", body = DecidedDoc),
         (status = 400, description = "a malformed query or body", body = ErrorDoc), (status = 401, description = "no known bearer token, on a host that refuses anonymous callers", body = ErrorDoc),
         (status = 403, description = "this caller may not decide this gate (four eyes)", body = ErrorDoc),
         (status = 404, description = "no such run that this caller may see", body = ErrorDoc),
-        (status = 409, description = "the run is not waiting on an approval", body = ErrorDoc),
+        (status = 409, description = "the run is not waiting on an approval (`not_awaiting_approval`), the gate named does not wait (`stale_decision`), or a result was recorded for a gate that is not in doubt (`not_in_doubt`)", body = ErrorDoc),
     ),
     security((), ("bearer" = []))
 )]
@@ -926,7 +1057,8 @@ async fn approve(
     let id = parse_run_id(&id)?;
     let (_, who) = requester(&auth, &headers).await;
     access::identified(&who, auth.anonymous())?;
-    let Json(decision) = body?;
+    let Json(body) = body?;
+    let (named, decision) = body.decision()?;
     let run = stored_run(&host, &id).await?;
     let asked = run.clone();
     let gate = blocking(&host, move |h| h.pending_gate(&asked)).await?;
@@ -938,8 +1070,10 @@ async fn approve(
             self_approval: gate.is_some_and(|g| g.requester_may_decide),
         },
     )?;
-    let run = host.decide_as(&id, decision.approve, who.decider()).await?;
-    Ok(Json(run).into_response())
+    let decided = host
+        .decide_as(&id, named.as_deref(), decision, who.decider())
+        .await?;
+    Ok(Json(decided).into_response())
 }
 
 #[utoipa::path(

@@ -13,10 +13,11 @@ use serde_json::{Value, json};
 use consort_actors::directory::{WaitAnswer, WaitRequest};
 use consort_actors::page::{EventPage, PAGE_MAX, RunPage};
 use consort_actors::supervisor::{AgentStatus, Reloaded};
-use consort_actors::{EventRecord, RunRecord};
+use consort_actors::{Decided, EventRecord, RunRecord};
 use consort_core::directory::{
     AttentionRollup, DeliveryOutcome, DirectoryPacket, Observation, Receipt,
 };
+use consort_core::step::Decision;
 
 use crate::FleetError;
 use sse::{SseEvent, SseParser};
@@ -195,6 +196,22 @@ impl Client {
     pub async fn run(&self, id: &str) -> Result<RunRecord, FleetError> {
         self.send(self.http.get(self.url(&format!("/runs/{id}"))))
             .await
+    }
+
+    /// The gate run `id` waits on, if it is blocked on one.
+    pub async fn waiting_gate(&self, id: &str) -> Result<Option<crate::WaitingGate>, FleetError> {
+        let run: Value = self
+            .send(self.http.get(self.url(&format!("/runs/{id}"))))
+            .await?;
+        match run.get("gate") {
+            None | Some(Value::Null) => Ok(None),
+            Some(gate) => serde_json::from_value(gate.clone()).map(Some).map_err(|e| {
+                FleetError::BadResponse {
+                    url: self.url(&format!("/runs/{id}")),
+                    detail: format!("a gate the client cannot read: {e}"),
+                }
+            }),
+        }
     }
 
     /// Waits up to `timeout` for the run to settle and returns it as it then stands.
@@ -390,12 +407,37 @@ impl Client {
             .await
     }
 
-    /// Approves (`true`) or denies the tool use a blocked run waits on.
-    pub async fn decide(&self, id: &str, approve: bool) -> Result<RunRecord, FleetError> {
+    /// Approves (`true`) or denies the gate a blocked run waits on; the answer names the gate
+    /// decided.
+    pub async fn decide(&self, id: &str, approve: bool) -> Result<Decided, FleetError> {
+        self.decide_gate(id, None, &Decision::from(approve)).await
+    }
+
+    /// Decides gate `gate` of run `id` (`None`: the one it waits on). Naming the gate makes a
+    /// retry safe: the same decision again is answered `already_decided`, and a gate that no
+    /// longer waits is refused with code `stale_decision`, never applied to the next gate.
+    pub async fn decide_gate(
+        &self,
+        id: &str,
+        gate: Option<&str>,
+        decision: &Decision,
+    ) -> Result<Decided, FleetError> {
+        let mut body = match decision {
+            Decision::Approve => json!({"approve": true}),
+            Decision::Deny => json!({"approve": false}),
+            Decision::Record { content, is_error } => {
+                let key = if *is_error { "error" } else { "result" };
+                json!({"record": {key: content}})
+            }
+            _ => json!({}),
+        };
+        if let Some(gate) = gate {
+            body["gate"] = json!(gate);
+        }
         let req = self
             .http
             .post(self.url(&format!("/runs/{id}/approve")))
-            .json(&json!({"approve": approve}));
+            .json(&body);
         self.send(req).await
     }
 

@@ -14,6 +14,7 @@
 pub mod a2a_client;
 pub mod access;
 mod api;
+pub use api::WaitingGate;
 mod auth;
 mod client;
 mod dashboard;

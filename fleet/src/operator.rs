@@ -154,6 +154,12 @@ pub struct Decided {
     pub host: String,
     /// Whether the gated tool was approved.
     pub approved: bool,
+    /// The gate decided (absent from hosts that did not name gates).
+    #[serde(default)]
+    pub gate: String,
+    /// The gate had this decision already: nothing was written.
+    #[serde(default)]
+    pub already_decided: bool,
     /// The run after the decision.
     pub run: RunRecord,
 }

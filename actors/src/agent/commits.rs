@@ -98,8 +98,15 @@ enum Waiter {
 pub(super) enum Answer {
     /// Tell the link whether a reply was taken.
     Taken(RpcReplyPort<bool>, bool),
-    /// Answer an operator's decision (or a cancel) with the run as committed.
+    /// Answer a cancel with the run as committed.
     Decision(RunId, RpcReplyPort<Result<RunRecord, ActorsError>>),
+    /// Answer a decision with the run as committed and the gate it decided (and whether that
+    /// gate had this decision before).
+    Decided(
+        RunId,
+        (String, bool),
+        RpcReplyPort<Result<crate::Decided, ActorsError>>,
+    ),
     /// Give a delivery's sender its receipt.
     Receipt(
         RpcReplyPort<consort_core::directory::Receipt>,
@@ -395,6 +402,20 @@ impl AgentActor {
                     .and_then(|r| r.ok_or_else(|| ActorsError::UnknownRun(run.to_string())));
                 if port.send(record).is_err() {
                     warn!(run_id = %run, "a requester stopped waiting for its answer");
+                }
+            }
+            Answer::Decided(run, (gate, already_decided), port) => {
+                let decided = state
+                    .record(&run)
+                    .await
+                    .and_then(|r| r.ok_or_else(|| ActorsError::UnknownRun(run.to_string())))
+                    .map(|run| crate::Decided {
+                        run,
+                        gate,
+                        already_decided,
+                    });
+                if port.send(decided).is_err() {
+                    warn!(run_id = %run, "a decider stopped waiting for its answer");
                 }
             }
         }

@@ -21,12 +21,12 @@ use tracing::{Instrument, info, info_span, warn};
 
 use super::commits::Answer;
 use super::{AgentActor, AgentMsg, AgentState, refused, tell};
-use crate::ActorsError;
 use crate::fault::{self, Point};
 use crate::model::{ModelError, ModelReply, ModelRequest, ToolSpec};
 use crate::routing::SupervisorMsg;
 use crate::run::{RunRecord, RunStatus, now_ms};
 use crate::tools::{ListedTool, ToolError};
+use crate::{ActorsError, Decided};
 
 /// What one MCP server listed (or why it could not): its entry, which opening, the answer.
 pub(super) type Listed = (String, u64, Result<Vec<ListedTool>, ToolError>);
@@ -140,6 +140,10 @@ impl AgentActor {
                     asked: Box::new(asked),
                 },
             );
+        }
+        for (run, tool_use_id) in std::mem::take(&mut state.uses_awaiting_listing) {
+            state.in_flight.remove(&run, &tool_use_id);
+            tell(&depth, myself, AgentMsg::UseAgain(run));
         }
     }
 
@@ -311,7 +315,10 @@ impl AgentActor {
                 warn!(run_id = %parent, child = %reply.child_run, from = %reply.callee, "reply dropped: {why}");
                 false
             }
-            Verdict::None | Verdict::Refused(_) | Verdict::Delivered { .. } => false,
+            Verdict::None
+            | Verdict::Refused(_)
+            | Verdict::Delivered { .. }
+            | Verdict::Decided { .. } => false,
         };
         if let Some(port) = taken
             && let Some(now) = state
@@ -323,23 +330,43 @@ impl AgentActor {
         Ok(())
     }
 
-    /// A decision `by` someone the host checked on the gated tool use a run waits on;
-    /// `reply` gets the run as committed after the decision.
+    /// A decision (an [`Input::Decide`]) on a gate of run `run`; `reply` gets the run as
+    /// committed after it, with the gate decided, or the step's refusal.
     pub(super) async fn decide(
         &self,
         myself: &ActorRef<AgentMsg>,
         state: &mut AgentState,
         run: &RunId,
-        approve: bool,
-        by: String,
-        reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
+        input: Input,
+        reply: RpcReplyPort<Result<Decided, ActorsError>>,
     ) -> Result<(), ActorsError> {
-        let input = Input::Decide {
-            run: run.clone(),
-            approve,
-            by,
+        let outcome = match state.record(run).await {
+            Ok(Some(_)) => match self.drive(myself, state, run, input).await? {
+                Verdict::Decided { gate, already } => Ok((gate, already)),
+                Verdict::Refused(refusal) => Err(refused(refusal)),
+                other => Err(ActorsError::Actor(format!(
+                    "a decision was answered {other:?}"
+                ))),
+            },
+            Ok(None) => Err(ActorsError::UnknownRun(run.to_string())),
+            Err(e) => Err(e),
         };
-        self.on_request(myself, state, run, input, reply).await
+        match outcome {
+            Ok(gate) => {
+                if let Some(now) = state
+                    .commits
+                    .after_writes_of(run, Answer::Decided(run.clone(), gate, reply))
+                {
+                    self.answer(state, now).await;
+                }
+            }
+            Err(error) => {
+                if reply.send(Err(error)).is_err() {
+                    warn!(run_id = %run, "a decider stopped waiting for its answer");
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Steps run `run` with a request someone the host checked made of it (a decision, a
@@ -607,7 +634,7 @@ async fn build_envelope(
 
 /// Lists the `due` MCP servers on a task of their own, each within its bound, and tells the
 /// actor what they answered.
-fn spawn_listing(
+pub(super) fn spawn_listing(
     state: &AgentState,
     myself: &ActorRef<AgentMsg>,
     due: Vec<crate::tools::DueListing>,

@@ -41,10 +41,9 @@ use tracing::{debug, info, warn};
 
 use consort_config::AgentConfig;
 use consort_core::Refusal;
-use consort_core::step::{CallOutcome, Input, Policy, TurnAsked};
+use consort_core::step::{CallOutcome, Decision, Input, Policy, TurnAsked};
 use consort_net::{CallEnvelope, ReplyEnvelope, RunId};
 
-use crate::ActorsError;
 use crate::meta_tools::AgentCatalog;
 use crate::model::UnusableModel;
 use crate::model::command::CommandAdapter;
@@ -56,6 +55,7 @@ use crate::script::ScriptModel;
 use crate::store::{Durability, StoreWriter};
 use crate::tools::{ServerSlots, Tool, ToolError, ToolServers};
 use crate::visibility::{Identity, ProbeCache, RoleGrants};
+use crate::{ActorsError, Decided};
 
 /// Settings of one agent actor.
 #[derive(Clone, Debug)]
@@ -111,12 +111,13 @@ pub(crate) enum AgentMsg {
         trace: Option<consort_net::TraceContext>,
         reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
     },
-    /// A decision on a blocked run, and who made it.
+    /// A decision on a gate of a run (the one named, else the one waiting), and who made it.
     Decide {
         run: RunId,
-        approve: bool,
+        gate: Option<String>,
+        decision: Decision,
         by: String,
-        reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
+        reply: RpcReplyPort<Result<Decided, ActorsError>>,
     },
     /// A cancel of a run, by someone the host checked, and why.
     Cancel {
@@ -197,6 +198,9 @@ pub(crate) enum AgentMsg {
     ToolsListed(Vec<engine::Listed>),
     /// Ask a run's model turn again: it waited for a listing of the MCP servers.
     AskAgain { run: RunId, asked: Box<TurnAsked> },
+    /// Step a run again: a tool use of it waited for a listing of the MCP servers (a use
+    /// resumed after a restart, before any turn listed them).
+    UseAgain(RunId),
 }
 
 impl AgentMsg {
@@ -212,7 +216,8 @@ impl AgentMsg {
             | Self::ToolDone { run, .. }
             | Self::WaitElapsed { run, .. }
             | Self::ModelDone { run, .. }
-            | Self::AskAgain { run, .. } => Some(run),
+            | Self::AskAgain { run, .. }
+            | Self::UseAgain(run) => Some(run),
             Self::Reply(reply) | Self::OfferReply { reply, .. } => Some(&reply.parent_run),
             Self::Deliver { run, .. } => run.as_ref(),
             Self::Start { .. }
@@ -355,11 +360,13 @@ impl Actor for AgentActor {
             tool_servers: args.tool_servers,
             servers,
             awaiting_listing: Vec::new(),
+            uses_awaiting_listing: Vec::new(),
             supervisor: args.supervisor,
             callable,
             fleet_agents: args.fleet_agents,
             options: args.options,
             in_flight: UsesOut::default(),
+            started: UsesOut::default(),
             awaiting: UsesOut::default(),
             thinking: HashSet::new(),
             early_replies: HashMap::new(),
@@ -498,10 +505,19 @@ impl AgentActor {
             }
             AgentMsg::Decide {
                 run,
-                approve,
+                gate,
+                decision,
                 by,
                 reply,
-            } => self.decide(myself, state, &run, approve, by, reply).await?,
+            } => {
+                let input = Input::Decide {
+                    run: run.clone(),
+                    gate,
+                    decision,
+                    by,
+                };
+                self.decide(myself, state, &run, input, reply).await?;
+            }
             AgentMsg::Cancel {
                 run,
                 by,
@@ -553,6 +569,10 @@ impl AgentActor {
                 {
                     self.drive(myself, state, &run, input).await?;
                 }
+            }
+            AgentMsg::UseAgain(run) => {
+                let input = state.advance_input(&run);
+                self.drive(myself, state, &run, input).await?;
             }
             AgentMsg::Checkpoint => {
                 // On a blocking thread with its own connection: the actor goes on stepping runs

@@ -97,6 +97,8 @@ pub(crate) struct AgentState {
     pub(super) servers: ServerSlots,
     /// Runs whose model turn waits for a listing of the agent's MCP servers.
     pub(super) awaiting_listing: Vec<(RunId, TurnAsked)>,
+    /// Tool uses that wait for a listing of the agent's MCP servers (counted as in flight).
+    pub(super) uses_awaiting_listing: Vec<(RunId, String)>,
     pub(super) supervisor: ActorRef<SupervisorMsg>,
     pub(super) fleet_agents: Arc<[String]>,
     /// What a call may name: the fleet's agents and this agent's own A2A agents
@@ -105,6 +107,10 @@ pub(crate) struct AgentState {
     pub(super) options: AgentOptions,
     /// Tool uses whose outcome is being fetched by a spawned task.
     pub(super) in_flight: UsesOut,
+    /// Gated tool uses this incarnation recorded as started (`tool_started`): only these may
+    /// run under their approval. A restarted actor has none, so a use started before it is in
+    /// doubt.
+    pub(super) started: UsesOut,
     /// Blocking calls (`wait_s`) whose tool use stays open until the reply or the timeout.
     pub(super) awaiting: UsesOut,
     /// Runs whose model turn is being answered on a separate task.
@@ -180,6 +186,7 @@ impl AgentState {
             && self.awaiting.is_empty()
             && self.thinking.is_empty()
             && self.awaiting_listing.is_empty()
+            && self.uses_awaiting_listing.is_empty()
             && self.early_replies.is_empty()
             && self.children_counting.is_empty()
             && self.just_settled.is_empty()
@@ -259,6 +266,7 @@ impl AgentState {
             self.views.remove(id);
             self.chains.remove(id);
             self.run_spans.remove(id);
+            self.started.forget(id);
         }
     }
 
@@ -335,6 +343,11 @@ impl UsesOut {
             self.0.remove(run);
         }
         was
+    }
+
+    /// Forgets every use of `run`.
+    pub(super) fn forget(&mut self, run: &RunId) {
+        self.0.remove(run);
     }
 
     pub(super) fn contains(&self, run: &RunId, tool_use: &str) -> bool {

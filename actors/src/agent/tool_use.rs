@@ -12,8 +12,8 @@ use serde_json::Value;
 use tracing::{Instrument, info, warn};
 
 use consort_config::Approval;
-use consort_core::ToolUse;
-use consort_core::step::{self, Gate, Transition};
+use consort_core::step::{self, Gate, GatedUse, Transition};
+use consort_core::{RunEvent, ToolUse};
 
 use super::{AgentActor, AgentMsg, AgentState, tell, tool_error_text};
 use crate::ActorsError;
@@ -37,6 +37,39 @@ pub(super) fn run_identity(
         }
         _ => record.identity(),
     }
+}
+
+/// A use of a tool of an MCP server this incarnation has not listed yet (a run resumed after a
+/// restart uses it before any model turn listed the servers): the listing starts, and the use
+/// waits for it, counted as in flight, instead of failing "not listed yet". The listing is
+/// bounded by the entry's `connect_timeout_ms`; the use is stepped again once it is in
+/// (`AgentMsg::UseAgain`). Returns whether the use waits.
+fn wait_for_listing(
+    myself: &ActorRef<AgentMsg>,
+    state: &mut AgentState,
+    run: &consort_net::RunId,
+    tool_use_id: &str,
+    name: &str,
+) -> bool {
+    if !state.servers.listing_pending(name) {
+        return false;
+    }
+    let due = state.servers.take_due(std::time::Instant::now());
+    if !due.is_empty() {
+        super::engine::spawn_listing(state, myself, due);
+    }
+    if !state.servers.asking() {
+        return false;
+    }
+    info!(
+        tool = name,
+        "the tool's MCP server is not listed yet: the use waits for its listing"
+    );
+    state.in_flight.insert(run, tool_use_id);
+    state
+        .uses_awaiting_listing
+        .push((run.clone(), tool_use_id.to_owned()));
+    true
 }
 
 impl AgentActor {
@@ -77,6 +110,12 @@ impl AgentActor {
                 Ok(true)
             }
             INVOKE_TOOL => {
+                if let Ok((name, _)) = meta_tools::parse_invoke(&tool_use.input)
+                    && state.catalog.tool(&name).is_none()
+                    && wait_for_listing(myself, state, id, &tool_use.id, &name)
+                {
+                    return Ok(false);
+                }
                 let parsed = meta_tools::parse_invoke(&tool_use.input).and_then(|(name, args)| {
                     let Some(tool) = state.catalog.tool(&name) else {
                         if let Some((stand_in, error)) = state.servers.unlisted(&name) {
@@ -123,6 +162,11 @@ impl AgentActor {
                 Ok(false)
             }
             name => {
+                if state.catalog.tool(name).is_none()
+                    && wait_for_listing(myself, state, id, &tool_use.id, name)
+                {
+                    return Ok(false);
+                }
                 if state.catalog.tool(name).is_none() {
                     // A tool of an MCP server that could not be listed is told why, once the
                     // caller passed the authorization its entry declares.
@@ -193,26 +237,46 @@ impl AgentActor {
                 .ok_or_else(|| ActorsError::UnknownRun(id.to_string()))?;
             step::approval_gate(
                 view,
-                &tool_use.id,
-                result_name,
-                name,
-                input,
-                approval.is_gated(),
-                approval == Approval::Requester,
+                &GatedUse {
+                    run: id,
+                    tool_use_id: &tool_use.id,
+                    result_name,
+                    tool: name,
+                    input,
+                    gated: approval.is_gated(),
+                    requester_may_decide: approval == Approval::Requester,
+                    started_here: state.started.contains(id, &tool_use.id),
+                },
             )
         };
         match gate {
             Gate::Block(transition) => {
+                let in_doubt = transition
+                    .events
+                    .iter()
+                    .any(|e| matches!(e, RunEvent::ApprovalRequested(asked) if asked.in_doubt));
                 state.submit(myself, id, transition)?;
-                info!(tool = name, "run blocked until an operator approves");
+                if in_doubt {
+                    warn!(tool = name, tool_use_id = %tool_use.id, "a gated tool started before a restart has no result: it may or may not have run; the run waits for a decision");
+                } else {
+                    info!(tool = name, "run blocked until an operator approves");
+                }
                 return Ok(false);
             }
             Gate::Denied(transition) => {
                 state.submit(myself, id, transition)?;
                 return Ok(true);
             }
+            Gate::Start(transition) => {
+                // Recorded before it runs: the engine steps again, and the use runs once this
+                // write is durable (a tool use waits for its run's commits).
+                state.submit(myself, id, transition)?;
+                state.started.insert(id, &tool_use.id);
+                return Ok(true);
+            }
             Gate::Proceed => {}
         }
+        state.started.remove(id, &tool_use.id);
         state.catalog.record_use(name, &identity);
         state.in_flight.insert(id, &tool_use.id);
         // The tool runs on its own task: a slow query or a remote API never blocks the agent's

@@ -400,6 +400,15 @@ impl ServerSlots {
         }
     }
 
+    /// Whether `tool_name` belongs to a server this incarnation has not listed yet (never asked,
+    /// or being asked): a use of it waits for the listing rather than failing.
+    pub(crate) fn listing_pending(&self, tool_name: &str) -> bool {
+        tool_name
+            .split_once(MCP_TOOL_SEPARATOR)
+            .and_then(|(entry, _)| self.slots.get(entry))
+            .is_some_and(|slot| matches!(slot.listing, Listing::NotYet | Listing::Asking { .. }))
+    }
+
     /// Every listed tool of every server, for the catalog.
     pub(crate) fn tools(&self) -> Vec<Arc<dyn Tool>> {
         self.slots

@@ -68,6 +68,18 @@ fn added_kinds() -> Vec<(&'static str, Value)> {
             "canceled",
             json!({"by": "api:alice", "reason": "the model loops"}),
         ),
+        (
+            "tool_started",
+            json!({"gate": "run_0123456789abcdef0123456789abcdef:tu_2_0", "tool_use_id": "tu_2_0", "tool": "ledger"}),
+        ),
+        (
+            "approval_requested",
+            json!({"gate": "run_0123456789abcdef0123456789abcdef:tu_2_0:2", "tool_use_id": "tu_2_0", "tool": "ledger", "input": {"q": 1}, "in_doubt": true}),
+        ),
+        (
+            "approval_decided",
+            json!({"gate": "run_0123456789abcdef0123456789abcdef:tu_2_0:2", "tool_use_id": "tu_2_0", "approved": false, "by": "operator", "recorded": true}),
+        ),
     ]
 }
 

@@ -70,6 +70,14 @@ pub enum Verdict {
     Dropped(&'static str),
     /// The request was refused.
     Refused(Refusal),
+    /// A decision decided `gate` (`already` when that gate had this decision before: a
+    /// repeat, nothing written).
+    Decided {
+        /// The gate's id.
+        gate: String,
+        /// A repeat of the decision the gate already had.
+        already: bool,
+    },
     /// A delivered message is in the run's log at `seq` (`existing` when it was there
     /// already: a repeat of the same delivery, nothing written).
     Delivered {

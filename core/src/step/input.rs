@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 
 use consort_config::Limits;
 
+use super::gate::Decision;
 use super::transition::CostDelta;
 use crate::event::ReplyOutcome;
 use crate::{ModelStep, Refusal, RunId};
@@ -138,13 +139,15 @@ pub enum Input {
         /// The call's placement is still out.
         placing: bool,
     },
-    /// An operator (or the run's requester, where the gate allows it) decided on the gated
-    /// tool use the run waits on.
+    /// An operator (or the run's requester, where the gate allows it) decided on a gate: the
+    /// one named, or the one the run waits on.
     Decide {
         /// The run.
         run: RunId,
-        /// Approve (else deny).
-        approve: bool,
+        /// The gate decided (its [`gate_id`](super::gate_id)); `None` decides the one waiting.
+        gate: Option<String>,
+        /// What was decided.
+        decision: Decision,
         /// Who decided (a principal, or `operator` for a host's local operator).
         by: String,
     },

@@ -6,8 +6,8 @@ use serde_json::json;
 use consort_config::Limits;
 
 use super::{
-    CALL_AGENT, CHECK_RUN, CallOutcome, CostDelta, Effect, Gate, Input, ModelAnswer, Policy,
-    ReplyIn, Step, TurnAsked, Verdict, approval_gate, step,
+    CALL_AGENT, CHECK_RUN, CallOutcome, CostDelta, Effect, Input, ModelAnswer, Policy, ReplyIn,
+    Step, TurnAsked, Verdict, step,
 };
 use crate::event::{Created, ReplyOutcome};
 use crate::{Channel, Message, ModelStep, Refusal, RunEvent, RunId, RunStatus, RunView, ToolUse};
@@ -411,60 +411,6 @@ fn reused_tool_use_ids_and_the_turn_limit_end_the_run() {
 }
 
 #[test]
-fn an_operator_decides_only_a_blocked_run_and_the_gate_follows_the_decision() {
-    let (cc, fl) = (can_call(), fleet());
-    let p = policy(&cc, &fl, Limits::default());
-    let mut run = Run::new(0);
-    let refused = run.step(
-        Input::Decide {
-            run: root(),
-            approve: true,
-            by: "operator".into(),
-        },
-        &p,
-    );
-    assert!(matches!(
-        refused.verdict,
-        Verdict::Refused(Refusal::NotAwaitingApproval { .. })
-    ));
-    let input = json!({"q": 1});
-    let Gate::Block(block) = approval_gate(&run.view, "t", "ledger", "ledger", &input, true, false)
-    else {
-        panic!("a gated tool blocks first");
-    };
-    run.apply(&Step::write(block, vec![]));
-    assert_eq!(run.status, RunStatus::Blocked);
-    assert!(matches!(
-        approval_gate(&run.view, "t", "ledger", "ledger", &input, true, false),
-        Gate::Block(t) if t.events.is_empty()
-    ));
-    assert_eq!(
-        approval_gate(&run.view, "t", "ledger", "ledger", &input, false, false),
-        Gate::Proceed
-    );
-    let decided = run.step(
-        Input::Decide {
-            run: root(),
-            approve: false,
-            by: "operator".into(),
-        },
-        &p,
-    );
-    assert_eq!(decided.effects, vec![Effect::Advance]);
-    assert_eq!(run.status, RunStatus::Running);
-    let Gate::Denied(denied) =
-        approval_gate(&run.view, "t", "ledger", "ledger", &input, true, false)
-    else {
-        panic!("a denied use is answered");
-    };
-    assert!(
-        denied.events[0].data()["content"]
-            .as_str()
-            .is_some_and(|c| c.contains("denied"))
-    );
-}
-
-#[test]
 fn resume_asks_every_unreplied_call_whatever_the_status() {
     let (cc, fl) = (can_call(), fleet());
     let p = policy(&cc, &fl, Limits::default());
@@ -639,9 +585,18 @@ fn waiting_run(p: &Policy<'_>) -> Run {
 /// A run parked on an operator's approval.
 fn blocked_run() -> Run {
     let mut run = Run::new(0);
-    let Gate::Block(block) =
-        approval_gate(&run.view, "t", "ledger", "ledger", &json!({}), true, false)
-    else {
+    let (id, input) = (root(), json!({}));
+    let used = crate::step::GatedUse {
+        run: &id,
+        tool_use_id: "t",
+        result_name: "ledger",
+        tool: "ledger",
+        input: &input,
+        gated: true,
+        requester_may_decide: false,
+        started_here: false,
+    };
+    let crate::step::Gate::Block(block) = crate::step::approval_gate(&run.view, &used) else {
         panic!("a gated tool blocks first");
     };
     run.apply(&Step::write(block, vec![]));
@@ -857,3 +812,4 @@ proptest! {
 }
 
 mod cancel;
+mod gate;

@@ -6,7 +6,6 @@ use consort_core::event::ReplyOutcome;
 use consort_core::{RunEvent, RunId, RunStatus, RunView};
 
 use super::store::StoredRun;
-use super::tools::{GATED_RERUN, STALE_DECISION};
 use super::trace::short;
 use super::world::World;
 
@@ -33,7 +32,7 @@ pub(crate) const REFUSED_YET_CHILD: &str = "child of a call its caller recorded 
 
 /// Known gaps of the runtime: reported, failing only with `CONSORT_SIM_STRICT=1`. Each has a
 /// test in `fleet_sim.rs` that keeps it on record.
-pub(crate) const KNOWN: &[&str] = &[REFUSED_YET_CHILD, GATED_RERUN, STALE_DECISION];
+pub(crate) const KNOWN: &[&str] = &[REFUSED_YET_CHILD];
 
 impl Violation {
     /// A known gap of the runtime (reported, failing only with `CONSORT_SIM_STRICT=1`).
@@ -265,17 +264,27 @@ pub(crate) fn check(world: &World, quiesced: bool) -> Vec<Violation> {
                 );
             }
         }
-        // Each gated tool use is asked once and decided at most once.
-        let mut asked: BTreeMap<&str, (u32, u32)> = BTreeMap::new();
+        // Each gate is asked once and decided at most once: a gated tool use is asked again
+        // only in doubt (started under its approval, then its host stopped), and each ask is
+        // decided once, after it was asked.
+        let mut asked: BTreeMap<&str, (u32, u32, bool)> = BTreeMap::new();
         for event in &run.events {
             match event {
-                RunEvent::ApprovalRequested(a) => asked.entry(&a.tool_use_id).or_default().0 += 1,
-                RunEvent::ApprovalDecided(d) => asked.entry(&d.tool_use_id).or_default().1 += 1,
+                RunEvent::ApprovalRequested(a) => {
+                    let entry = asked.entry(&a.tool_use_id).or_default();
+                    entry.0 += 1;
+                    entry.2 |= (entry.0 > 1) != a.in_doubt;
+                }
+                RunEvent::ApprovalDecided(d) => {
+                    let entry = asked.entry(&d.tool_use_id).or_default();
+                    entry.1 += 1;
+                    entry.2 |= entry.1 > entry.0;
+                }
                 _ => {}
             }
         }
-        for (tu, (requested, decided)) in asked {
-            if requested != 1 || decided > 1 {
+        for (tu, (requested, decided, out_of_order)) in asked {
+            if out_of_order || decided > requested {
                 v(
                     "approval asked or decided more than once",
                     format!(

@@ -121,9 +121,9 @@ impl World {
             Msg::Decide {
                 agent,
                 run,
-                approve,
+                decision,
                 saw,
-            } => self.decide(&agent, &run, approve, saw),
+            } => self.decide(&agent, &run, decision, saw),
         }
     }
 

@@ -2,6 +2,7 @@
 //! blocked runs (and on runs that are not), and edits of agent.yaml picked up by a reload.
 
 use consort_core::guards;
+use consort_core::step::{self, Decision};
 use consort_core::{Channel, RunId, RunStatus, RunView};
 use rand::Rng;
 
@@ -45,9 +46,9 @@ impl World {
         });
     }
 
-    /// Blocked runs, with the gated tool use each waits on, from the stores (what an operator
-    /// lists through the API).
-    pub(crate) fn blocked_runs(&self) -> Vec<(String, RunId, String)> {
+    /// Blocked runs, with the gate each waits on and whether it is in doubt, from the stores
+    /// (what an operator lists through the API).
+    pub(crate) fn blocked_runs(&self) -> Vec<(String, RunId, String, bool)> {
         let mut out = Vec::new();
         for (name, agent) in &self.agents {
             for (id, run) in &agent.store.runs {
@@ -55,12 +56,30 @@ impl World {
                     continue;
                 }
                 let view = RunView::from_events(&run.events);
-                if let Some((tu, _)) = view.approvals.iter().find(|(_, d)| d.is_none()) {
-                    out.push((name.clone(), id.clone(), tu.clone()));
+                if let Some((tu, gate)) = view.waiting_gate() {
+                    let gate_id = step::gate_id(id, tu, gate.asks);
+                    out.push((name.clone(), id.clone(), gate_id, gate.in_doubt));
                 }
             }
         }
         out
+    }
+
+    /// What an operator decides on a gate: mostly approve; on a gate in doubt, now and then
+    /// it records what happened instead.
+    fn draw_decision(&mut self, in_doubt: bool) -> Decision {
+        if in_doubt && self.rng.gen_bool(0.3) {
+            let failed = self.rng.gen_bool(0.3);
+            return Decision::Record {
+                content: format!("sim: recorded by the operator (failed: {failed})"),
+                is_error: failed,
+            };
+        }
+        if self.rng.gen_bool(0.7) {
+            Decision::Approve
+        } else {
+            Decision::Deny
+        }
     }
 
     /// An operator decides: mostly on a run it sees blocked, now and then on any run (one
@@ -70,16 +89,17 @@ impl World {
     pub(crate) fn operator_decides(&mut self) {
         if !self.decisions_sent.is_empty() && self.rng.gen_bool(0.25) {
             let i = self.rng.gen_range(0..self.decisions_sent.len());
-            let (agent, run, approve, saw) = self.decisions_sent[i].clone();
+            let (agent, run, decision, saw) = self.decisions_sent[i].clone();
             self.stats.cover("decision sent again".into());
-            self.send_decision(&agent, &run, approve, saw);
+            self.send_decision(&agent, &run, decision, saw);
             return;
         }
         let blocked = self.blocked_runs();
-        let approve = self.rng.gen_bool(0.7);
-        let (agent, run, saw) = if !blocked.is_empty() && self.rng.gen_bool(0.8) {
-            let (agent, run, tu) = blocked[self.rng.gen_range(0..blocked.len())].clone();
-            (agent, run, Some(tu))
+        let (agent, run, saw, decision) = if !blocked.is_empty() && self.rng.gen_bool(0.8) {
+            let (agent, run, gate, in_doubt) =
+                blocked[self.rng.gen_range(0..blocked.len())].clone();
+            let decision = self.draw_decision(in_doubt);
+            (agent, run, Some(gate), decision)
         } else {
             let runs: Vec<(String, RunId)> = self
                 .agents
@@ -90,36 +110,37 @@ impl World {
                 return;
             }
             let (agent, run) = runs[self.rng.gen_range(0..runs.len())].clone();
-            (agent, run, None)
+            let decision = self.draw_decision(false);
+            (agent, run, None, decision)
         };
         let times = if self.rng.gen_bool(0.2) { 2 } else { 1 };
         for _ in 0..times {
-            self.send_decision(&agent, &run, approve, saw.clone());
+            self.send_decision(&agent, &run, decision.clone(), saw.clone());
         }
     }
 
     /// The calm phase's operator: every run still blocked gets a decision. True if any did.
     pub(crate) fn decide_all_blocked(&mut self) -> bool {
         let blocked = self.blocked_runs();
-        for (agent, run, tu) in &blocked {
-            let approve = self.rng.gen_bool(0.7);
-            self.send_decision(agent, run, approve, Some(tu.clone()));
+        for (agent, run, gate, in_doubt) in &blocked {
+            let decision = self.draw_decision(*in_doubt);
+            self.send_decision(agent, run, decision, Some(gate.clone()));
         }
         !blocked.is_empty()
     }
 
-    fn send_decision(&mut self, agent: &str, run: &RunId, approve: bool, saw: Option<String>) {
+    fn send_decision(&mut self, agent: &str, run: &RunId, decision: Decision, saw: Option<String>) {
         // The API of the agent's own host: a crash of that host loses the request.
         let h = self.fleet.host_of(agent);
         if self.decisions_sent.len() >= 16 {
             self.decisions_sent.remove(0);
         }
-        let sent = (agent.to_owned(), run.clone(), approve, saw.clone());
+        let sent = (agent.to_owned(), run.clone(), decision.clone(), saw.clone());
         self.decisions_sent.push(sent);
         let msg = Msg::Decide {
             agent: agent.to_owned(),
             run: run.clone(),
-            approve,
+            decision,
             saw,
         };
         self.send(h, agent, msg);

@@ -3,7 +3,7 @@
 //! both must keep, checked as they happen against the ledger of tool runs (the outside world's
 //! record of side effects, which a crash does not erase).
 
-use consort_core::step::{self, Gate, Input, Transition, Verdict};
+use consort_core::step::{self, Decision, Gate, GatedUse, Input, Transition, Verdict};
 use consort_core::{RunEvent, RunId, RunStatus, RunView, ToolUse};
 use rand::Rng;
 
@@ -53,28 +53,37 @@ impl World {
             self.write(agent, run, result);
             return (!self.durable(h)).then_some(true);
         };
-        let gate = {
+        let view = {
             let stored = &self.agents[agent].store.runs[run];
-            let view = self.agents[agent]
+            self.agents[agent]
                 .vol
                 .views
                 .get(run)
                 .cloned()
-                .unwrap_or_else(|| RunView::from_events(&stored.events));
-            step::approval_gate(
-                &view,
-                &tool_use.id,
-                &tool.name,
-                &tool.name,
-                &tool_use.input,
-                tool.gated,
-                false,
-            )
+                .unwrap_or_else(|| RunView::from_events(&stored.events))
         };
-        match gate {
+        let key = (run.clone(), tool_use.id.clone());
+        let used = GatedUse {
+            run,
+            tool_use_id: &tool_use.id,
+            result_name: &tool.name,
+            tool: &tool.name,
+            input: &tool_use.input,
+            gated: tool.gated,
+            requester_may_decide: false,
+            started_here: self.agents[agent].vol.started.contains(&key),
+        };
+        match step::approval_gate(&view, &used) {
             Gate::Block(transition) => {
                 let epoch = self.hosts[h].epoch;
                 self.blocked_in.insert(run.clone(), epoch);
+                if transition
+                    .events
+                    .iter()
+                    .any(|e| matches!(e, RunEvent::ApprovalRequested(a) if a.in_doubt))
+                {
+                    self.stats.cover("gate in doubt after a crash".into());
+                }
                 self.write(agent, run, transition);
                 (!self.durable(h)).then_some(false)
             }
@@ -83,8 +92,16 @@ impl World {
                 self.write(agent, run, transition);
                 (!self.durable(h)).then_some(true)
             }
+            Gate::Start(transition) => {
+                // Recorded as started by this incarnation: the engine steps again, and the
+                // use runs once this append is durable (the sim's appends are at once).
+                self.write(agent, run, transition);
+                self.agent(agent).vol.started.insert(key);
+                (!self.durable(h)).then_some(true)
+            }
             Gate::Proceed => {
-                self.invoke(h, agent, run, tool_use, tool.gated);
+                let ask = view.approvals.get(&tool_use.id).map_or(0, |g| g.asks);
+                self.invoke(h, agent, run, tool_use, tool.gated.then_some(ask));
                 Some(false)
             }
         }
@@ -92,7 +109,15 @@ impl World {
 
     /// The tool's handler starts: a side effect in the world. Checked against the run's log
     /// and the ledger of earlier runs of the same use.
-    fn invoke(&mut self, h: usize, agent: &str, run: &RunId, tool_use: &ToolUse, gated: bool) {
+    /// `gated` is the ask of the gate it runs under, for a gated tool.
+    fn invoke(
+        &mut self,
+        h: usize,
+        agent: &str,
+        run: &RunId,
+        tool_use: &ToolUse,
+        gated: Option<u32>,
+    ) {
         self.stats.tool_runs += 1;
         let epoch = self.hosts[h].epoch;
         let events = &self.agents[agent].store.runs[run].events;
@@ -105,11 +130,12 @@ impl World {
             .any(|e| matches!(e, RunEvent::ToolResult(r) if r.tool_use_id == tool_use.id));
         let key = (run.clone(), tool_use.id.clone());
         let earlier = self.tool_runs.entry(key).or_default();
-        let same_epoch = earlier.contains(&epoch);
+        let same_epoch = earlier.iter().any(|(e, _)| *e == epoch);
         let rerun = !earlier.is_empty();
-        earlier.push(epoch);
+        let same_approval = gated.is_some_and(|ask| earlier.iter().any(|(_, a)| *a == ask));
+        earlier.push((epoch, gated.unwrap_or(0)));
         let what = format!("{agent} {} {} {}", short(run), tool_use.id, tool_use.name);
-        if gated && decided != Some(true) {
+        if gated.is_some() && decided != Some(true) {
             self.violation(
                 RAN_UNAPPROVED,
                 format!("{what} ran with decision {decided:?}"),
@@ -121,7 +147,11 @@ impl World {
         }
         if rerun {
             self.stats.cover("tool run again after a crash".into());
-            if gated {
+            if gated.is_some() {
+                self.stats
+                    .cover("gated tool run again under a new approval".into());
+            }
+            if same_approval {
                 let detail = format!("{what} ran again after a crash, under its one approval");
                 self.violation(GATED_RERUN, detail);
             }
@@ -148,10 +178,17 @@ impl World {
     }
 
     /// An operator's decision reaches the agent (`AgentActor::decide`): an unknown run is an
-    /// error of the API; otherwise `Input::Decide`. A run blocked on a gated tool use takes it
-    /// (that use, and only it, is decided); any other run refuses it with a code and keeps its
-    /// log as it was.
-    pub(crate) fn decide(&mut self, agent: &str, run: &RunId, approve: bool, saw: Option<String>) {
+    /// error of the API; otherwise `Input::Decide`, naming the gate the operator saw. A run
+    /// blocked on that gate (or, when none is named, on any) takes it, and exactly that gate is
+    /// decided; the same decision on a gate decided before is answered as already decided and
+    /// writes nothing; anything else is refused with a code and keeps the log as it was.
+    pub(crate) fn decide(
+        &mut self,
+        agent: &str,
+        run: &RunId,
+        decision: Decision,
+        saw: Option<String>,
+    ) {
         self.stats.decisions += 1;
         let Some(stored) = self.agents[agent].store.runs.get(run) else {
             return;
@@ -159,26 +196,35 @@ impl World {
         let before = stored.events.len();
         let view = RunView::from_events(&stored.events);
         let awaiting = view
-            .approvals
-            .iter()
-            .find(|(_, d)| d.is_none())
-            .map(|(tu, _)| tu.clone())
-            .filter(|_| view.status == Some(RunStatus::Blocked));
+            .waiting_gate()
+            .filter(|_| view.status == Some(RunStatus::Blocked))
+            .map(|(tu, gate)| (tu.to_owned(), step::gate_id(run, tu, gate.asks)));
         let input = Input::Decide {
             run: run.clone(),
-            approve,
+            gate: saw.clone(),
+            decision: decision.clone(),
             by: "operator".into(),
         };
         let Some(verdict) = self.drive(agent, run, input) else {
             return;
         };
         let events = &self.agents[agent].store.runs[run].events;
-        let what = format!("decision {approve} on {agent} {}", short(run));
-        match (awaiting, verdict) {
+        let wrote = events.len() != before;
+        let what = format!("{decision:?} on {agent} {} (gate {saw:?})", short(run));
+        // The gate this request may decide: the one it names, else the one waiting.
+        let decides = awaiting
+            .as_ref()
+            .filter(|(_, id)| saw.as_ref().is_none_or(|s| s == id));
+        match (decides, verdict) {
             (None, Verdict::Refused(refusal)) => {
                 self.stats
                     .cover(format!("decision refused {}", refusal.code()));
-                if events.len() != before || refusal.code() != "not_awaiting_approval" {
+                let expected = if saw.is_some() {
+                    "stale_decision"
+                } else {
+                    "not_awaiting_approval"
+                };
+                if wrote || refusal.code() != expected {
                     let detail = format!(
                         "{what} refused as {} but the log went from {before} to {} events",
                         refusal.code(),
@@ -187,34 +233,55 @@ impl World {
                     self.violation(DECISION_MISTAKEN, detail);
                 }
             }
+            (
+                None,
+                Verdict::Decided {
+                    gate,
+                    already: true,
+                },
+            ) => {
+                self.stats.cover("decision already made".into());
+                if wrote || saw.as_ref() != Some(&gate) {
+                    let detail = format!("{what}: answered as a repeat on {gate}, wrote {wrote}");
+                    self.violation(DECISION_MISTAKEN, detail);
+                }
+            }
             (None, verdict) => {
-                let detail = format!("{what}: not awaiting approval, yet {verdict:?}");
+                let detail = format!("{what}: no gate for it waits, yet {verdict:?}");
+                self.violation(STALE_DECISION, detail);
+            }
+            (Some((_, gate)), Verdict::Refused(refusal)) => {
+                let detail = format!("{what}: blocked on {gate}, yet refused {}", refusal.code());
                 self.violation(DECISION_MISTAKEN, detail);
             }
-            (Some(tu), Verdict::Refused(refusal)) => {
-                let detail = format!("{what}: blocked on {tu}, yet refused {}", refusal.code());
-                self.violation(DECISION_MISTAKEN, detail);
-            }
-            (Some(tu), _) => {
-                let decided: Vec<(&str, bool)> = events[before..]
+            (Some((tu, gate)), verdict) => {
+                let decided: Vec<(&str, bool, bool)> = events[before..]
                     .iter()
                     .filter_map(|e| match e {
-                        RunEvent::ApprovalDecided(d) => Some((d.tool_use_id.as_str(), d.approved)),
+                        RunEvent::ApprovalDecided(d) => {
+                            Some((d.tool_use_id.as_str(), d.approved, d.recorded))
+                        }
                         _ => None,
                     })
                     .collect();
-                if decided != [(tu.as_str(), approve)] {
-                    let detail = format!("{what}: blocked on {tu}, but decided {decided:?}");
+                let recorded = matches!(decision, Decision::Record { .. });
+                if decided != [(tu.as_str(), decision.approves(), recorded)]
+                    || verdict
+                        != (Verdict::Decided {
+                            gate: gate.clone(),
+                            already: false,
+                        })
+                {
+                    let detail = format!("{what}: blocked on {gate}, but decided {decided:?}");
                     self.violation(DECISION_MISTAKEN, detail);
+                }
+                if recorded {
+                    self.stats.cover("gate in doubt recorded".into());
                 }
                 let h = self.fleet.host_of(agent);
                 if self.blocked_in.get(run) != Some(&self.hosts[h].epoch) {
                     self.stats
                         .cover("decision on a run blocked before a crash".into());
-                }
-                if let Some(saw) = saw.filter(|saw| *saw != tu) {
-                    let detail = format!("{what}: made for {saw}, decided {tu}");
-                    self.violation(STALE_DECISION, detail);
                 }
             }
         }

@@ -71,12 +71,9 @@ pub(crate) fn describe_msg(msg: &Msg) -> String {
         Msg::Decide {
             agent,
             run,
-            approve,
+            decision,
             saw,
-        } => format!(
-            "Decide {agent} {} approve={approve} saw={saw:?}",
-            short(run)
-        ),
+        } => format!("Decide {agent} {} {decision:?} gate={saw:?}", short(run)),
     }
 }
 
@@ -153,10 +150,18 @@ pub(crate) fn describe_event(event: &RunEvent) -> String {
             short(&r.child_run),
             r.status
         ),
-        RunEvent::ApprovalRequested(a) => format!("approval_requested {}", a.tool_use_id),
-        RunEvent::ApprovalDecided(d) => {
-            format!("approval_decided {} approved={}", d.tool_use_id, d.approved)
-        }
+        RunEvent::ApprovalRequested(a) => format!(
+            "approval_requested {}{}",
+            a.tool_use_id,
+            if a.in_doubt { " (in doubt)" } else { "" }
+        ),
+        RunEvent::ApprovalDecided(d) => format!(
+            "approval_decided {} approved={}{}",
+            d.tool_use_id,
+            d.approved,
+            if d.recorded { " (recorded)" } else { "" }
+        ),
+        RunEvent::ToolStarted(s) => format!("tool_started {}", s.tool_use_id),
         RunEvent::Failed(f) => format!("failed: {}", f.error),
         other => other.kind().to_owned(),
     }

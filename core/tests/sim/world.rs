@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use consort_core::event::Created;
-use consort_core::step::{CallOutcome, Input, ReplyIn, TurnAsked};
+use consort_core::step::{CallOutcome, Decision, Input, ReplyIn, TurnAsked};
 use consort_core::{Channel, Message, RunEvent, RunId, RunStatus, RunView};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -85,6 +85,8 @@ pub(crate) struct Volatile {
     pub early_replies: BTreeMap<RunId, ReplyIn>,
     /// The re-ask timer: when each waiting run last asked for its replies.
     pub asked_at: BTreeMap<RunId, i64>,
+    /// Gated tool uses this incarnation recorded as started (the actor's `started_here`).
+    pub started: BTreeSet<(RunId, String)>,
 }
 
 /// A task's timeout, on its host's clock: the supervisor's `call_t` around a placement or a
@@ -197,12 +199,13 @@ pub(crate) enum Msg {
         content: String,
         is_error: bool,
     },
-    /// An operator's decision, through the API of the agent's host. `saw` is the gated tool
-    /// use the operator saw the run blocked on (`None` for a decision on a run that was not).
+    /// An operator's decision, through the API of the agent's host. `saw` is the gate the
+    /// operator saw the run blocked on, and the one its request names (`None` for a decision
+    /// on a run that was not, which names none).
     Decide {
         agent: String,
         run: RunId,
-        approve: bool,
+        decision: Decision,
         saw: Option<String>,
     },
 }
@@ -282,15 +285,16 @@ pub(crate) struct World {
     /// config in force, tool runs against approvals, decisions against the run's state).
     pub violations: Vec<Violation>,
     /// Every run of a declared tool, by (run, tool use): the epoch of its host when it
-    /// started. The outside world's record of side effects, so it survives crashes.
-    pub tool_runs: BTreeMap<(RunId, String), Vec<u64>>,
+    /// started, and the gate ask whose approval it ran under (0 for an ungated tool). The
+    /// outside world's record of side effects, so it survives crashes.
+    pub tool_runs: BTreeMap<(RunId, String), Vec<(u64, u32)>>,
     /// `check_run`s sent, by (run, tool use): the epochs of the caller's host.
     pub checks: BTreeMap<(RunId, String), Vec<u64>>,
     /// When each run last blocked: the epoch of its host.
     pub blocked_in: BTreeMap<RunId, u64>,
-    /// The operator's recent decisions (agent, run, approve, the use it saw), which it may
+    /// The operator's recent decisions (agent, run, decision, the gate it saw), which it may
     /// send again: a client that got no answer (a host that crashed after the commit) retries.
-    pub decisions_sent: Vec<(String, RunId, bool, Option<String>)>,
+    pub decisions_sent: Vec<(String, RunId, Decision, Option<String>)>,
 }
 
 impl World {

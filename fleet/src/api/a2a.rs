@@ -59,6 +59,7 @@ use consort_actors::page::{PAGE_MAX, RunCursor};
 use consort_actors::visibility::Identity;
 use consort_actors::{ActorsError, Channel, Host, RunChange, RunRecord, RunStatus};
 use consort_core::event::ApprovalRequested;
+use consort_core::step::Decision;
 use consort_net::RunId;
 
 use super::follow::{REREAD_EVERY, StreamSlots};
@@ -699,11 +700,19 @@ impl Call {
         let gate = self.gate(&run).await?;
         self.authorize(Action::Decide {
             owner: &run.principal,
-            self_approval: gate.is_some_and(|g| g.requester_may_decide),
+            self_approval: gate.as_ref().is_some_and(|g| g.requester_may_decide),
         })?;
+        // The reply decides the gate the task showed as waiting, and only that one.
+        let decision = Decision::from(approve);
         self.host
-            .decide_as(&run.id, approve, self.who.decider())
+            .decide_as(
+                &run.id,
+                gate.as_ref().map(|g| g.gate.as_str()),
+                decision,
+                self.who.decider(),
+            )
             .await
+            .map(|decided| decided.run)
             .map_err(|e| match e {
                 ActorsError::Refused(refusal) => {
                     Failure::new(A2aErrorCode::UnsupportedOperation, refusal.to_string())

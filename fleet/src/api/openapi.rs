@@ -163,6 +163,40 @@ pub(crate) struct RunDoc {
     roles: Vec<String>,
     /// Who started the run's call tree.
     origin: String,
+    /// The gate a blocked run waits on (`GET /runs/{id}` only; absent otherwise).
+    #[schema(required = false)]
+    gate: Option<GateDoc>,
+}
+
+/// The gate a blocked run waits on.
+#[derive(Serialize, ToSchema)]
+#[schema(as = Gate)]
+pub(crate) struct GateDoc {
+    /// The gate's id, `<run>:<tool use>` (`:<n>` added when the same use is asked again):
+    /// what `POST /runs/{id}/approve` names.
+    id: String,
+    /// The gated tool.
+    tool: String,
+    tool_use_id: String,
+    /// The input the model gave the tool.
+    input: serde_json::Value,
+    /// The tool was started before its host stopped and may or may not have run: approve
+    /// runs it again; deny or `record` do not.
+    in_doubt: bool,
+    /// The run's own requester may decide it, besides an operator.
+    requester_may_decide: bool,
+}
+
+/// The answer to a decision: the run after it, with the gate decided.
+#[derive(Serialize, ToSchema)]
+#[schema(as = Decided)]
+pub(crate) struct DecidedDoc {
+    #[serde(flatten)]
+    run: RunDoc,
+    /// The gate decided.
+    gate: String,
+    /// The gate had this decision already (a repeat): nothing was written.
+    already_decided: bool,
 }
 
 /// One event of a run's log.

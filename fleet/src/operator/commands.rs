@@ -9,6 +9,7 @@
 use consort_actors::page::{RunCursor, page_size};
 use consort_actors::supervisor::Down;
 use consort_actors::{ActorsError, Host, RunCounts};
+use consort_core::step::Decision;
 use consort_net::{LinkView, OperatorAnswer, OperatorCommand, PeerLinkState};
 
 use super::{
@@ -60,14 +61,21 @@ pub(super) async fn run(
         }
         // The run's log records the decision as this operator's.
         OperatorCommand::Decide { run, approve } => host
-            .decide_as(&run, approve, &format!("operator:{operator}"))
+            .decide_as(
+                &run,
+                None,
+                Decision::from(approve),
+                &format!("operator:{operator}"),
+            )
             .await
             .map_err(Failure::from)
-            .and_then(|run| {
+            .and_then(|decided| {
                 json(Decided {
                     host: here,
                     approved: approve,
-                    run,
+                    gate: decided.gate,
+                    already_decided: decided.already_decided,
+                    run: decided.run,
                 })
             }),
         OperatorCommand::Jobs {

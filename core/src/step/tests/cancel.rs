@@ -178,7 +178,8 @@ fn late_inputs(turn: &TurnAsked) -> Vec<Input> {
         reply(false, ReplyOutcome::Failed),
         Input::Decide {
             run: root(),
-            approve: true,
+            gate: None,
+            decision: crate::step::Decision::Approve,
             by: "operator".into(),
         },
         Input::WaitElapsed {

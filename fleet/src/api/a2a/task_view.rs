@@ -64,13 +64,17 @@ pub(crate) fn status_text(run: &RunRecord, gate: Option<&ApprovalRequested>) -> 
                 .unwrap_or_else(|| "the run failed".to_owned()),
         ),
         TaskState::InputRequired => Some(match gate {
+            Some(gate) if gate.in_doubt => format!(
+                "{} started the tool `{}` (gate {}) before its host stopped: it may or may not have run. An operator decides: reply `approve` to run it again or `deny` not to, or record what happened through the host's API.",
+                run.agent, gate.tool, gate.gate
+            ),
             Some(gate) if gate.requester_may_decide => format!(
-                "{} waits for approval to use the tool `{}`. Reply to this task with `approve` or `deny` (you may decide this one), or ask an operator of the host.",
-                run.agent, gate.tool
+                "{} waits for approval to use the tool `{}` (gate {}). Reply to this task with `approve` or `deny` (you may decide this one), or ask an operator of the host.",
+                run.agent, gate.tool, gate.gate
             ),
             Some(gate) => format!(
-                "{} waits for an operator of its host to approve the tool `{}`. An operator may reply to this task with `approve` or `deny`; read the task again later.",
-                run.agent, gate.tool
+                "{} waits for an operator of its host to approve the tool `{}` (gate {}). An operator may reply to this task with `approve` or `deny`; read the task again later.",
+                run.agent, gate.tool, gate.gate
             ),
             None => format!(
                 "{} waits for an operator's approval of a gated tool; read the task again later.",
@@ -281,10 +285,12 @@ mod tests {
 
     fn gate(requester_may_decide: bool) -> ApprovalRequested {
         ApprovalRequested {
+            gate: "run_0123456789abcdef0123456789abcdef:t1".into(),
             tool_use_id: "t1".into(),
             tool: "payroll".into(),
             input: json!({}),
             requester_may_decide,
+            in_doubt: false,
         }
     }
 
@@ -393,6 +399,14 @@ mod tests {
         let operators = status_text(&r, Some(&gate(false))).unwrap();
         assert!(operators.contains("operator") && !operators.contains("you may decide"));
         assert!(status_text(&r, None).unwrap().contains("approval"));
+        // The gate is named, so the reply can be matched to what the caller saw.
+        assert!(mine.contains("gate run_0123456789abcdef0123456789abcdef:t1"));
+        let doubt = ApprovalRequested {
+            in_doubt: true,
+            ..gate(false)
+        };
+        let doubt = status_text(&r, Some(&doubt)).unwrap();
+        assert!(doubt.contains("may or may not have run") && doubt.contains("approve"));
     }
 
     #[test]

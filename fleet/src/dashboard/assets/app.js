@@ -273,15 +273,25 @@ function renderRuns() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Approvals: the runs blocked on a gate, with the tool each waits on, and approve / deny.
+// Approvals: the runs blocked on a gate, with the gate each waits on, and approve / deny.
+// A decision names its gate: if the run has moved on to another gate meanwhile, the host
+// answers `stale_decision` and nothing is decided.
 
 async function pendingGate(runId) {
   let after = 0;
   let pending = null;
+  const asks = new Map();
   for (;;) {
     const page = await api(`/runs/${runId}/events?after=${after}&limit=1000`);
     for (const e of page.events) {
-      if (e.kind === "approval_requested") pending = { tool: e.data.tool, use: e.data.tool_use_id, asked_ms: e.at_ms };
+      if (e.kind === "approval_requested") {
+        const use = e.data.tool_use_id;
+        const ask = (asks.get(use) || 0) + 1;
+        asks.set(use, ask);
+        // Events written before gates had ids: the id is derived the same way the host does.
+        const id = e.data.gate || (ask > 1 ? `${runId}:${use}:${ask}` : `${runId}:${use}`);
+        pending = { id, tool: e.data.tool, use, input: e.data.input, in_doubt: !!e.data.in_doubt, asked_ms: e.at_ms };
+      }
       if (e.kind === "approval_decided" && pending && e.data.tool_use_id === pending.use) pending = null;
       if (e.kind === "canceled") pending = null;
     }
@@ -314,32 +324,43 @@ function renderApprovals(blocked) {
   fillBody("#approvals", blocked.map((run) => {
     const gate = state.gates.get(run.id) || { tool: "…" };
     const busy = state.deciding.has(run.id);
-    const approve = el("button", { type: "button", "data-approve": run.id, class: "approve" }, "Approve");
-    const deny = el("button", { type: "button", "data-deny": run.id, class: "deny" }, "Deny");
-    approve.disabled = busy;
-    deny.disabled = busy;
-    approve.addEventListener("click", () => decide(run.id, true));
-    deny.addEventListener("click", () => decide(run.id, false));
-    return el("tr", { "data-run-id": run.id },
+    const doubt = !!gate.in_doubt;
+    const approve = el("button", { type: "button", "data-approve": run.id, class: "approve" }, doubt ? "Run again" : "Approve");
+    const deny = el("button", { type: "button", "data-deny": run.id, class: "deny" }, doubt ? "Don't run again" : "Deny");
+    approve.disabled = busy || !gate.id;
+    deny.disabled = busy || !gate.id;
+    approve.addEventListener("click", () => decide(run.id, gate.id, true));
+    deny.addEventListener("click", () => decide(run.id, gate.id, false));
+    const input = gate.input === undefined ? "" : JSON.stringify(gate.input);
+    const tool = el("td", { title: gate.id ? `gate ${gate.id}` : "" }, gate.tool);
+    if (doubt) {
+      tool.append(el("div", { class: "in-doubt" }, "in doubt: it was started before its host stopped and may or may not have run"));
+    }
+    if (input) tool.append(el("div", { class: "muted gate-input" }, input.length > 200 ? `${input.slice(0, 200)}…` : input));
+    return el("tr", { "data-run-id": run.id, "data-gate": gate.id || "" },
       el("td", { title: run.id }, shortId(run.id)),
       el("td", {}, run.agent),
-      el("td", {}, gate.tool),
+      tool,
       el("td", {}, when(gate.asked_ms)),
       el("td", { class: "actions" }, approve, deny));
   }));
 }
 
-async function decide(runId, approve) {
+async function decide(runId, gate, approve) {
   state.deciding.add(runId);
   renderApprovals(sortedRuns().filter((run) => run.status === "blocked"));
   try {
-    const run = await api(`/runs/${runId}/approve`, { method: "POST", body: { approve } });
+    const decided = await api(`/runs/${runId}/approve`, { method: "POST", body: { approve, gate } });
+    const { gate: decidedGate, already_decided: already, ...run } = decided;
     upsertRun(run);
-    $("#approvals-note").textContent =
-      `${approve ? "Approved" : "Denied"} ${shortId(runId)}: the run is ${run.status} now.`;
+    $("#approvals-note").textContent = already
+      ? `Gate ${decidedGate} was already decided: nothing changed.`
+      : `${approve ? "Approved" : "Denied"} ${shortId(runId)}: the run is ${run.status} now.`;
   } catch (e) {
     $("#approvals-note").textContent = `Could not decide on ${shortId(runId)}: ${explain(e)}`;
   } finally {
+    // Read the gate again: the run may wait on another one now.
+    state.gates.delete(runId);
     state.deciding.delete(runId);
     runsChanged();
   }
