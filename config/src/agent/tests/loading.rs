@@ -173,6 +173,10 @@ fn run_limits_default_and_bounded() {
         ),
         (1, Some(1), 100)
     );
+    // `null` is no budget, as the README's block shows the default.
+    let unbounded =
+        load_text(b"name: x\nlimits: {max_tokens: null}\nmodel:\n  script: []\n").unwrap();
+    assert_eq!(unbounded.limits, Limits::default());
     for (yaml, line, key, message) in [
         (
             "name: x\nlimits:\n  max_turns: 0\nmodel:\n  script: []\n",
