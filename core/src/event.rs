@@ -7,8 +7,9 @@
 //!
 //! The encoding is versioned by [`EVENT_FORMAT`]. Format 1 is what every store written so far
 //! holds; fields added later are optional with a documented meaning when absent (a model turn
-//! without `seen_seq` saw everything before it), and a kind this version does not know is an
-//! error ([`crate::CoreError::UnknownEventKind`]), never silently skipped.
+//! without `seen_seq` saw everything before it, one without tokens reported none), and a kind
+//! this version does not know is an error ([`crate::CoreError::UnknownEventKind`]), never
+//! silently skipped.
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -101,6 +102,17 @@ pub struct ModelTurn {
     /// was recorded, meaning "everything before this turn".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seen_seq: Option<u64>,
+    /// Tokens the model read for this turn, as it reported them; absent (0) when it reported
+    /// none and in logs written before turns carried them.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub input_tokens: u64,
+    /// Tokens the model wrote for this turn; absent (0) as `input_tokens`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub output_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// [`RunEvent::ToolResult`].

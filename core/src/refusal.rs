@@ -210,6 +210,18 @@ pub enum Refusal {
         /// The draining host.
         host: String,
     },
+    /// The loop guard: the model used the same tool with the same input in as many turns in a
+    /// row as its agent's `limits.max_repeats`, so that use was not run (and one more such
+    /// turn fails the run).
+    #[error(
+        "you called `{tool}` with the same input {times} times in a row and its result will not change: stop repeating it; answer with what you have or try something different"
+    )]
+    RepeatedToolUse {
+        /// The tool the model used.
+        tool: String,
+        /// How many turns in a row used it with that input, this one included.
+        times: u32,
+    },
 }
 
 impl Refusal {
@@ -240,6 +252,7 @@ impl Refusal {
             Self::DeliveryNotConsented { .. } => "delivery_not_consented",
             Self::DeliveryNotYourRun { .. } => "delivery_not_your_run",
             Self::Draining { .. } => "draining",
+            Self::RepeatedToolUse { .. } => "repeated_tool_use",
         }
     }
 
@@ -329,6 +342,10 @@ mod tests {
             },
             Refusal::DeliveryNotYourRun { run: s("run_1") },
             Refusal::Draining { host: s("beta") },
+            Refusal::RepeatedToolUse {
+                tool: s("lookup"),
+                times: 3,
+            },
         ]
     }
 
@@ -385,5 +402,24 @@ mod tests {
             Refusal::MalformedDelivery.to_wire(),
             r#"{"reason":"malformed_delivery"}"#
         );
+    }
+
+    #[test]
+    fn the_loop_guard_says_what_was_repeated_and_has_its_wire_form() {
+        let refusal = Refusal::RepeatedToolUse {
+            tool: "lookup".into(),
+            times: 3,
+        };
+        assert_eq!(refusal.code(), "repeated_tool_use");
+        assert_eq!(
+            refusal.to_string(),
+            "you called `lookup` with the same input 3 times in a row and its result will not change: stop repeating it; answer with what you have or try something different"
+        );
+        let wire = refusal.to_wire();
+        assert_eq!(
+            wire,
+            r#"{"reason":"repeated_tool_use","tool":"lookup","times":3}"#
+        );
+        assert_eq!(Refusal::from_wire(&wire), Some(refusal));
     }
 }

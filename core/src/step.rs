@@ -15,10 +15,11 @@
 //!
 //! Each concern is a child module: what a step is told (`input`) and returns (`effect`,
 //! `transition`), a run's own pace through model turns (`turn`), the tool uses of a turn
-//! (`resolve`), placing calls (`call`), taking replies (`reply`), taking a peer's delivered
-//! message (`deliver`), the approval gate (`gate`) and canceling a run (`cancel`). This module only routes an [`Input`]
-//! to the one that handles it; a rule added here instead of in its module would be a second
-//! place to look for it.
+//! (`resolve`), the loop guard over repeated tool uses (`repeat`), placing calls (`call`),
+//! taking replies (`reply`), taking a peer's delivered message (`deliver`), the approval gate
+//! (`gate`) and canceling a run (`cancel`). This module only routes an [`Input`] to the one
+//! that handles it; a rule added here instead of in its module would be a second place to
+//! look for it.
 
 mod call;
 mod cancel;
@@ -26,6 +27,7 @@ mod deliver;
 mod effect;
 mod gate;
 mod input;
+mod repeat;
 mod reply;
 mod resolve;
 mod transition;

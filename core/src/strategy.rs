@@ -86,13 +86,22 @@ pub(crate) fn event() -> impl Strategy<Value = RunEvent> {
         }),
         (status(), status(), proptest::option::of("[a-z]{1,4}"))
             .prop_map(|(from, to, error)| RunEvent::Status(StatusChanged { from, to, error })),
-        (step(), 0..4usize, proptest::option::of(0..20u64)).prop_map(|(step, p, seen)| {
-            RunEvent::ModelTurn(ModelTurn {
-                step,
-                pending_calls: p,
-                seen_seq: seen,
-            })
-        }),
+        (
+            step(),
+            0..4usize,
+            proptest::option::of(0..20u64),
+            prop_oneof![Just(0u64), 1..100u64],
+            0..50u64,
+        )
+            .prop_map(|(step, p, seen, read, written)| {
+                RunEvent::ModelTurn(ModelTurn {
+                    step,
+                    pending_calls: p,
+                    seen_seq: seen,
+                    input_tokens: read,
+                    output_tokens: written,
+                })
+            }),
         (tool_use_id(), "[a-z]{0,6}", any::<bool>()).prop_map(|(id, content, is_error)| {
             RunEvent::ToolResult(ToolResult {
                 tool_use_id: id,

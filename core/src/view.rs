@@ -66,6 +66,11 @@ pub struct RunView {
     pub conversation: Vec<Message>,
     /// Model turns taken (waits included).
     pub model_turns: u64,
+    /// Tokens the model turns used (read and written), as the models reported them.
+    pub tokens: u64,
+    /// The last turn's tool uses, by id: how many turns in a row, that one included, used the
+    /// same tool with the same input (the loop guard's count).
+    pub repeats: BTreeMap<String, u32>,
     /// Sequence number of the last model turn, and what it decided.
     pub last_turn: Option<(u64, ModelStep)>,
     /// The last event the last model turn had seen when it was asked.
@@ -117,6 +122,11 @@ impl RunView {
             RunEvent::Status(change) => self.status = Some(change.to),
             RunEvent::ModelTurn(turn) => {
                 self.model_turns += 1;
+                self.tokens = self
+                    .tokens
+                    .saturating_add(turn.input_tokens)
+                    .saturating_add(turn.output_tokens);
+                self.repeats = self.repeats_in(&turn.step);
                 if let ModelStep::ToolUses(uses) = &turn.step {
                     for u in uses {
                         self.seen_tool_uses.insert(u.id.clone());
@@ -284,6 +294,35 @@ impl RunView {
     pub fn call_by_tool_use(&self, tool_use_id: &str) -> Option<(&RunId, &PlacedCall)> {
         let child = self.calls_by_tool_use.get(tool_use_id)?;
         self.calls.get_key_value(child)
+    }
+
+    /// How many turns in a row, the last one included, used the same tool with the same input
+    /// as the last turn's use `tool_use_id` (0 for a use of no turn but the last).
+    pub fn repeats_of(&self, tool_use_id: &str) -> u32 {
+        self.repeats.get(tool_use_id).copied().unwrap_or(0)
+    }
+
+    /// The loop guard's count of each tool use of `step`, a turn that follows the last one: one
+    /// more than the count of an equal use (same name, equal input) in the last turn, else 1.
+    fn repeats_in(&self, step: &ModelStep) -> BTreeMap<String, u32> {
+        let ModelStep::ToolUses(uses) = step else {
+            return BTreeMap::new();
+        };
+        let before: &[ToolUse] = match &self.last_turn {
+            Some((_, ModelStep::ToolUses(before))) => before,
+            _ => &[],
+        };
+        uses.iter()
+            .map(|u| {
+                let run = before
+                    .iter()
+                    .filter(|b| b.name == u.name && b.input == u.input)
+                    .map(|b| self.repeats_of(&b.id))
+                    .max()
+                    .unwrap_or(0);
+                (u.id.clone(), run.saturating_add(1))
+            })
+            .collect()
     }
 }
 

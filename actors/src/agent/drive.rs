@@ -107,7 +107,8 @@ impl AgentActor {
         };
         let span = state.run_span(&record).await;
         let drive = Drive {
-            budget: state.options.max_model_turns * 4 + 16 + inputs.len() as u64,
+            // Each model turn takes a few steps: the agent's own turn limit bounds them.
+            budget: u64::from(state.config.limits.max_turns) * 4 + 16 + inputs.len() as u64,
             span,
             record,
             inputs,

@@ -67,8 +67,6 @@ pub struct AgentOptions {
     /// Most unsettled root runs one principal may hold on the agent (anonymous callers count
     /// as one principal), so that no caller can fill the agent on its own.
     pub per_principal_limit: usize,
-    /// Most model turns one run may take.
-    pub max_model_turns: u64,
     /// How hard each commit is pushed to disk.
     pub durability: Durability,
     /// How long an envelope stays valid after it is issued.
@@ -88,7 +86,6 @@ impl Default for AgentOptions {
             reply_cap: 16 * 1024,
             admission_limit: 256,
             per_principal_limit: 32,
-            max_model_turns: 64,
             durability: Durability::Normal,
             call_ttl: Duration::from_secs(300),
             host_grants: RoleGrants::new(),
@@ -259,7 +256,8 @@ pub(crate) struct AgentArgs {
     pub goals: Vec<String>,
 }
 
-/// The facts a step needs from the agent's current config and options.
+/// The facts a step needs from the agent's current config and options: its `limits:` (the
+/// call guards, and its runs' turn limit, token budget and loop guard) come from agent.yaml.
 fn policy<'a>(
     config: &'a AgentConfig,
     fleet_agents: &'a [String],
@@ -270,7 +268,6 @@ fn policy<'a>(
         can_call: &config.can_call,
         fleet_agents,
         limits: config.limits,
-        max_model_turns: options.max_model_turns,
         reply_cap: options.reply_cap,
     };
     if crate::fault::skip_outbound_checks() {
@@ -281,6 +278,7 @@ fn policy<'a>(
         policy.limits = consort_config::Limits {
             max_depth: consort_config::Limits::MAX_DEPTH_BOUND,
             max_calls_per_run: consort_config::Limits::MAX_CALLS_BOUND,
+            ..policy.limits
         };
     }
     policy

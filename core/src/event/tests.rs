@@ -146,9 +146,24 @@ fn fields_older_logs_lack_read_with_their_documented_meaning() {
         RunEvent::ModelTurn(ModelTurn {
             step: ModelStep::Wait,
             pending_calls: 0,
-            seen_seq: None
+            seen_seq: None,
+            input_tokens: 0,
+            output_tokens: 0,
         })
     );
+    // A turn's tokens are written only when it reported some.
+    let counted = RunEvent::ModelTurn(ModelTurn {
+        step: ModelStep::Wait,
+        pending_calls: 0,
+        seen_seq: Some(3),
+        input_tokens: 120,
+        output_tokens: 0,
+    });
+    assert_eq!(
+        counted.data(),
+        json!({"step": "wait", "pending_calls": 0, "seen_seq": 3, "input_tokens": 120})
+    );
+    assert_eq!(RunEvent::decode("model_turn", counted.data()), Ok(counted));
     let result = RunEvent::decode(
         "tool_result",
         json!({"tool_use_id": "t", "name": "n", "content": "c"}),

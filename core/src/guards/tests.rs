@@ -73,6 +73,7 @@ fn outbound_uses_the_callers_configured_limits() {
     facts.limits = Limits {
         max_depth: 2,
         max_calls_per_run: 3,
+        ..Limits::default()
     };
     assert_eq!(check_outbound(&facts), Ok(()));
     facts.caller_depth = 2;
@@ -183,6 +184,7 @@ fn limits() -> impl Strategy<Value = Limits> {
     (1..=Limits::MAX_DEPTH_BOUND, 1..=50u32).prop_map(|(max_depth, max_calls_per_run)| Limits {
         max_depth,
         max_calls_per_run,
+        ..Limits::default()
     })
 }
 

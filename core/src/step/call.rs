@@ -73,7 +73,7 @@ pub(super) fn place_call(
     }
 }
 
-fn refused_call(tool_use_id: &str, callee: &str, refusal: Refusal) -> Transition {
+pub(super) fn refused_call(tool_use_id: &str, callee: &str, refusal: Refusal) -> Transition {
     let text = refusal.to_string();
     Transition::default()
         .event(RunEvent::CallRefused(CallRefused {

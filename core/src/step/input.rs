@@ -24,10 +24,9 @@ pub struct Policy<'a> {
     pub can_call: &'a [String],
     /// Every agent of the fleet (local and remote), this one included.
     pub fleet_agents: &'a [String],
-    /// Its current loop guards.
+    /// Its current limits: the call guards, and the run's turn limit, token budget and loop
+    /// guard.
     pub limits: Limits,
-    /// Most model turns one run may take.
-    pub max_model_turns: u64,
     /// Largest reply text taken into a run, in bytes.
     pub reply_cap: usize,
 }

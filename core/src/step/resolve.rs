@@ -1,7 +1,8 @@
 //! The tool uses of a model turn: which are decided from the log at once, which go out as
 //! effects, and what a finished one writes.
 //!
-//! [`resolve_tool_uses`] walks the last turn's open tool uses in order. A `call_agent` is
+//! [`resolve_tool_uses`] walks the last turn's open tool uses in order. A use the loop guard
+//! stops (`repeat`) is answered with its refusal whatever the tool. A `call_agent` is
 //! checked by `call` (placed or refused), a `check_run` goes out as [`Effect::CheckRun`] or,
 //! naming a run this run never placed, is answered on the spot, and any other tool goes to the
 //! agent as [`Effect::UseTool`]. This
@@ -15,6 +16,7 @@ use serde_json::Value;
 use super::call::{CallDecision, place_call};
 use super::effect::{Effect, Step};
 use super::input::Policy;
+use super::repeat::refused_repeat;
 use super::transition::{CostDelta, Transition};
 use super::{CALL_AGENT, CHECK_RUN, settled};
 use crate::{RunId, RunView, ToolUse};
@@ -37,6 +39,10 @@ pub(super) fn resolve_tool_uses(
     let mut out = busy.iter().any(|tu| unresolved.iter().any(|u| &u.id == tu));
     for tool_use in unresolved {
         if busy.contains(&tool_use.id) {
+            continue;
+        }
+        if let Some(refused) = refused_repeat(view, tool_use, policy) {
+            write.merge(refused);
             continue;
         }
         match tool_use.name.as_str() {

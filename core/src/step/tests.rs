@@ -28,7 +28,6 @@ fn policy<'a>(can_call: &'a [String], fleet: &'a [String], limits: Limits) -> Po
         can_call,
         fleet_agents: fleet,
         limits,
-        max_model_turns: 8,
         reply_cap: 64,
     }
 }
@@ -165,6 +164,7 @@ fn calls_beyond_the_callers_cap_are_refused_with_a_code_and_the_rest_go_out() {
     let limits = Limits {
         max_depth: 4,
         max_calls_per_run: 2,
+        ..Limits::default()
     };
     let p = policy(&cc, &fl, limits);
     let mut run = Run::new(0);
@@ -393,7 +393,11 @@ fn a_wait_with_nothing_out_fails_the_run_in_the_turns_transaction() {
 #[test]
 fn reused_tool_use_ids_and_the_turn_limit_end_the_run() {
     let (cc, fl) = (can_call(), fleet());
-    let p = policy(&cc, &fl, Limits::default());
+    let limits = Limits {
+        max_turns: 8,
+        ..Limits::default()
+    };
+    let p = policy(&cc, &fl, limits);
     let mut run = Run::new(0);
     let turn = asked(&run.step(advance(), &p));
     let step = run.step(answer(turn, calls(&["a", "a"])), &p);
@@ -406,7 +410,9 @@ fn reused_tool_use_ids_and_the_turn_limit_end_the_run() {
     let step = long.step(advance(), &p);
     assert_eq!(
         step.write.unwrap().error.as_deref(),
-        Some("model turn limit (8) reached")
+        Some(
+            "model turn limit (8) reached (limits.max_turns): the model took that many turns without answering; raise the limit in agent.yaml if the task needs more turns"
+        )
     );
 }
 
@@ -477,7 +483,7 @@ proptest! {
         cap in 1..5u32,
     ) {
         let (cc, fl) = (can_call(), fleet());
-        let limits = Limits { max_depth: 4, max_calls_per_run: cap };
+        let limits = Limits { max_depth: 4, max_calls_per_run: cap, ..Limits::default() };
         let p = policy(&cc, &fl, limits);
         let mut run = Run::new(depth);
         let mut busy = BTreeSet::new();
@@ -811,5 +817,6 @@ proptest! {
     }
 }
 
+mod budget;
 mod cancel;
 mod gate;

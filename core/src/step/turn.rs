@@ -2,15 +2,18 @@
 //! model's answer writes.
 //!
 //! [`advance`] is what a run does when nothing new arrived: it moves a fresh run to
-//! `running`, hands a turn's open tool uses to `resolve`, waits while calls are out, and
-//! enforces the turn limit. [`model_answered`] records a turn (with its cost) and rejects one
-//! that reuses tool-use ids. Neither may place calls or take replies itself: those belong to
+//! `running`, hands a turn's open tool uses to `resolve` (or fails the run when one repeats a
+//! use the loop guard refused already, `repeat`), waits while calls are out, and
+//! before asking the model again enforces the turn limit (`limits.max_turns`) and the token
+//! budget (`limits.max_tokens`). [`model_answered`] records a turn (with its cost and tokens)
+//! and rejects one that reuses tool-use ids. Neither may place calls or take replies itself: those belong to
 //! `call` and `reply`, so a rule about them lives in one place only.
 
 use std::collections::BTreeSet;
 
 use super::effect::{Effect, Step};
 use super::input::{ModelAnswer, Policy, TurnAsked};
+use super::repeat::over_repeated;
 use super::resolve::resolve_tool_uses;
 use super::settled;
 use super::transition::{CostDelta, Transition};
@@ -38,6 +41,9 @@ pub(super) fn advance(
         );
     }
     if !unresolved.is_empty() {
+        if let Some(error) = over_repeated(view, &unresolved, policy) {
+            return settle(Err(error));
+        }
         return resolve_tool_uses(view, &unresolved, busy, policy);
     }
     let pending = view.pending_calls();
@@ -52,9 +58,8 @@ pub(super) fn advance(
             "the model is waiting but no calls are outstanding".into()
         ));
     }
-    if view.model_turns >= policy.max_model_turns {
-        let limit = policy.max_model_turns;
-        return settle(Err(format!("model turn limit ({limit}) reached")));
+    if let Some(error) = spent(view, policy) {
+        return settle(Err(error));
     }
     if thinking {
         // A turn is already being asked for; its answer will advance the run.
@@ -66,6 +71,33 @@ pub(super) fn advance(
         seen_seq: view.last_seq,
         seen_tool_uses: view.seen_tool_uses.clone(),
     })])
+}
+
+/// Why the run may not ask its model again, when it may not: it took its turns, or its turns
+/// used its token budget.
+fn spent(view: &RunView, policy: &Policy<'_>) -> Option<String> {
+    let limits = &policy.limits;
+    if view.model_turns >= u64::from(limits.max_turns) {
+        return Some(turn_limit_error(limits.max_turns));
+    }
+    match limits.max_tokens {
+        Some(budget) if view.tokens >= budget => Some(budget_error(view.tokens, budget)),
+        _ => None,
+    }
+}
+
+/// How a run that took its turns fails.
+pub(super) fn turn_limit_error(limit: u32) -> String {
+    format!(
+        "model turn limit ({limit}) reached (limits.max_turns): the model took that many turns without answering; raise the limit in agent.yaml if the task needs more turns"
+    )
+}
+
+/// How a run whose turns used its token budget fails (the error's stable code first).
+pub(super) fn budget_error(used: u64, budget: u64) -> String {
+    format!(
+        "budget_exhausted: this run used {used} tokens of its {budget}-token budget (limits.max_tokens)"
+    )
 }
 
 fn settle(outcome: Result<String, String>) -> Step {
@@ -110,6 +142,8 @@ pub(super) fn model_answered(
         step: answer.step.clone(),
         pending_calls: asked.pending,
         seen_seq: Some(asked.seen_seq),
+        input_tokens: answer.input_tokens,
+        output_tokens: answer.output_tokens,
     }));
     match answer.step {
         // The turn and the settlement are one transaction.

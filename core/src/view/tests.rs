@@ -20,6 +20,8 @@ fn turn(step: ModelStep, seen: Option<u64>) -> RunEvent {
         step,
         pending_calls: 0,
         seen_seq: seen,
+        input_tokens: 0,
+        output_tokens: 0,
     })
 }
 
@@ -182,4 +184,43 @@ proptest! {
         prop_assert!(view.pending_calls() as u64 <= view.calls_placed());
         prop_assert_eq!(view.last_seq, log.len() as u64);
     }
+}
+
+#[test]
+fn turns_fold_their_tokens_and_the_loop_guards_count() {
+    let lookup = |id: &str, q: u64| ToolUse {
+        id: id.into(),
+        name: "lookup".into(),
+        input: json!({ "q": q }),
+    };
+    let turn_of = |uses: Vec<ToolUse>, tokens: (u64, u64)| {
+        RunEvent::ModelTurn(ModelTurn {
+            step: ModelStep::ToolUses(uses),
+            pending_calls: 0,
+            seen_seq: None,
+            input_tokens: tokens.0,
+            output_tokens: tokens.1,
+        })
+    };
+    let mut view = RunView::from_events(&[
+        created("x"),
+        turn_of(vec![lookup("a", 1)], (10, 2)),
+        turn_of(vec![lookup("b", 1), lookup("c", 2)], (0, 0)),
+        turn_of(vec![lookup("d", 1), lookup("e", 2)], (5, 1)),
+    ]);
+    assert_eq!(view.tokens, 18);
+    assert_eq!(
+        (
+            view.repeats_of("d"),
+            view.repeats_of("e"),
+            view.repeats_of("b")
+        ),
+        (3, 2, 0),
+        "only the last turn's uses are counted"
+    );
+    // A turn without tool uses breaks the run of repeats.
+    view.apply(&turn(ModelStep::Wait, None));
+    assert!(view.repeats.is_empty());
+    view.apply(&turn_of(vec![lookup("f", 1)], (0, 0)));
+    assert_eq!(view.repeats_of("f"), 1);
 }

@@ -8,7 +8,7 @@ use consort_core::{ModelStep, RunEvent, RunId, RunStatus, RunView, Transition};
 
 use super::store::Placed;
 use super::trace::{describe_event, short};
-use super::world::{CALL_TIMEOUT, CallMsg, Deadline, MAX_MODEL_TURNS, Msg, REPLY_CAP, Task, World};
+use super::world::{CALL_TIMEOUT, CallMsg, Deadline, Msg, REPLY_CAP, Task, World};
 
 /// The class of a kept view that no longer equals its log folded from scratch.
 pub(crate) const VIEW_DIFFERS: &str = "kept view differs from the log";
@@ -57,7 +57,6 @@ impl World {
             can_call: &spec.can_call,
             fleet_agents: &self.fleet.names,
             limits: spec.limits,
-            max_model_turns: MAX_MODEL_TURNS,
             reply_cap: REPLY_CAP,
         };
         let step = step::step(view, input, &policy);

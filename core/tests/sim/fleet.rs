@@ -5,6 +5,8 @@ use consort_core::Limits;
 use rand::Rng;
 use rand::rngs::StdRng;
 
+use super::world::MAX_MODEL_TURNS;
+
 /// A declared tool that runs at once.
 pub(crate) const LOOKUP: &str = "lookup";
 /// A declared tool with `approval: required`.
@@ -48,6 +50,8 @@ fn random_limits(rng: &mut StdRng) -> Limits {
     Limits {
         max_depth: rng.gen_range(1..=4),
         max_calls_per_run: rng.gen_range(1..=3),
+        max_turns: MAX_MODEL_TURNS,
+        ..Limits::default()
     }
 }
 

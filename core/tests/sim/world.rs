@@ -29,7 +29,8 @@ pub(crate) const REASK_AFTER: i64 = 200;
 /// How long a `check_run` waits for the callee's host (the supervisor's `call_t` for a run
 /// summary is half the call timeout).
 pub(crate) const CHECK_TIMEOUT: i64 = CALL_TIMEOUT / 2;
-pub(crate) const MAX_MODEL_TURNS: u64 = 8;
+/// The turn limit of every agent of a trial (`limits.max_turns`).
+pub(crate) const MAX_MODEL_TURNS: u32 = 8;
 pub(crate) const REPLY_CAP: usize = 1024;
 
 /// What a trial may do.

@@ -119,7 +119,8 @@ fn limits_default_and_bounded() {
         set.limits,
         Limits {
             max_depth: 2,
-            max_calls_per_run: 1000
+            max_calls_per_run: 1000,
+            ..Limits::default()
         }
     );
     let (kind, line, _, key, message) =
@@ -134,4 +135,114 @@ fn limits_default_and_bounded() {
     assert_eq!((line, key.as_str()), (3, "limits.max_calls_per_run"));
     let (_, _, _, _, message) = err("name: x\nlimits:\n  depth: 3\nmodel:\n  script: []\n");
     assert!(message.contains("unknown key `depth`"), "{message}");
+}
+
+#[test]
+fn run_limits_default_and_bounded() {
+    let plain = load_text(simple("x", &[], &[]).as_bytes()).unwrap();
+    assert_eq!(
+        (
+            plain.limits.max_turns,
+            plain.limits.max_tokens,
+            plain.limits.max_repeats
+        ),
+        (64, None, 3)
+    );
+    let set = load_text(
+        b"name: x\nlimits:\n  max_turns: 1000\n  max_tokens: 100000000\n  max_repeats: 2\nmodel:\n  script: []\n",
+    )
+    .unwrap();
+    assert_eq!(
+        set.limits,
+        Limits {
+            max_turns: 1000,
+            max_tokens: Some(100_000_000),
+            max_repeats: 2,
+            ..Limits::default()
+        }
+    );
+    let low = load_text(
+        b"name: x\nlimits: {max_turns: 1, max_tokens: 1, max_repeats: 100}\nmodel:\n  script: []\n",
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            low.limits.max_turns,
+            low.limits.max_tokens,
+            low.limits.max_repeats
+        ),
+        (1, Some(1), 100)
+    );
+    // `null` is no budget, as the README's block shows the default.
+    let unbounded =
+        load_text(b"name: x\nlimits: {max_tokens: null}\nmodel:\n  script: []\n").unwrap();
+    assert_eq!(unbounded.limits, Limits::default());
+    for (yaml, line, key, message) in [
+        (
+            "name: x\nlimits:\n  max_turns: 0\nmodel:\n  script: []\n",
+            3,
+            "limits.max_turns",
+            "must be between 1 and 1000 (got 0)",
+        ),
+        (
+            "name: x\nlimits:\n  max_depth: 2\n  max_turns: 1001\nmodel:\n  script: []\n",
+            4,
+            "limits.max_turns",
+            "must be between 1 and 1000 (got 1001)",
+        ),
+        (
+            "name: x\nlimits:\n  max_tokens: 0\nmodel:\n  script: []\n",
+            3,
+            "limits.max_tokens",
+            "must be between 1 and 100000000 (got 0)",
+        ),
+        (
+            "name: x\nlimits:\n  max_tokens: 100000001\nmodel:\n  script: []\n",
+            3,
+            "limits.max_tokens",
+            "must be between 1 and 100000000 (got 100000001)",
+        ),
+        (
+            "name: x\nlimits:\n  max_repeats: 1\nmodel:\n  script: []\n",
+            3,
+            "limits.max_repeats",
+            "must be between 2 and 100 (got 1)",
+        ),
+        (
+            "name: x\nlimits:\n  max_repeats: 101\nmodel:\n  script: []\n",
+            3,
+            "limits.max_repeats",
+            "must be between 2 and 100 (got 101)",
+        ),
+    ] {
+        let (kind, at, _, at_key, said) = err(yaml);
+        assert_eq!(
+            (kind, at, at_key.as_str(), said.as_str()),
+            ("invalid", line, key, message),
+            "{yaml}"
+        );
+    }
+    let (_, line, _, key, message) =
+        err("name: x\nlimits:\n  max_tokens: -5\nmodel:\n  script: []\n");
+    assert_eq!((line, key.as_str()), (3, "limits.max_tokens"));
+    assert_eq!(message, "expected a whole number, 0 or more, found `-5`");
+}
+
+#[test]
+fn limits_serialized_before_the_run_limits_still_read() {
+    let old: Limits = serde_json::from_str(r#"{"max_depth":2,"max_calls_per_run":7}"#).unwrap();
+    assert_eq!(
+        old,
+        Limits {
+            max_depth: 2,
+            max_calls_per_run: 7,
+            ..Limits::default()
+        }
+    );
+    let limits = Limits {
+        max_tokens: Some(5000),
+        ..Limits::default()
+    };
+    let text = serde_json::to_string(&limits).unwrap();
+    assert_eq!(serde_json::from_str::<Limits>(&text).unwrap(), limits);
 }
