@@ -233,6 +233,10 @@ pub enum RefusalReason {
     Malformed,
     /// The host failed internally; the request may be retried.
     Internal,
+    /// A refusal consort-core decided that has no reason of its own above (the callee is
+    /// down, the host drains, a delivery's target settled, …): final, never retried. The
+    /// frame's text holds the refusal's wire form (`Refusal::to_wire`).
+    Refused,
 }
 
 /// Where a child run stands, as seen from another host. Append only: the index is the wire tag.

@@ -9,8 +9,8 @@
 //! with consort-core's own variants), and nothing here decides anything about a call or a run.
 
 use consort_actors::RunStatus;
+use consort_core::Refusal;
 use consort_core::guards::remote::Denial;
-use consort_core::{Limits, Refusal};
 #[cfg(test)]
 use consort_net::RunId;
 use consort_net::{ChainError, Frame, RefusalReason, RemoteRunState};
@@ -48,7 +48,9 @@ pub(crate) fn after_reply_answer(answer: &Frame) -> ReplyNext {
     }
 }
 
-/// The wire reason of a refusal.
+/// The wire reason of a refusal. Never [`RefusalReason::Internal`]: that says the host failed
+/// and the request may be retried, and a refusal is an answer (sending the call again is refused
+/// again). A refusal without a reason of its own travels as [`RefusalReason::Refused`], final.
 pub(crate) fn wire_reason(refusal: &Refusal) -> RefusalReason {
     match refusal {
         Refusal::NotAccepted { .. } | Refusal::NotInCanCall { .. } | Refusal::NoPeers { .. } => {
@@ -62,7 +64,7 @@ pub(crate) fn wire_reason(refusal: &Refusal) -> RefusalReason {
         Refusal::MalformedCall | Refusal::EmptyInput | Refusal::NotAwaitingApproval { .. } => {
             RefusalReason::Malformed
         }
-        _ => RefusalReason::Internal,
+        _ => RefusalReason::Refused,
     }
 }
 
@@ -75,8 +77,11 @@ pub(crate) fn refusal_frame(refusal: &Refusal) -> Frame {
     }
 }
 
-/// Reads a refusal off the wire: the JSON [`Refusal`] when it is one whose reason matches,
-/// else a refusal built from the reason alone.
+/// Reads a refusal off the wire: the JSON [`Refusal`] when it is one whose reason matches.
+/// Anything else is said as what it is, never dressed up as a refusal with made-up fields (a
+/// limit the callee never named): a host that failed (`Internal`, after the caller's retries)
+/// did not take the call, and any other text is the callee's host refusing it in words this
+/// host cannot read as a refusal.
 pub(crate) fn refusal_from_wire(reason: RefusalReason, text: &str, callee: &str) -> Refusal {
     if let Ok(refusal) = serde_json::from_str::<Refusal>(text)
         && wire_reason(&refusal) == reason
@@ -85,18 +90,13 @@ pub(crate) fn refusal_from_wire(reason: RefusalReason, text: &str, callee: &str)
     }
     let detail: String = text.chars().take(500).collect();
     match reason {
-        RefusalReason::DepthLimit => Refusal::DepthLimit {
-            limit: Limits::DEFAULT_MAX_DEPTH as usize,
-        },
-        RefusalReason::CallLimit => Refusal::CallCap {
-            limit: u64::from(Limits::DEFAULT_MAX_CALLS_PER_RUN),
-        },
-        RefusalReason::Internal => Refusal::AgentDown {
+        RefusalReason::Internal => Refusal::Unreachable {
             callee: callee.to_owned(),
+            detail: format!("its host failed to take the call: {detail}"),
         },
-        _ => Refusal::BadEnvelope {
+        other => Refusal::BadEnvelope {
             callee: callee.to_owned(),
-            detail,
+            detail: format!("refused ({other:?}): {detail}"),
         },
     }
 }
@@ -279,10 +279,131 @@ mod tests {
             RefusalReason::Expired,
             RefusalReason::UnknownAgent,
             RefusalReason::Malformed,
+            RefusalReason::Refused,
         ] {
             assert_eq!(after_reply_answer(&refused(reason)), ReplyNext::Refused);
         }
         assert_eq!(after_reply_answer(&Frame::Ack), ReplyNext::Delivered);
+    }
+
+    /// Every refusal consort-core has today (its constructors are its own, so the list is
+    /// written out here; one added later falls to the catch-all, which is final too).
+    fn every_refusal() -> Vec<Refusal> {
+        let s = |t: &str| t.to_owned();
+        vec![
+            Refusal::NoPeers { agent: s("solo") },
+            Refusal::NotInCanCall {
+                caller: s("a"),
+                callee: s("b"),
+                allowed: s("c"),
+            },
+            Refusal::UnknownAgent {
+                callee: s("x"),
+                allowed: s("c"),
+            },
+            Refusal::NotAccepted {
+                caller: s("a"),
+                callee: s("b"),
+            },
+            Refusal::DepthLimit { limit: 7 },
+            Refusal::CallCap { limit: 13 },
+            Refusal::Saturated {
+                callee: s("b"),
+                active: 3,
+            },
+            Refusal::PrincipalSaturated {
+                callee: s("b"),
+                principal: s("api:alice"),
+                active: 32,
+            },
+            Refusal::AgentDown { callee: s("b") },
+            Refusal::Unreachable {
+                callee: s("b"),
+                detail: s("connection lost"),
+            },
+            Refusal::BadEnvelope {
+                callee: s("b"),
+                detail: s("expired"),
+            },
+            Refusal::MalformedCall,
+            Refusal::EmptyInput,
+            Refusal::NotAwaitingApproval {
+                run: s("run_1"),
+                status: s("running"),
+            },
+            Refusal::StaleDecision {
+                gate: s("run_1:tu_0_0"),
+                waiting: s("none"),
+            },
+            Refusal::NotInDoubt {
+                gate: s("run_1:tu_0_0"),
+            },
+            Refusal::AlreadySettled {
+                run: s("run_1"),
+                status: s("failed"),
+            },
+            Refusal::DeliveryTargetSettled {
+                run: s("run_1"),
+                status: s("succeeded"),
+            },
+            Refusal::DeliveryTargetBlocked { run: s("run_1") },
+            Refusal::DeliveryConflict {
+                delivery_id: s("d-1"),
+            },
+            Refusal::MalformedDelivery,
+            Refusal::DeliveryNotConsented {
+                sender: s("cmo"),
+                callee: s("cfo"),
+            },
+            Refusal::DeliveryNotYourRun { run: s("run_1") },
+            Refusal::Draining { host: s("beta") },
+        ]
+    }
+
+    #[test]
+    fn no_refusal_travels_as_a_host_failure_and_each_reads_back_as_itself() {
+        for refusal in every_refusal() {
+            let Frame::Refused { reason, text } = refusal_frame(&refusal) else {
+                panic!("not a refusal");
+            };
+            assert_ne!(
+                reason,
+                RefusalReason::Internal,
+                "{} would be retried as a host failure",
+                refusal.code()
+            );
+            // A refusal is final: a reply refused so is not sent again either.
+            assert_eq!(
+                after_reply_answer(&Frame::Refused {
+                    reason,
+                    text: text.clone()
+                }),
+                if reason == RefusalReason::UnknownRun {
+                    ReplyNext::Unwanted
+                } else {
+                    ReplyNext::Refused
+                }
+            );
+            assert_eq!(refusal_from_wire(reason, &text, "b"), refusal);
+        }
+    }
+
+    #[test]
+    fn a_refusal_that_cannot_be_read_makes_up_no_limit() {
+        let read = refusal_from_wire(RefusalReason::DepthLimit, "not json", "cfo");
+        assert_eq!(read.code(), "bad_envelope");
+        assert!(read.to_string().contains("not json"), "{read}");
+        assert!(!read.to_string().contains("(4)"), "{read}");
+        let read = refusal_from_wire(RefusalReason::CallLimit, "{\"reason\":\"call_cap\"}", "cfo");
+        assert_eq!(
+            read.code(),
+            "bad_envelope",
+            "a call_cap without its limit is not made one"
+        );
+        // A host that failed did not take the call: the model may try again later.
+        let failed = refusal_from_wire(RefusalReason::Internal, "store busy", "cfo");
+        assert_eq!(failed.code(), "unreachable");
+        assert!(failed.to_string().contains("store busy"), "{failed}");
     }
 
     #[test]
