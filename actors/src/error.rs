@@ -13,13 +13,12 @@ use rusqlite::ffi;
 #[non_exhaustive]
 pub enum ActorsError {
     /// The run store (an agent's SQLite database) could not be opened or written.
-    #[error("run store {path}: {source}")]
+    #[error("run store {path}: {detail}")]
     Store {
         /// The store file.
         path: PathBuf,
-        #[source]
         /// What SQLite said.
-        source: rusqlite::Error,
+        detail: String,
     },
     /// The run store could not be written: its disk is full, a file-size limit was reached,
     /// or the disk failed a write (SQLite's `SQLITE_FULL` and its write-side `SQLITE_IOERR`
@@ -50,13 +49,12 @@ pub enum ActorsError {
     },
     /// The PostgreSQL run store could not be reached, or a statement on it failed. Nothing of
     /// the failed write is in the store.
-    #[error("PostgreSQL run store ({store}): {source}")]
+    #[error("PostgreSQL run store ({store}): {detail}")]
     Postgres {
         /// What was being reached: `connect`, or the agent whose store was read or written.
         store: String,
-        #[source]
         /// What the client or the server said.
-        source: postgres::Error,
+        detail: String,
     },
     /// The PostgreSQL run store's URL is read from an environment variable that is not set.
     #[error(
@@ -107,8 +105,26 @@ impl ActorsError {
         } else {
             Self::Store {
                 path: path.to_owned(),
-                source,
+                detail: source.to_string(),
             }
+        }
+    }
+
+    /// A PostgreSQL failure while reaching `store`: the server's own message when it sent one
+    /// (the client's error alone says only "db error"), else the client's error and its cause.
+    pub(crate) fn postgres(store: &str, source: &postgres::Error) -> Self {
+        let detail = match source.as_db_error() {
+            Some(db) => format!("{}: {} ({})", db.severity(), db.message(), db.code().code()),
+            None => match std::error::Error::source(source) {
+                Some(cause) if !source.to_string().contains(&cause.to_string()) => {
+                    format!("{source}: {cause}")
+                }
+                _ => source.to_string(),
+            },
+        };
+        Self::Postgres {
+            store: store.to_owned(),
+            detail,
         }
     }
 

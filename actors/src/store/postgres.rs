@@ -154,10 +154,7 @@ impl std::fmt::Debug for Database {
 }
 
 fn pg(store: &str) -> impl Fn(::postgres::Error) -> ActorsError + '_ {
-    move |source| ActorsError::Postgres {
-        store: store.to_owned(),
-        source,
-    }
+    move |source| ActorsError::postgres(store, &source)
 }
 
 impl Database {
