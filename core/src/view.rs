@@ -44,6 +44,9 @@ pub struct GateView {
     pub requester_may_decide: bool,
     /// The gated tool.
     pub tool: String,
+    /// Where the last ask is in the log (its event's seq): of several gates waiting at once
+    /// (a turn that used two gated tools), the one asked first is the run's waiting gate.
+    pub asked_seq: u64,
     /// Every decision made, by ask (1-based): what a repeated decision is compared with.
     pub decided: BTreeMap<u32, bool>,
 }
@@ -194,6 +197,7 @@ impl RunView {
                 gate.in_doubt = asked.in_doubt;
                 gate.requester_may_decide = asked.requester_may_decide;
                 gate.tool.clone_from(&asked.tool);
+                gate.asked_seq = seq;
             }
             RunEvent::ApprovalDecided(decided) => {
                 let gate = self
@@ -282,12 +286,22 @@ impl RunView {
         }
     }
 
-    /// The gated tool use the run waits on, with its gate, if it waits on one.
+    /// The gated tool use the run waits on, with its gate, if it waits on one: of several
+    /// waiting at once, the one asked first.
     pub fn waiting_gate(&self) -> Option<(&str, &GateView)> {
-        self.approvals
+        self.waiting_gates().next()
+    }
+
+    /// Every gate that waits for a decision, the one asked first first.
+    pub fn waiting_gates(&self) -> impl Iterator<Item = (&str, &GateView)> {
+        let mut waiting: Vec<(&str, &GateView)> = self
+            .approvals
             .iter()
-            .find(|(_, gate)| gate.waiting())
+            .filter(|(_, gate)| gate.waiting())
             .map(|(tool_use_id, gate)| (tool_use_id.as_str(), gate))
+            .collect();
+        waiting.sort_by_key(|(_, gate)| gate.asked_seq);
+        waiting.into_iter()
     }
 
     /// The call placed through `tool_use_id`, if any.

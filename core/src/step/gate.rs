@@ -159,12 +159,14 @@ pub(super) fn decide(
     by: &str,
 ) -> Step {
     let status = view.status.unwrap_or(RunStatus::Queued);
+    // The gate named, if it waits (a turn that used two gated tools has two waiting at once);
+    // without a name, the one asked first.
     let waiting = view
-        .waiting_gate()
+        .waiting_gates()
         .filter(|_| status == RunStatus::Blocked)
-        .map(|(tool_use_id, gate)| (tool_use_id, gate, gate_id(run, tool_use_id, gate.asks)));
-    let Some((tool_use_id, gate, id)) = waiting.filter(|(_, _, id)| named.is_none_or(|n| n == id))
-    else {
+        .map(|(tool_use_id, gate)| (tool_use_id, gate, gate_id(run, tool_use_id, gate.asks)))
+        .find(|(_, _, id)| named.is_none_or(|n| n == id));
+    let Some((tool_use_id, gate, id)) = waiting else {
         return match named {
             None => Step::verdict(Verdict::Refused(Refusal::NotAwaitingApproval {
                 run: run.to_string(),
@@ -256,15 +258,17 @@ fn repeated_or_stale(
     }))
 }
 
-/// The request of the gate a run's log waits on, if any: the last `approval_requested` that no
-/// decision followed, with its gate id (derived for events written before gates had ids).
-/// What the API, the approvals lists and the A2A gateway show of a blocked run.
+/// The request of the gate a run's log waits on, if any: of the `approval_requested` events no
+/// decision followed, the first (as [`RunView::waiting_gate`] and a decision without a gate
+/// take it), with its gate id (derived for events written before gates had ids). What the API,
+/// the approvals lists and the A2A gateway show of a blocked run.
 pub fn waiting_request<'a>(
     run: &RunId,
     events: impl IntoIterator<Item = &'a RunEvent>,
 ) -> Option<ApprovalRequested> {
     let mut asks: std::collections::BTreeMap<&str, u32> = std::collections::BTreeMap::new();
-    let mut pending: Option<ApprovalRequested> = None;
+    // Undecided requests in the order they were asked.
+    let mut pending: Vec<ApprovalRequested> = Vec::new();
     for event in events {
         match event {
             RunEvent::ApprovalRequested(asked) => {
@@ -274,17 +278,16 @@ pub fn waiting_request<'a>(
                 if asked.gate.is_empty() {
                     asked.gate = gate_id(run, &asked.tool_use_id, *ask);
                 }
-                pending = Some(asked);
+                pending.retain(|p| p.tool_use_id != asked.tool_use_id);
+                pending.push(asked);
             }
-            RunEvent::ApprovalDecided(decided)
-                if pending
-                    .as_ref()
-                    .is_some_and(|p| p.tool_use_id == decided.tool_use_id) =>
-            {
-                pending = None;
+            RunEvent::ApprovalDecided(decided) => {
+                pending.retain(|p| p.tool_use_id != decided.tool_use_id);
             }
+            // A settled run waits on nothing.
+            RunEvent::Canceled(_) | RunEvent::Answer(_) | RunEvent::Failed(_) => pending.clear(),
             _ => {}
         }
     }
-    pending
+    pending.into_iter().next()
 }

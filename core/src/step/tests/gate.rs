@@ -375,3 +375,38 @@ fn a_use_started_and_finished_before_a_restart_is_not_in_doubt() {
         "nothing to ask again"
     );
 }
+
+#[test]
+fn two_gates_of_one_turn_wait_at_once_and_each_is_decided_by_its_own_id() {
+    let (cc, fl) = (can_call(), fleet());
+    let p = policy(&cc, &fl, Limits::default());
+    // One turn used the gated tool twice: both uses are asked before anyone decides.
+    let mut run = paying_run(&p, &["b", "a"]);
+    ask(&mut run, "b", false);
+    ask(&mut run, "a", false);
+    let (first, second) = (gate_id(&root(), "b", 1), gate_id(&root(), "a", 1));
+    // The one asked first is the run's waiting gate, whatever the ids' order.
+    assert_eq!(run.view.waiting_gate().map(|(id, _)| id), Some("b"));
+    assert_eq!(
+        crate::step::waiting_request(&root(), &run.log).map(|r| r.gate),
+        Some(first.clone())
+    );
+    // The second can be decided by its id while the first still waits.
+    let step = run.step(decide(Some(&second), Decision::Deny), &p);
+    assert_eq!(decided(&step), (second.clone(), false));
+    assert_eq!(step.effects, vec![Effect::Advance]);
+    // The run steps on: the denied use is answered, and the other still blocks it.
+    assert!(matches!(ask(&mut run, "a", false), Gate::Denied(_)));
+    assert!(matches!(ask(&mut run, "b", false), Gate::Block(t) if t.events.is_empty()));
+    assert_eq!(run.status, RunStatus::Blocked);
+    assert_eq!(run.view.waiting_gate().map(|(id, _)| id), Some("b"));
+    assert_eq!(
+        crate::step::waiting_request(&root(), &run.log).map(|r| r.gate),
+        Some(first.clone())
+    );
+    // Without an id, the one waiting is decided.
+    let step = run.step(decide(None, Decision::Approve), &p);
+    assert_eq!(decided(&step), (first, false));
+    assert!(run.view.waiting_gate().is_none());
+    assert_eq!(crate::step::waiting_request(&root(), &run.log), None);
+}

@@ -277,9 +277,11 @@ function renderRuns() {
 // A decision names its gate: if the run has moved on to another gate meanwhile, the host
 // answers `stale_decision` and nothing is decided.
 
+// The gate a run waits on: of the requests no decision followed, the one asked first (as the
+// host decides a decision without a gate).
 async function pendingGate(runId) {
   let after = 0;
-  let pending = null;
+  let pending = [];
   const asks = new Map();
   for (;;) {
     const page = await api(`/runs/${runId}/events?after=${after}&limit=1000`);
@@ -290,12 +292,13 @@ async function pendingGate(runId) {
         asks.set(use, ask);
         // Events written before gates had ids: the id is derived the same way the host does.
         const id = e.data.gate || (ask > 1 ? `${runId}:${use}:${ask}` : `${runId}:${use}`);
-        pending = { id, tool: e.data.tool, use, input: e.data.input, in_doubt: !!e.data.in_doubt, asked_ms: e.at_ms };
+        pending = pending.filter((p) => p.use !== use);
+        pending.push({ id, tool: e.data.tool, use, input: e.data.input, in_doubt: !!e.data.in_doubt, asked_ms: e.at_ms });
       }
-      if (e.kind === "approval_decided" && pending && e.data.tool_use_id === pending.use) pending = null;
-      if (e.kind === "canceled") pending = null;
+      if (e.kind === "approval_decided") pending = pending.filter((p) => p.use !== e.data.tool_use_id);
+      if (e.kind === "canceled" || e.kind === "answer" || e.kind === "failed") pending = [];
     }
-    if (page.next_after === null || page.next_after === undefined) return pending;
+    if (page.next_after === null || page.next_after === undefined) return pending[0] || null;
     after = page.next_after;
   }
 }
