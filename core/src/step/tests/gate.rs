@@ -393,7 +393,7 @@ fn two_gates_of_one_turn_wait_at_once_and_each_is_decided_by_its_own_id() {
     );
     // The second can be decided by its id while the first still waits.
     let step = run.step(decide(Some(&second), Decision::Deny), &p);
-    assert_eq!(decided(&step), (second.clone(), false));
+    assert_eq!(decided(&step), (second, false));
     assert_eq!(step.effects, vec![Effect::Advance]);
     // The run steps on: the denied use is answered, and the other still blocks it.
     assert!(matches!(ask(&mut run, "a", false), Gate::Denied(_)));
