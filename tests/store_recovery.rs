@@ -129,13 +129,16 @@ fn an_agent_down_on_a_full_store_comes_back_by_itself_and_finishes_its_accepted_
         })
         .collect();
     // Stored (the answer came after the commit) and asked: the model program is holding the
-    // first turn; a run stays `queued` until its turn is recorded.
+    // first turn; a run is `running` once its ask is recorded (`model_turn_started`, committed
+    // beside the ask).
     assert!(
         host.wait_for_line("model program started", BOUND).is_some(),
         "the model is asked"
     );
     for id in &ids {
-        assert_eq!(run(&host, id)["status"], "queued");
+        eventually(&format!("{id} to be running"), BOUND, || {
+            (run(&host, id)["status"] == "running").then_some(())
+        });
     }
 
     // The disk fills; then the model answers, and recording its turns needs room.

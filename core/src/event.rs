@@ -29,6 +29,10 @@ pub enum RunEvent {
     Created(Created),
     /// The run moved from one status to another.
     Status(StatusChanged),
+    /// The run's model was asked for a turn (its answer is the `model_turn` that follows).
+    /// Recorded for a run's first turn and for every turn of a model that does not answer at
+    /// once; see [`step`](mod@crate::step).
+    ModelTurnStarted(ModelTurnStarted),
     /// The model answered one turn.
     ModelTurn(ModelTurn),
     /// A tool use got its result (a tool's output, a refusal, a call's acceptance).
@@ -88,6 +92,14 @@ pub struct StatusChanged {
     /// Why a run failed, on the move to `failed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+/// [`RunEvent::ModelTurnStarted`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelTurnStarted {
+    /// Which of the run's turns the model is asked for (1 for its first); a turn asked again
+    /// (its host restarted while the model thought) has the same number again.
+    pub turn: u64,
 }
 
 /// [`RunEvent::ModelTurn`].
@@ -289,9 +301,10 @@ pub struct Failed {
 
 impl RunEvent {
     /// Every kind this version reads and writes.
-    pub const KINDS: [&'static str; 14] = [
+    pub const KINDS: [&'static str; 15] = [
         "created",
         "status",
+        "model_turn_started",
         "model_turn",
         "tool_result",
         "call_placed",
@@ -311,6 +324,7 @@ impl RunEvent {
         match self {
             Self::Created(_) => "created",
             Self::Status(_) => "status",
+            Self::ModelTurnStarted(_) => "model_turn_started",
             Self::ModelTurn(_) => "model_turn",
             Self::ToolResult(_) => "tool_result",
             Self::CallPlaced(_) => "call_placed",
@@ -331,6 +345,7 @@ impl RunEvent {
         let encoded = match self {
             Self::Created(e) => serde_json::to_value(e),
             Self::Status(e) => serde_json::to_value(e),
+            Self::ModelTurnStarted(e) => serde_json::to_value(e),
             Self::ModelTurn(e) => serde_json::to_value(e),
             Self::ToolResult(e) => serde_json::to_value(e),
             Self::CallPlaced(e) => serde_json::to_value(e),
@@ -359,6 +374,7 @@ impl RunEvent {
         Ok(match kind {
             "created" => Self::Created(read(kind, data)?),
             "status" => Self::Status(read(kind, data)?),
+            "model_turn_started" => Self::ModelTurnStarted(read(kind, data)?),
             "model_turn" => Self::ModelTurn(read(kind, data)?),
             "tool_result" => Self::ToolResult(read(kind, data)?),
             "call_placed" => Self::CallPlaced(read(kind, data)?),

@@ -9,8 +9,8 @@ use serde_json::json;
 
 use crate::event::{
     Answer, ApprovalDecided, ApprovalRequested, CallPlaced, CallRefused, Canceled, Created, Failed,
-    MessageReceived, ModelTurn, ReplyOutcome, ReplyReceived, StatusChanged, ToolResult,
-    ToolStarted,
+    MessageReceived, ModelTurn, ModelTurnStarted, ReplyOutcome, ReplyReceived, StatusChanged,
+    ToolResult, ToolStarted,
 };
 use crate::{Channel, ModelStep, Refusal, RunEvent, RunId, RunStatus, ToolUse};
 
@@ -86,6 +86,7 @@ pub(crate) fn event() -> impl Strategy<Value = RunEvent> {
         }),
         (status(), status(), proptest::option::of("[a-z]{1,4}"))
             .prop_map(|(from, to, error)| RunEvent::Status(StatusChanged { from, to, error })),
+        (1..20u64).prop_map(|turn| RunEvent::ModelTurnStarted(ModelTurnStarted { turn })),
         (
             step(),
             0..4usize,

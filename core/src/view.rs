@@ -123,6 +123,9 @@ impl RunView {
                 self.conversation.push(Message::User(created.input.clone()));
             }
             RunEvent::Status(change) => self.status = Some(change.to),
+            // Nothing the engine decides on: a first turn's move to `running` is the `status`
+            // event beside it, and the turn counts once it is answered (`model_turn`).
+            RunEvent::ModelTurnStarted(_) => {}
             RunEvent::ModelTurn(turn) => {
                 self.model_turns += 1;
                 self.tokens = self

@@ -64,7 +64,10 @@
 //! `not_awaiting_approval`, one naming a gate that does not wait is answered as already decided
 //! (the same decision) or refused `stale_decision`, and neither writes anything; one on a
 //! blocked run decides exactly the gate it names (or, naming none, the one waiting); each gate
-//! is asked once and decided at most once, and a use is asked again only in doubt.
+//! is asked once and decided at most once, and a use is asked again only in doubt. A run whose
+//! model answers is never `queued` in its store: its ask was written (`model_turn_started`)
+//! before the model was asked; every other agent's model is told to the step as one that
+//! answers at once, so only its runs' first turns record the ask.
 //! The trials must also reach the paths these invariants are about (refusals on both sides,
 //! replays, held replies, blocks and decisions before and after crashes, tools and checks lost
 //! with a crash, failed models and failed replies, refusals under a reloaded config): the test

@@ -179,7 +179,12 @@ impl AgentActor {
             let step = step::step(
                 view,
                 next,
-                &policy(&state.config, &state.callable, &state.options),
+                &policy(
+                    &state.config,
+                    &state.callable,
+                    &state.options,
+                    state.model.is_immediate(),
+                ),
             );
             verdict.get_or_insert(step.verdict);
             if let Some(transition) = step.write {

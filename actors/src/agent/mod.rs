@@ -257,11 +257,13 @@ pub(crate) struct AgentArgs {
 }
 
 /// The facts a step needs from the agent's current config and options: its `limits:` (the
-/// call guards, and its runs' turn limit, token budget and loop guard) come from agent.yaml.
+/// call guards, and its runs' turn limit, token budget and loop guard) come from agent.yaml;
+/// `immediate_model` says its model answers at once (`Model::is_immediate`).
 fn policy<'a>(
     config: &'a AgentConfig,
     fleet_agents: &'a [String],
     options: &AgentOptions,
+    immediate_model: bool,
 ) -> Policy<'a> {
     let mut policy = Policy {
         agent: &config.name,
@@ -269,6 +271,7 @@ fn policy<'a>(
         fleet_agents,
         limits: config.limits,
         reply_cap: options.reply_cap,
+        immediate_model,
     };
     if crate::fault::skip_outbound_checks() {
         // Test-only (the `fault-injection` feature): a sending host with its own checks off,

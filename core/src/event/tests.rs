@@ -80,6 +80,7 @@ fn added_kinds() -> Vec<(&'static str, Value)> {
             "approval_decided",
             json!({"gate": "run_0123456789abcdef0123456789abcdef:tu_2_0:2", "tool_use_id": "tu_2_0", "approved": false, "by": "operator", "recorded": true}),
         ),
+        ("model_turn_started", json!({"turn": 1})),
     ]
 }
 
@@ -135,6 +136,20 @@ fn a_cancel_round_trips_with_and_without_its_reason() {
         Ok(bare)
     );
     let missing = RunEvent::decode("canceled", json!({"reason": "x"}));
+    assert!(matches!(missing, Err(CoreError::MalformedEvent { .. })));
+}
+
+#[test]
+fn a_started_turn_round_trips_and_needs_its_number() {
+    let event = RunEvent::ModelTurnStarted(ModelTurnStarted { turn: 3 });
+    assert_eq!(event.kind(), "model_turn_started");
+    assert!(RunEvent::KINDS.contains(&event.kind()));
+    assert_eq!(event.data(), json!({"turn": 3}));
+    assert_eq!(
+        RunEvent::decode("model_turn_started", event.data()),
+        Ok(event)
+    );
+    let missing = RunEvent::decode("model_turn_started", json!({}));
     assert!(matches!(missing, Err(CoreError::MalformedEvent { .. })));
 }
 

@@ -29,13 +29,14 @@ pub struct Policy<'a> {
     pub limits: Limits,
     /// Largest reply text taken into a run, in bytes.
     pub reply_cap: usize,
+    /// The agent's model answers at once (the script model): its turns after a run's first
+    /// are asked and answered within one drive, and record no `model_turn_started`.
+    pub immediate_model: bool,
 }
 
 /// What the engine knew when it asked the model for a turn; recorded with the answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TurnAsked {
-    /// The run is still `queued`: its move to `running` goes into the turn's transaction.
-    pub starting: bool,
     /// Calls out when the model was asked.
     pub pending: usize,
     /// The last event the model's conversation included: anything newer (a reply that

@@ -9,7 +9,7 @@ use super::{
     CALL_AGENT, CHECK_RUN, CallOutcome, CostDelta, Effect, Input, ModelAnswer, Policy, ReplyIn,
     Step, TurnAsked, Verdict, step,
 };
-use crate::event::{Created, ReplyOutcome};
+use crate::event::{Created, ModelTurnStarted, ReplyOutcome};
 use crate::{Channel, Message, ModelStep, Refusal, RunEvent, RunId, RunStatus, RunView, ToolUse};
 
 const FLEET: [&str; 3] = ["cmo", "cfo", "ops"];
@@ -29,6 +29,7 @@ fn policy<'a>(can_call: &'a [String], fleet: &'a [String], limits: Limits) -> Po
         fleet_agents: fleet,
         limits,
         reply_cap: 64,
+        immediate_model: false,
     }
 }
 
@@ -79,6 +80,17 @@ impl Run {
     fn step(&mut self, input: Input, policy: &Policy<'_>) -> Step {
         let step = step(&self.view, input, policy);
         self.apply(&step);
+        if step
+            .effects
+            .iter()
+            .any(|e| matches!(e, Effect::AskModel(_)))
+        {
+            assert_ne!(
+                self.status,
+                RunStatus::Queued,
+                "a run whose model is asked is running: {step:?}"
+            );
+        }
         step
     }
 }
@@ -131,27 +143,33 @@ fn placed(step: &Step) -> Vec<String> {
 }
 
 #[test]
-fn a_fresh_run_asks_its_model_and_starts_in_the_turns_transaction() {
+fn a_fresh_run_is_running_from_its_first_ask_and_its_turn_is_recorded_after() {
     let (cc, fl) = (can_call(), fleet());
     let p = policy(&cc, &fl, Limits::default());
     let mut run = Run::new(0);
     let first = run.step(advance(), &p);
-    assert_eq!(
-        first.write, None,
-        "nothing is written before the first turn"
-    );
     let turn = asked(&first);
-    assert!(turn.starting);
     assert_eq!(turn.seen_seq, 1);
-    let step = run.step(answer(turn, calls(&["tu_0_0", "tu_0_1"])), &p);
-    assert_eq!(step.effects, vec![Effect::Advance]);
+    // The ask and the move to `running` are one transaction, before the model answers.
     assert_eq!(run.status, RunStatus::Running);
     assert_eq!(
         run.log.iter().map(RunEvent::kind).collect::<Vec<_>>(),
-        ["created", "status", "model_turn"]
+        ["created", "status", "model_turn_started"]
     );
+    assert_eq!(
+        run.log[2],
+        RunEvent::ModelTurnStarted(ModelTurnStarted { turn: 1 })
+    );
+    let step = run.step(answer(turn, calls(&["tu_0_0", "tu_0_1"])), &p);
+    assert_eq!(step.effects, vec![Effect::Advance]);
     let write = step.write.as_ref().unwrap();
+    assert_eq!((write.start, write.status), (false, None));
     assert_eq!((write.cost.model_turns, write.cost.input_tokens), (1, 3));
+    assert_eq!(
+        run.log.iter().map(RunEvent::kind).collect::<Vec<_>>(),
+        ["created", "status", "model_turn_started", "model_turn"],
+        "one status change"
+    );
     // Both calls go out at once; nothing is written until they come back.
     let out = run.step(advance(), &p);
     assert_eq!(placed(&out), ["tu_0_0", "tu_0_1"]);
@@ -386,7 +404,14 @@ fn a_wait_with_nothing_out_fails_the_run_in_the_turns_transaction() {
     assert_eq!(run.status, RunStatus::Failed);
     assert_eq!(
         run.log.iter().map(RunEvent::kind).collect::<Vec<_>>(),
-        ["created", "status", "model_turn", "failed", "status"]
+        [
+            "created",
+            "status",
+            "model_turn_started",
+            "model_turn",
+            "failed",
+            "status"
+        ]
     );
 }
 
@@ -666,7 +691,7 @@ fn a_running_or_queued_run_reads_a_delivery_on_its_next_turn_without_an_effect()
     assert_eq!(step.effects, vec![]);
     assert_eq!(run.status, RunStatus::Queued);
     let turn = asked(&run.step(advance(), &p));
-    assert!(turn.starting);
+    assert_eq!(run.status, RunStatus::Running);
     assert_eq!(turn.seen_seq, 2);
 }
 
@@ -820,3 +845,4 @@ proptest! {
 mod budget;
 mod cancel;
 mod gate;
+mod started;

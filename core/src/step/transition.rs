@@ -56,8 +56,8 @@ pub struct Transition {
     /// Additions to the cost of the run's descendants (a reply's tree cost): the run's tree
     /// cost is its own plus these.
     pub descendants: CostDelta,
-    /// Move a `queued` run to `running` first, in the same transaction (a fresh run's first
-    /// turn), so its log still shows both status changes.
+    /// Move a `queued` run to `running` first, in the same transaction (the ask of a fresh
+    /// run's first model turn), so its log shows the move before what the transition records.
     pub start: bool,
 }
 

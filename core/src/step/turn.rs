@@ -1,13 +1,33 @@
 //! A run's own pace: whether it asks its model for a turn, waits, or settles, and what a
 //! model's answer writes.
 //!
-//! [`advance`] is what a run does when nothing new arrived: it moves a fresh run to
-//! `running`, hands a turn's open tool uses to `resolve` (or fails the run when one repeats a
-//! use the loop guard refused already, `repeat`), waits while calls are out, and
-//! before asking the model again enforces the turn limit (`limits.max_turns`) and the token
-//! budget (`limits.max_tokens`). [`model_answered`] records a turn (with its cost and tokens)
-//! and rejects one that reuses tool-use ids. Neither may place calls or take replies itself: those belong to
-//! `call` and `reply`, so a rule about them lives in one place only.
+//! [`advance`] is what a run does when nothing new arrived: it hands a turn's open tool uses to
+//! `resolve` (or fails the run when one repeats a use the loop guard refused already,
+//! `repeat`), waits while calls are out, and before asking the model again enforces the turn
+//! limit (`limits.max_turns`) and the token budget (`limits.max_tokens`). [`model_answered`]
+//! records a turn (with its cost and tokens) and rejects one that reuses tool-use ids. Neither
+//! may place calls or take replies itself: those belong to `call` and `reply`, so a rule about
+//! them lives in one place only.
+//!
+//! # A turn is recorded when it is asked
+//!
+//! The step that asks the model (`Effect::AskModel`) also writes the ask: a
+//! `model_turn_started` event, with a `queued` run's move to `running` before it in the same
+//! transaction. A run is therefore `running` from the moment its model is first asked, however
+//! long that turn takes, and a slow turn shows in the log while the model thinks. The effect
+//! does not wait for that write's commit: asking a model lets nothing out of the host that the
+//! log would have to remember. The answer's `model_turn` never moves the status from `queued`:
+//! the ask did.
+//!
+//! The write is left out where it would tell nobody anything: a model that answers at once
+//! (`Policy::immediate_model`, the script model) is asked and answered within one drive of the
+//! run (once the agent's MCP servers have listed their tools, when a listing is due), so its
+//! started turn would hardly ever be seen before its answer. Such a turn after the run's first
+//! writes only its `model_turn`: the benchmarks' script runs take several turns, and each keeps
+//! one append. A run's first turn is recorded whatever the model: every run moves to `running`
+//! in one place, and every log shows when its run began to think, at the cost of one more event
+//! per run of an immediate model, committed in the same batch as its first `model_turn` when
+//! the writer groups them.
 
 use std::collections::BTreeSet;
 
@@ -17,7 +37,7 @@ use super::repeat::over_repeated;
 use super::resolve::resolve_tool_uses;
 use super::settled;
 use super::transition::{CostDelta, Transition};
-use crate::event::ModelTurn;
+use crate::event::{ModelTurn, ModelTurnStarted};
 use crate::{ModelStep, RunEvent, RunStatus, RunView};
 
 /// Moves the run as far as it goes on its own; `busy` and `thinking` say what is already out.
@@ -32,8 +52,8 @@ pub(super) fn advance(
         return Step::default();
     }
     let unresolved = view.unresolved_tool_uses();
-    // A fresh run goes straight to its first model turn; its move to `running` is written in
-    // that turn's transaction rather than in one of its own.
+    // A fresh run goes straight to its first model turn; its move to `running` is written with
+    // that turn's ask rather than in a transaction of its own.
     if status == RunStatus::Queued && (!unresolved.is_empty() || !view.needs_model()) {
         return Step::write(
             Transition::default().status(RunStatus::Running),
@@ -65,12 +85,23 @@ pub(super) fn advance(
         // A turn is already being asked for; its answer will advance the run.
         return Step::default();
     }
-    Step::effects(vec![Effect::AskModel(TurnAsked {
-        starting: status == RunStatus::Queued,
+    let ask = vec![Effect::AskModel(TurnAsked {
         pending,
         seen_seq: view.last_seq,
         seen_tool_uses: view.seen_tool_uses.clone(),
-    })])
+    })];
+    // See the module docs: only a later turn of a model that answers at once goes unrecorded.
+    if status != RunStatus::Queued && policy.immediate_model {
+        return Step::effects(ask);
+    }
+    let started = Transition {
+        start: true,
+        ..Transition::default()
+    }
+    .event(RunEvent::ModelTurnStarted(ModelTurnStarted {
+        turn: view.model_turns + 1,
+    }));
+    Step::write(started, ask)
 }
 
 /// Why the run may not ask its model again, when it may not: it took its turns, or its turns
@@ -104,7 +135,8 @@ fn settle(outcome: Result<String, String>) -> Step {
     Step::write(Transition::default().settle(outcome), vec![Effect::Settled])
 }
 
-/// Records a model turn and what it decided.
+/// Records a model turn and what it decided. The run moved to `running` when the turn was
+/// asked ([`advance`]), so the answer moves it only to where the turn leaves it.
 pub(super) fn model_answered(
     view: &RunView,
     asked: TurnAsked,
@@ -135,7 +167,6 @@ pub(super) fn model_answered(
             output_tokens: answer.output_tokens,
             ..CostDelta::default()
         },
-        start: asked.starting,
         ..Transition::default()
     }
     .event(RunEvent::ModelTurn(ModelTurn {

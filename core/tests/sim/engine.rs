@@ -17,6 +17,10 @@ pub(crate) const VIEW_DIFFERS: &str = "kept view differs from the log";
 /// not allow.
 pub(crate) const PLACED_BEYOND_CONFIG: &str = "call placed beyond the caller's config";
 
+/// The class of a run whose model answers while its log still says `queued`: the ask was not
+/// written with the `Effect::AskModel` that made it.
+pub(crate) const QUEUED_WHILE_ASKED: &str = "queued while its model is asked";
+
 /// What a failed model turn's error starts with.
 pub(crate) const MODEL_ERROR: &str = "sim: the model failed";
 
@@ -58,6 +62,7 @@ impl World {
             fleet_agents: &self.fleet.names,
             limits: spec.limits,
             reply_cap: REPLY_CAP,
+            immediate_model: spec.immediate_model,
         };
         let step = step::step(view, input, &policy);
         let hop_depth = stored.hop_depth;

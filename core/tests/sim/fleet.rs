@@ -35,6 +35,11 @@ pub(crate) struct AgentSpec {
     /// The largest per-run cap any version of this config had: what bounds the calls a run
     /// records and the children the fleet holds for it when the cap moved under the run.
     pub max_cap_ever: u32,
+    /// The step is told this agent's model answers at once, as the real script model does
+    /// (`Policy::immediate_model`: a run's turns after its first record no
+    /// `model_turn_started`); the simulated model answers on a task all the same. Every other
+    /// agent, so both kinds of log are drawn without a draw from the seed.
+    pub immediate_model: bool,
 }
 
 /// Every agent of the fleet, and where it lives.
@@ -88,6 +93,7 @@ impl Fleet {
                     tools: Vec::new(),
                     version: 0,
                     max_cap_ever: limits.max_calls_per_run,
+                    immediate_model: i % 2 == 1,
                 }
             })
             .collect();

@@ -5,9 +5,9 @@ use consort_core::step::{CHECK_RUN, CallOutcome, Input, ModelAnswer};
 use consort_core::{Refusal, RunId, RunStatus};
 use rand::Rng;
 
-use super::engine::MODEL_ERROR;
+use super::engine::{MODEL_ERROR, QUEUED_WHILE_ASKED};
 use super::model::{self, UNREACHABLE_MARK};
-use super::trace::describe_task;
+use super::trace::{describe_task, short};
 use super::world::{CALL_TIMEOUT, REASK_AFTER, Task, Volatile, World};
 
 impl World {
@@ -317,6 +317,18 @@ impl World {
                 conversation,
             } => {
                 self.agent(&agent).vol.thinking.remove(&run);
+                // The ask was written before the model was asked (the sim's appends are
+                // durable at once): a run whose model answers is not `queued`.
+                let status = self.agents[&agent].store.runs[&run].status;
+                if status == RunStatus::Queued {
+                    self.violation(
+                        QUEUED_WHILE_ASKED,
+                        format!(
+                            "{agent}'s run {} is queued while its model answers",
+                            short(&run)
+                        ),
+                    );
+                }
                 let answer = if self.faults_on && self.rng.gen_bool(self.faults.model_error) {
                     self.stats.cover("model turn failed".into());
                     Err(format!("{MODEL_ERROR}: the provider answered 529"))

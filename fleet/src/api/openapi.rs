@@ -208,9 +208,9 @@ pub(crate) struct EventDoc {
     seq: u64,
     /// Unix milliseconds when it was recorded.
     at_ms: u64,
-    /// `created`, `status`, `model_turn`, `tool_result`, `call_placed`, `reply_received`,
-    /// `approval_requested`, `approval_decided`, `canceled`, `answer`, … (docs: the run event
-    /// log).
+    /// `created`, `status`, `model_turn_started`, `model_turn`, `tool_result`, `call_placed`,
+    /// `reply_received`, `approval_requested`, `approval_decided`, `canceled`, `answer`, …
+    /// (docs: the run event log).
     kind: String,
     /// The event's fields; their shape depends on `kind`.
     data: serde_json::Value,

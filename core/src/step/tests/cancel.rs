@@ -196,7 +196,6 @@ fn a_canceled_run_takes_nothing_that_arrives_later() {
     let p = policy(&cc, &fl, Limits::default());
     for (name, mut run) in unsettled_runs(&p) {
         let turn = TurnAsked {
-            starting: name == "queued",
             pending: 0,
             seen_seq: run.view.last_seq,
             seen_tool_uses: run.view.seen_tool_uses.clone(),
@@ -224,7 +223,6 @@ fn a_reply_to_a_canceled_run_is_taken_so_its_sender_stops_and_a_decision_is_refu
     let (cc, fl) = (can_call(), fleet());
     let p = policy(&cc, &fl, Limits::default());
     let turn = TurnAsked {
-        starting: false,
         pending: 0,
         seen_seq: 0,
         seen_tool_uses: BTreeSet::new(),
@@ -285,8 +283,7 @@ proptest! {
         let p = policy(&cc, &fl, Limits::default());
         let (_, mut run) = unsettled_runs(&p).swap_remove(state);
         let turn = TurnAsked {
-            starting: false,
-            pending: run.view.pending_calls(),
+                pending: run.view.pending_calls(),
             seen_seq: run.view.last_seq,
             seen_tool_uses: run.view.seen_tool_uses.clone(),
         };

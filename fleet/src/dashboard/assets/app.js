@@ -388,6 +388,7 @@ function eventSummary(e) {
   switch (e.kind) {
     case "created": return `${channelText(d.channel)} asked: ${d.input}`;
     case "status": return `${d.from} → ${d.to}${d.error ? `: ${d.error}` : ""}`;
+    case "model_turn_started": return `asks the model for turn ${d.turn}…`;
     case "call_placed": return `called ${d.agent} (${shortId(d.child_run)})`;
     case "call_refused": return `call to ${d.agent} refused: ${d.code}: ${d.reason}`;
     case "reply_received": return `reply from ${d.agent} (${d.status}): ${d.output}`;
