@@ -741,7 +741,8 @@ struct DeliverBody {
 /// `POST /directory/deliver {agent, run?, message, delivery_id, timeout_ms?, window_ms?}`: a
 /// message into a run (or a new run) of `agent`, from the caller (an operator here). The answer
 /// is the outcome: `active`, `stalled` (enqueued, nothing followed in the window: never
-/// success), `rejected` with its code, or `timeout` (no receipt in time; nothing is resent).
+/// success), `rejected` with its code, `timeout` (no receipt in time; nothing is resent) or
+/// `queued`.
 #[utoipa::path(
     post, path = "/directory/deliver", tag = "directory",
     summary = "Deliver a message to a peer agent",

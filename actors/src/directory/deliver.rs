@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use consort_core::RunId;
 use consort_core::directory::{
     Audience, DeliveryOutcome, OPERATOR_SENDER, Receipt, WaitOutcome, WaitUntil, activity_outcome,
+    sender_consents,
 };
 
 use super::WaitRequest;
@@ -44,10 +45,13 @@ pub struct DeliveryRequest {
 }
 
 impl DirectoryHost {
-    /// Delivers `request` for `audience`.
+    /// Delivers `request` for `audience`. `can_call` is the sending agent's `agents.can_call`
+    /// as this host serves it (empty for an agent it does not serve; unused for an operator):
+    /// the sender's half of consent is decided here, before anything is journaled or sent.
     pub(crate) async fn deliver(
         self,
         audience: Audience,
+        can_call: Vec<String>,
         request: DeliveryRequest,
     ) -> DeliveryOutcome {
         let reject = |code: &str, reason: String| DeliveryOutcome::Rejected {
@@ -65,6 +69,11 @@ impl DirectoryHost {
                 );
             }
         };
+        // The sender's own side refuses with its own code: the peer is not asked, and is not
+        // blamed.
+        if let Err(refusal) = sender_consents(&sender, &can_call, &request.agent) {
+            return DeliveryOutcome::rejected(&request.delivery_id, &refusal);
+        }
         if request.text.len() > MAX_MESSAGE_BYTES {
             return reject(
                 "message_too_large",
