@@ -5,13 +5,16 @@
 //!   host with the typed outcome a peer's refusal has (`rejected`, with its own code), and its
 //!   sentence names the sender's `can_call`: the peer, which does accept the sender, is never
 //!   blamed (nor asked).
+//! - Looking a delivery up while the host that holds its receipt is down answers `unreachable`
+//!   with what failed, never `unknown_delivery` (the delivery had arrived); once the host is
+//!   back, the lookup answers the real receipt.
 
 mod support;
 
 use std::path::Path;
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use support::ServeFleet;
 
 const LONG: Duration = Duration::from_secs(60);
@@ -76,4 +79,77 @@ fn a_delivery_the_senders_can_call_does_not_allow_is_rejected_typed_and_blames_t
     assert!(result.to_string().contains("\"is_error\":true"), "{result}");
     // Refused before anything left alpha: cfo was not asked, nothing landed on beta.
     assert!(delivered_runs(&fleet).is_empty());
+}
+
+#[test]
+fn a_receipt_lookup_while_the_peer_host_is_down_is_unreachable_then_the_real_receipt() {
+    let mut fleet = fleet(|_| {});
+    fleet.start("alpha");
+    fleet.start("beta");
+    let delivered: Value = fleet
+        .http
+        .post(format!("{}/directory/deliver", fleet.url("alpha")))
+        .json(&json!({"agent": "cfo", "message": "2026-08", "delivery_id": "arrived-1"}))
+        .send()
+        .expect("POST /directory/deliver")
+        .json()
+        .expect("outcome json");
+    assert!(
+        matches!(delivered["outcome"].as_str(), Some("active" | "stalled")),
+        "{delivered}"
+    );
+    let run = delivered["receipt"]["run"]
+        .as_str()
+        .expect("the receipt's run")
+        .to_owned();
+    let lookup = |fleet: &ServeFleet| {
+        support::consort(&[
+            "directory",
+            "delivery",
+            "cfo",
+            "--id",
+            "arrived-1",
+            "--at",
+            fleet.url("alpha"),
+        ])
+    };
+    let found = lookup(&fleet);
+    assert_eq!(found.status.code(), Some(0), "{found:?}");
+
+    // beta goes away: the receipt is on beta, so alpha cannot say whether it is there.
+    fleet.kill("beta");
+    let out = lookup(&fleet);
+    let answer: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("not JSON: {}", support::stdout(&out)));
+    assert_eq!(answer["receipt"], "unreachable", "{answer}");
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    assert_eq!(answer["delivery_id"], "arrived-1", "{answer}");
+    assert_eq!(answer["host"], "beta", "{answer}");
+    assert!(
+        answer["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("beta")),
+        "{answer}"
+    );
+    let over_http: Value = fleet
+        .http
+        .get(format!(
+            "{}/directory/delivery?agent=cfo&id=arrived-1",
+            fleet.url("alpha")
+        ))
+        .send()
+        .expect("GET /directory/delivery")
+        .json()
+        .expect("receipt json");
+    assert_eq!(over_http["receipt"], "unreachable", "{over_http}");
+
+    // beta is back: the lookup answers the receipt it holds.
+    fleet.start("beta");
+    let out = support::eventually("the receipt once beta is back", LONG, || {
+        let out = lookup(&fleet);
+        (out.status.code() == Some(0)).then_some(out)
+    });
+    let answer: Value = serde_json::from_slice(&out.stdout).expect("receipt json");
+    assert_eq!(answer["receipt"], "enqueued", "{answer}");
+    assert_eq!(answer["run"], run.as_str(), "{answer}");
 }

@@ -580,7 +580,8 @@ impl Host {
         .map_err(|e| ActorsError::Actor(e.to_string()))
     }
 
-    /// The receipt of an earlier delivery of `audience`'s (`unknown_delivery` when none).
+    /// The receipt of an earlier delivery of `audience`'s (`unknown_delivery` when none,
+    /// `unreachable` when the host that holds it could not be asked).
     pub async fn delivery_status(
         &self,
         audience: consort_core::directory::Audience,
