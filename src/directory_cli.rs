@@ -77,7 +77,8 @@ pub(crate) enum DirectoryCommand {
         #[arg(long)]
         json: bool,
     },
-    /// The receipt of your earlier delivery: exit 0 enqueued, 5 unknown_delivery.
+    /// The receipt of your earlier delivery: exit 0 enqueued, 5 unknown_delivery, 6 queued, 4
+    /// unreachable (the host that holds it could not be asked: look again later).
     Delivery {
         agent: String,
         #[arg(long)]
@@ -214,6 +215,8 @@ pub(crate) async fn directory_command(command: DirectoryCommand) -> Result<ExitC
                 consort_core::directory::Receipt::Enqueued { .. } => ExitCode::SUCCESS,
                 consort_core::directory::Receipt::UnknownDelivery { .. } => ExitCode::from(5),
                 consort_core::directory::Receipt::Queued { .. } => ExitCode::from(6),
+                // Not known either way, as a delivery's timeout: the same exit code.
+                consort_core::directory::Receipt::Unreachable { .. } => ExitCode::from(4),
                 _ => ExitCode::from(3),
             })
         }

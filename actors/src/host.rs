@@ -559,7 +559,9 @@ impl Host {
     }
 
     /// Delivers a message for `audience` (see `consort_actors::directory::DeliveryRequest`):
-    /// the receipt, then whether the run moved inside the window.
+    /// the receipt, then whether the run moved inside the window. An agent audience delivers
+    /// only to agents its `agents.can_call` on this host lists (`rejected`,
+    /// `delivery_not_in_can_call` otherwise, decided before anything is sent).
     pub async fn deliver(
         &self,
         audience: consort_core::directory::Audience,
@@ -578,7 +580,8 @@ impl Host {
         .map_err(|e| ActorsError::Actor(e.to_string()))
     }
 
-    /// The receipt of an earlier delivery of `audience`'s (`unknown_delivery` when none).
+    /// The receipt of an earlier delivery of `audience`'s (`unknown_delivery` when none,
+    /// `unreachable` when the host that holds it could not be asked).
     pub async fn delivery_status(
         &self,
         audience: consort_core::directory::Audience,

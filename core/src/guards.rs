@@ -208,7 +208,8 @@ pub fn arrived_call(
     Ok(())
 }
 
-fn list_or_none(names: &[String]) -> String {
+/// `can_call` as a refusal's text says it: the names, or that there are none.
+pub(crate) fn list_or_none(names: &[String]) -> String {
     if names.is_empty() {
         "none: agents.can_call is empty".to_owned()
     } else {

@@ -183,7 +183,8 @@ pub enum Refusal {
         "deliver expects a non-empty text and a delivery id of 1 to 128 characters from [A-Za-z0-9_.:-]: nothing was written"
     )]
     MalformedDelivery,
-    /// The callee does not take deliveries from the sender.
+    /// The callee does not take deliveries from the sender: its `accept_from` does not list
+    /// the sender (decided by the callee's side).
     #[error(
         "{callee} does not accept deliveries from {sender}: nothing was written; answer with what you have"
     )]
@@ -192,6 +193,19 @@ pub enum Refusal {
         sender: String,
         /// The agent that refused.
         callee: String,
+    },
+    /// The sender's own config does not list the callee in `can_call`: refused on the
+    /// sender's side, before the callee was asked (it may well accept the sender).
+    #[error(
+        "{sender} may not deliver to {callee}: {callee} is not in your own agents.can_call ({allowed}); nothing was sent and {callee} was not asked; deliver to one of those or answer with what you have"
+    )]
+    DeliveryNotInCanCall {
+        /// The delivering agent.
+        sender: String,
+        /// The agent it asked to deliver to.
+        callee: String,
+        /// The agents it may call, as text.
+        allowed: String,
     },
     /// A delivery named a run the sender did not place.
     #[error(
@@ -250,6 +264,7 @@ impl Refusal {
             Self::DeliveryConflict { .. } => "delivery_conflict",
             Self::MalformedDelivery => "malformed_delivery",
             Self::DeliveryNotConsented { .. } => "delivery_not_consented",
+            Self::DeliveryNotInCanCall { .. } => "delivery_not_in_can_call",
             Self::DeliveryNotYourRun { .. } => "delivery_not_your_run",
             Self::Draining { .. } => "draining",
             Self::RepeatedToolUse { .. } => "repeated_tool_use",
@@ -340,6 +355,11 @@ mod tests {
                 sender: s("cmo"),
                 callee: s("cfo"),
             },
+            Refusal::DeliveryNotInCanCall {
+                sender: s("a1"),
+                callee: s("b3"),
+                allowed: s("c"),
+            },
             Refusal::DeliveryNotYourRun { run: s("run_1") },
             Refusal::Draining { host: s("beta") },
             Refusal::RepeatedToolUse {
@@ -401,6 +421,30 @@ mod tests {
         assert_eq!(
             Refusal::MalformedDelivery.to_wire(),
             r#"{"reason":"malformed_delivery"}"#
+        );
+    }
+
+    #[test]
+    fn a_sender_side_delivery_refusal_names_the_senders_can_call_not_the_peer() {
+        let refusal = Refusal::DeliveryNotInCanCall {
+            sender: "a1".into(),
+            callee: "b3".into(),
+            allowed: "c7".into(),
+        };
+        let text = refusal.to_string();
+        assert!(text.contains("your own agents.can_call (c7)"), "{text}");
+        assert!(!text.contains("does not accept"), "{text}");
+        assert_ne!(
+            refusal.code(),
+            Refusal::DeliveryNotConsented {
+                sender: "a1".into(),
+                callee: "b3".into(),
+            }
+            .code()
+        );
+        assert_eq!(
+            refusal.to_wire(),
+            r#"{"reason":"delivery_not_in_can_call","sender":"a1","callee":"b3","allowed":"c7"}"#
         );
     }
 

@@ -741,7 +741,8 @@ struct DeliverBody {
 /// `POST /directory/deliver {agent, run?, message, delivery_id, timeout_ms?, window_ms?}`: a
 /// message into a run (or a new run) of `agent`, from the caller (an operator here). The answer
 /// is the outcome: `active`, `stalled` (enqueued, nothing followed in the window: never
-/// success), `rejected` with its code, or `timeout` (no receipt in time; nothing is resent).
+/// success), `rejected` with its code, `timeout` (no receipt in time; nothing is resent) or
+/// `queued`.
 #[utoipa::path(
     post, path = "/directory/deliver", tag = "directory",
     summary = "Deliver a message to a peer agent",
@@ -786,14 +787,15 @@ struct DeliveryStatusQuery {
 }
 
 /// `GET /directory/delivery?agent=A&id=ID[&run=R]`: the receipt of the caller's earlier
-/// delivery (`enqueued` where it landed, `unknown_delivery` when it is not there): what a sender
-/// reads after a `timeout` instead of sending again.
+/// delivery (`enqueued` where it landed, `queued` in this host's outbox, `unknown_delivery` when
+/// it is not there, `unreachable` when the host that holds it could not be asked): what a
+/// sender reads after a `timeout` instead of sending again.
 #[utoipa::path(
     get, path = "/directory/delivery", tag = "directory",
     summary = "The receipt of an earlier delivery",
     params(DeliveryStatusQuery),
     responses(
-        (status = 200, description = "`enqueued` where it landed, or `unknown_delivery`", body = serde_json::Value),
+        (status = 200, description = "`enqueued` where it landed, `queued`, `unknown_delivery`, or `unreachable` (with `host` and `detail`)", body = serde_json::Value),
         (status = 400, description = "a malformed query or body", body = ErrorDoc),
     ),
     security((), ("bearer" = []))

@@ -161,7 +161,8 @@ impl Client {
         self.send(post).await
     }
 
-    /// The receipt of this client's earlier delivery `delivery_id` to `agent`.
+    /// The receipt of this client's earlier delivery `delivery_id` to `agent`: `unreachable`
+    /// (not `unknown_delivery`) when the host asked could not reach the host that holds it.
     pub async fn delivery_status(
         &self,
         agent: &str,

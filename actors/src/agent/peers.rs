@@ -15,7 +15,7 @@ use tracing::{Instrument, warn};
 
 use consort_core::directory::{
     Audience, DELIVER, DeliveryOutcome, ExcerptSource, LIST_PEERS, NEEDS_ATTENTION, OBSERVE_PEER,
-    WAIT_PEER, WaitUntil, sender_consents,
+    WAIT_PEER, WaitUntil,
 };
 use consort_core::{RunId, ToolUse};
 
@@ -105,23 +105,22 @@ pub(super) fn use_directory_tool(
             text(input, "agent"),
             input.get("message").and_then(Value::as_str),
         ) {
+            // The sender's half of consent (its can_call) is decided by the host, so the model
+            // reads its refusal as the same typed outcome as any other.
             (Some(agent), Some(message)) => {
-                match sender_consents(&state.config.name, &state.config.can_call, &agent) {
-                    Err(refusal) => Err(refusal.to_string()),
-                    Ok(()) => match text(input, "run").map(|r| RunId::parse(&r)).transpose() {
-                        Err(e) => Err(format!("deliver: {e}")),
-                        Ok(run) => Ok(Asked::Deliver(DeliveryRequest {
-                            agent,
-                            run,
-                            // The same tool use names the same delivery across a replay, so a
-                            // crash never delivers twice.
-                            delivery_id: text(input, "delivery_id")
-                                .unwrap_or_else(|| format!("{}.{}", record.id, tool_use.id)),
-                            text: message.to_owned(),
-                            timeout: Duration::from_secs(10),
-                            window: None,
-                        })),
-                    },
+                match text(input, "run").map(|r| RunId::parse(&r)).transpose() {
+                    Err(e) => Err(format!("deliver: {e}")),
+                    Ok(run) => Ok(Asked::Deliver(DeliveryRequest {
+                        agent,
+                        run,
+                        // The same tool use names the same delivery across a replay, so a
+                        // crash never delivers twice.
+                        delivery_id: text(input, "delivery_id")
+                            .unwrap_or_else(|| format!("{}.{}", record.id, tool_use.id)),
+                        text: message.to_owned(),
+                        timeout: Duration::from_secs(10),
+                        window: None,
+                    })),
                 }
             }
             _ => Err("deliver expects {\"agent\": \"<name>\", \"message\": \"<text>\"}".to_owned()),

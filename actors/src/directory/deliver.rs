@@ -11,10 +11,12 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use tracing::warn;
 
 use consort_core::RunId;
 use consort_core::directory::{
     Audience, DeliveryOutcome, OPERATOR_SENDER, Receipt, WaitOutcome, WaitUntil, activity_outcome,
+    sender_consents,
 };
 
 use super::WaitRequest;
@@ -44,10 +46,13 @@ pub struct DeliveryRequest {
 }
 
 impl DirectoryHost {
-    /// Delivers `request` for `audience`.
+    /// Delivers `request` for `audience`. `can_call` is the sending agent's `agents.can_call`
+    /// as this host serves it (empty for an agent it does not serve; unused for an operator):
+    /// the sender's half of consent is decided here, before anything is journaled or sent.
     pub(crate) async fn deliver(
         self,
         audience: Audience,
+        can_call: Vec<String>,
         request: DeliveryRequest,
     ) -> DeliveryOutcome {
         let reject = |code: &str, reason: String| DeliveryOutcome::Rejected {
@@ -65,6 +70,11 @@ impl DirectoryHost {
                 );
             }
         };
+        // The sender's own side refuses with its own code: the peer is not asked, and is not
+        // blamed.
+        if let Err(refusal) = sender_consents(&sender, &can_call, &request.agent) {
+            return DeliveryOutcome::rejected(&request.delivery_id, &refusal);
+        }
         if request.text.len() > MAX_MESSAGE_BYTES {
             return reject(
                 "message_too_large",
@@ -217,7 +227,8 @@ impl DirectoryHost {
 impl DirectoryHost {
     /// The receipt of an earlier delivery of `audience` with `delivery_id` to `agent` (into
     /// `run`, or as a new run): `enqueued` where it landed, `unknown_delivery` when nothing
-    /// with that id from that sender is there. A sender reads this instead of sending again.
+    /// with that id from that sender is there, `unreachable` when the host that holds it could
+    /// not be asked. A sender reads this instead of sending again.
     pub(crate) async fn delivery_status(
         self,
         audience: Audience,
@@ -240,12 +251,19 @@ impl DirectoryHost {
                 return super::outbox::queued(&delivery_id);
             }
             let Some(remote) = self.remote.clone() else {
-                return Receipt::UnknownDelivery { delivery_id };
+                return Receipt::unreachable(&delivery_id, &host, "this host has no links");
             };
-            return remote
-                .delivery_status(host, asker, agent, run, delivery_id.clone())
+            // A failure to ask is no answer about the delivery: it may well be there.
+            return match remote
+                .delivery_status(host.clone(), asker, agent, run, delivery_id.clone())
                 .await
-                .unwrap_or(Receipt::UnknownDelivery { delivery_id });
+            {
+                Ok(receipt) => receipt,
+                Err(failure) => {
+                    warn!(peer_host = %host, %failure, "delivery lookup: the agent's host did not answer");
+                    Receipt::unreachable(&delivery_id, &host, failure.to_string())
+                }
+            };
         }
         if self.board.seat(&agent).is_none() {
             return Receipt::UnknownDelivery { delivery_id };

@@ -4,7 +4,7 @@
 //! It decides nothing: the rules are consort-core's `directory`.
 
 use consort_core::Refusal;
-use consort_core::directory::Receipt;
+use consort_core::directory::{Audience, Receipt};
 use consort_net::RunId;
 use ractor::{ActorRef, RpcReplyPort};
 use tracing::warn;
@@ -50,7 +50,22 @@ impl HostSupervisor {
                 audience,
                 request,
                 reply,
-            } => answer_on_task(reply, state.directory.clone().deliver(audience, request)),
+            } => {
+                // The sender's can_call as this host serves it now; an agent it does not serve
+                // has none here, so its deliveries are refused on this side.
+                let can_call = match &audience {
+                    Audience::Agent(agent) => state
+                        .slots
+                        .get(agent)
+                        .map(|slot| slot.config.can_call.clone())
+                        .unwrap_or_default(),
+                    _ => Vec::new(),
+                };
+                answer_on_task(
+                    reply,
+                    state.directory.clone().deliver(audience, can_call, request),
+                );
+            }
             SupervisorMsg::DeliveryStatus {
                 audience,
                 agent,

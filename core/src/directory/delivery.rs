@@ -109,6 +109,17 @@ pub enum Receipt {
         /// The sender's id for the delivery.
         delivery_id: String,
     },
+    /// The host that holds the receipt could not be asked (it is down, out of reach, or
+    /// answered with nothing this host can read): whether the delivery arrived is not known.
+    /// Never an answer about the delivery itself; ask again later.
+    Unreachable {
+        /// The sender's id for the delivery.
+        delivery_id: String,
+        /// The host that was asked.
+        host: String,
+        /// What failed.
+        detail: String,
+    },
 }
 
 impl Receipt {
@@ -121,6 +132,16 @@ impl Receipt {
         }
     }
 
+    /// A lookup that could not reach `host`, which holds the receipt: what failed, never
+    /// `unknown_delivery` (that would say the delivery is not there).
+    pub fn unreachable(delivery_id: &str, host: &str, detail: impl Into<String>) -> Self {
+        Self::Unreachable {
+            delivery_id: delivery_id.to_owned(),
+            host: host.to_owned(),
+            detail: detail.into(),
+        }
+    }
+
     /// The stable code.
     pub fn code(&self) -> &'static str {
         match self {
@@ -128,6 +149,7 @@ impl Receipt {
             Self::Rejected { .. } => "rejected",
             Self::UnknownDelivery { .. } => "unknown_delivery",
             Self::Queued { .. } => "queued",
+            Self::Unreachable { .. } => "unreachable",
         }
     }
 
@@ -137,7 +159,8 @@ impl Receipt {
             Self::Enqueued { delivery_id, .. }
             | Self::Rejected { delivery_id, .. }
             | Self::UnknownDelivery { delivery_id }
-            | Self::Queued { delivery_id } => delivery_id,
+            | Self::Queued { delivery_id }
+            | Self::Unreachable { delivery_id, .. } => delivery_id,
         }
     }
 }
@@ -160,7 +183,8 @@ pub enum DeliveryOutcome {
         /// How long the sender watched, in milliseconds.
         window_ms: u64,
     },
-    /// The callee refused it (or has no record of it); nothing was written.
+    /// Refused, by the sender's host (its own `can_call`, the audience, the message) or by
+    /// the callee (or the callee has no record of it); nothing was written.
     Rejected {
         /// The sender's id for the delivery.
         delivery_id: String,
@@ -188,6 +212,16 @@ pub enum DeliveryOutcome {
 }
 
 impl DeliveryOutcome {
+    /// A refusal decided before any receipt (on the sender's side), as the outcome the sender
+    /// reads: the same shape and code as the peer's refusal of that kind would have.
+    pub fn rejected(delivery_id: &str, refusal: &Refusal) -> Self {
+        Self::Rejected {
+            delivery_id: delivery_id.to_owned(),
+            code: refusal.code().to_owned(),
+            reason: refusal.to_string(),
+        }
+    }
+
     /// The stable code.
     pub fn code(&self) -> &'static str {
         match self {
@@ -242,6 +276,18 @@ pub fn activity_outcome(
             delivery_id,
             detail: "journaled on the sender's host; carried when the peer's host is back".into(),
         },
+        // No answer from the host that holds it: as for a missing receipt, it may or may not
+        // have arrived, and nothing is resent.
+        Receipt::Unreachable {
+            delivery_id,
+            host,
+            detail,
+        } => DeliveryOutcome::Timeout {
+            delivery_id,
+            detail: format!(
+                "{host} could not be asked ({detail}): the message may or may not have arrived; look it up later, or deliver again with the same id"
+            ),
+        },
     }
 }
 
@@ -251,15 +297,21 @@ mod tests;
 /// The sender name of an operator's delivery: not a valid agent name, so no agent can take it.
 pub const OPERATOR_SENDER: &str = "@operator";
 
-/// The sender's half of a delivery's consent, decided as for a call: the sender's `can_call`
-/// names the callee. An operator needs none.
+/// The sender's half of a delivery's consent, decided on the sender's host as for a call: the
+/// sender's own `can_call` names the callee. An operator needs none.
+///
+/// A refusal here is the sender's own config speaking ([`Refusal::DeliveryNotInCanCall`],
+/// which names the sender's `can_call`), never the callee's
+/// [`Refusal::DeliveryNotConsented`]: the callee was not asked and may well accept the sender.
+/// The host passes the `can_call` it serves the sender with (empty when it does not serve it).
 pub fn sender_consents(sender: &str, can_call: &[String], callee: &str) -> Result<(), Refusal> {
     if sender == OPERATOR_SENDER || crate::consent::caller_consents(can_call, callee) {
         Ok(())
     } else {
-        Err(Refusal::DeliveryNotConsented {
+        Err(Refusal::DeliveryNotInCanCall {
             sender: sender.to_owned(),
             callee: callee.to_owned(),
+            allowed: crate::guards::list_or_none(can_call),
         })
     }
 }

@@ -144,6 +144,86 @@ fn only_activity_past_the_message_makes_a_delivery_active() {
     assert!(!outcome.is_success());
 }
 
+#[test]
+fn a_sender_whose_can_call_lacks_the_peer_is_refused_on_its_own_side() {
+    let can_call = vec!["c7".to_owned()];
+    assert_eq!(sender_consents("a1", &can_call, "c7"), Ok(()));
+    assert_eq!(sender_consents(OPERATOR_SENDER, &[], "b3"), Ok(()));
+    let refusal = sender_consents("a1", &can_call, "b3").unwrap_err();
+    assert_eq!(
+        refusal,
+        Refusal::DeliveryNotInCanCall {
+            sender: "a1".into(),
+            callee: "b3".into(),
+            allowed: "c7".into(),
+        }
+    );
+    assert_eq!(refusal.code(), "delivery_not_in_can_call");
+    // The sentence names the true reason, the sender's own can_call, and does not blame the
+    // peer, which was not asked.
+    assert_eq!(
+        refusal.to_string(),
+        "a1 may not deliver to b3: b3 is not in your own agents.can_call (c7); nothing was sent and b3 was not asked; deliver to one of those or answer with what you have"
+    );
+    let empty = sender_consents("a1", &[], "b3").unwrap_err();
+    assert!(
+        empty.to_string().contains("agents.can_call is empty"),
+        "{empty}"
+    );
+    // The peer's half is another rule with another code.
+    let peer = receiver_consents("a1", &[], "b3").unwrap_err();
+    assert_eq!(peer.code(), "delivery_not_consented");
+    assert_ne!(peer.code(), refusal.code());
+    assert_eq!(receiver_consents("a1", &["a1".to_owned()], "b3"), Ok(()));
+}
+
+#[test]
+fn a_sender_side_refusal_has_the_shape_of_a_peer_side_one() {
+    let mine = DeliveryOutcome::rejected("d-1", &sender_consents("a1", &[], "b3").unwrap_err());
+    let peers = activity_outcome(
+        Receipt::rejected("d-1", &receiver_consents("a1", &[], "b3").unwrap_err()),
+        None,
+        100,
+    );
+    assert_eq!(mine.code(), "rejected");
+    assert_eq!(peers.code(), "rejected");
+    let (mine, peers) = (
+        serde_json::to_value(&mine).unwrap(),
+        serde_json::to_value(&peers).unwrap(),
+    );
+    let keys = |v: &serde_json::Value| {
+        v.as_object()
+            .map(|o| o.keys().cloned().collect::<Vec<_>>())
+            .unwrap_or_default()
+    };
+    assert_eq!(keys(&mine), keys(&peers));
+    assert_eq!(mine["outcome"], "rejected");
+    assert_eq!(mine["delivery_id"], "d-1");
+    assert_eq!(mine["code"], "delivery_not_in_can_call");
+    assert_eq!(peers["code"], "delivery_not_consented");
+}
+
+#[test]
+fn a_lookup_that_could_not_reach_the_host_is_unreachable_never_unknown() {
+    let receipt = Receipt::unreachable("d-1", "beta", "beta is unreachable: timed out");
+    assert_eq!(receipt.code(), "unreachable");
+    assert_eq!(receipt.delivery_id(), "d-1");
+    let wire = serde_json::to_value(&receipt).unwrap();
+    assert_eq!(
+        wire,
+        json!({"receipt": "unreachable", "delivery_id": "d-1", "host": "beta", "detail": "beta is unreachable: timed out"})
+    );
+    assert_eq!(serde_json::from_value::<Receipt>(wire).unwrap(), receipt);
+    // Read as an outcome it says what a timeout says: it may or may not have arrived.
+    let outcome = activity_outcome(receipt, Some(100), 100);
+    assert_eq!(outcome.code(), "timeout");
+    assert!(!outcome.is_success());
+    assert!(
+        matches!(&outcome, DeliveryOutcome::Timeout { delivery_id, detail } if delivery_id == "d-1" && detail.contains("beta could not be asked")),
+        "{outcome:?}"
+    );
+}
+
 fn receipt() -> impl Strategy<Value = Receipt> {
     prop_oneof![
         (0..20u64, any::<bool>()).prop_map(|(seq, existing)| Receipt::Enqueued {
@@ -156,6 +236,7 @@ fn receipt() -> impl Strategy<Value = Receipt> {
         Just(Receipt::UnknownDelivery {
             delivery_id: "d-1".into()
         }),
+        Just(Receipt::unreachable("d-1", "beta", "down")),
     ]
 }
 
@@ -218,6 +299,10 @@ proptest! {
             }
             Receipt::Queued { .. } => {
                 prop_assert_eq!(outcome.code(), "queued");
+                prop_assert!(!outcome.is_success());
+            }
+            Receipt::Unreachable { .. } => {
+                prop_assert_eq!(outcome.code(), "timeout");
                 prop_assert!(!outcome.is_success());
             }
         }
