@@ -10,7 +10,6 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -199,14 +198,9 @@ fn bank_available() -> bool {
     )
 }
 
-/// The interpreter that imports the MCP SDK, by its full path (a started server gets a cleared
-/// environment).
+/// The interpreter, by its full path (a started server gets a cleared environment).
 fn python() -> String {
-    let out = Command::new("python3")
-        .args(["-c", "import sys; print(sys.executable)"])
-        .output()
-        .expect("python3");
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    support::python_executable()
 }
 
 /// An agent that pays acme 100 through the bank's gated `pay`, and answers with its result.

@@ -28,14 +28,9 @@ fn time_server_available() -> bool {
     )
 }
 
-/// The interpreter that imports `mcp_server_time`, by its full path (the server gets a cleared
-/// environment, so nothing depends on a shell's setup).
+/// The interpreter, by its full path (a started server gets a cleared environment).
 fn python() -> String {
-    let out = Command::new("python3")
-        .args(["-c", "import sys; print(sys.executable)"])
-        .output()
-        .expect("python3");
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    support::python_executable()
 }
 
 /// The `tools:` entry of the time server on stdio, with `extra` keys.

@@ -670,3 +670,16 @@ pub(crate) fn python_module(module: &str, required_by: &str, install: &str) -> b
     }
     available
 }
+
+/// The interpreter `python3` names, by its full path: a program the host starts (an MCP
+/// server) gets a cleared environment, so nothing may depend on a shell's `PATH`.
+pub(crate) fn python_executable() -> String {
+    let out = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .expect("python3");
+    String::from_utf8(out.stdout)
+        .expect("a UTF-8 path")
+        .trim()
+        .to_owned()
+}
