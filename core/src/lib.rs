@@ -19,6 +19,8 @@
 //! - [`RunEvent`] and [`RunView`]: a run's typed, versioned event log and its incremental fold.
 //! - `conversation`: what a model is shown and what it may answer.
 //! - [`step()`]: the run state machine: what a run writes and does next, given what happened.
+//! - [`machine`]: the agent machine: what one agent decides with beside its runs' logs
+//!   (admission and its reservations, uses out, held replies, re-ask timers, replies).
 //! - [`directory`]: the peer directory's rules: which goal a caller may see, the presence
 //!   vocabulary and its one mapping, and how a packet is assembled from every host's answer.
 //! - [`visibility`]: which tools a caller is shown (allow / deny / unknown): the auth
@@ -32,6 +34,7 @@ mod error;
 pub mod event;
 pub mod guards;
 mod ids;
+pub mod machine;
 mod refusal;
 mod run;
 pub mod step;

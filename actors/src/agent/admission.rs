@@ -1,16 +1,16 @@
 //! New runs: a root run started through the API, and a call accepted from a peer.
 //!
-//! Both are decided by consort-core (`guards::admit`, `guards::addressed_to`,
-//! `guards::check_inbound`) and stored by one job of the store writer, whose answer goes to the
-//! asker straight from the writer thread once the run is committed: the acknowledgement of a
-//! call never reports a run that a crash could take back. The actor does not wait for that
-//! commit. Admission counts runs that are not stored yet, so it *reserves*: the unsettled count
-//! (and the parent's children count, when the actor knows it) goes up when the job is sent and
-//! back down if the job finds a replay or a refusal. A reserved count can only make admission
-//! stricter for a moment, never let a run past a limit.
+//! Both are decided by consort-core's agent machine (`AgentMachine::admit_root`,
+//! `AgentMachine::reserve_call` and the `InboundGate` the store job admits a call with) and
+//! stored by one job of the store writer, whose answer goes to the asker straight from the
+//! writer thread once the run is committed: the acknowledgement of a call never reports a run
+//! that a crash could take back. The actor does not wait for that commit; the machine reserves
+//! the run's place meanwhile, and the job's outcome settles the reservation
+//! (`AgentMachine::call_admitted`, from the actor's commits).
 
 use consort_core::Refusal;
-use consort_core::guards::{self, InboundFacts};
+use consort_core::guards;
+use consort_core::machine::{CallAdmission, InboundGate};
 use consort_core::step::CallOutcome;
 use consort_net::{CallEnvelope, RunId, TraceContext};
 use ractor::{ActorRef, RpcReplyPort};
@@ -68,25 +68,11 @@ impl AgentActor {
         trace: Option<TraceContext>,
         reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
     ) -> Result<(), ActorsError> {
-        if let Err(refusal) = guards::admit(
-            &state.config.name,
-            &input,
-            state.unsettled,
-            state.options.admission_limit,
-        ) {
-            if reply.send(Err(refused(refusal))).is_err() {
-                warn!(agent = %state.config.name, "a refused run's starter stopped waiting");
-            }
-            return Ok(());
-        }
         let principal = crate::run::identity_text(&identity).0;
-        if let Err(refusal) = guards::admit_for(
-            &state.config.name,
-            &principal,
-            state.shares.active(&principal),
-            state.options.per_principal_limit,
-        ) {
-            warn!(agent = %state.config.name, %principal, "a principal's share of the agent is full");
+        if let Err(refusal) = state.machine.admit_root(&id, &input, &principal) {
+            if matches!(refusal, Refusal::PrincipalSaturated { .. }) {
+                warn!(agent = %state.config.name, %principal, "a principal's share of the agent is full");
+            }
             if reply.send(Err(refused(refusal))).is_err() {
                 warn!(agent = %state.config.name, "a refused run's starter stopped waiting");
             }
@@ -104,8 +90,6 @@ impl AgentActor {
             identity,
             origin,
         };
-        state.unsettled += 1;
-        state.shares.add(id.clone(), principal);
         state.chains.insert(id.clone(), Vec::new());
         let record = new.record(now_ms());
         // A root run's span: the starter's trace's child, or the start of a trace.
@@ -181,22 +165,13 @@ impl AgentActor {
         // A chain without an origin (stored before origins existed) acts for nobody known.
         let origin = envelope.origin().cloned().unwrap_or(Origin::Unknown);
         let span = info_span!("accept", run_id = %hop.child_run, agent = %me, caller = %hop.caller, hop_depth = envelope.depth(), %origin);
-        // The kept count is exact only when no job that counts in the store is out for this
-        // parent: such a job's insert is not in the kept count yet.
-        let known_children = if state.children_counting.contains_key(&hop.parent_run) {
-            None
-        } else {
-            state.children.get(&hop.parent_run).copied()
-        };
-        let gate = InboundGate {
-            caller: hop.caller.clone(),
-            callee: me.clone(),
-            accept_from: state.config.accept_from.clone(),
-            chain_depth: envelope.depth(),
-            active_runs: state.unsettled,
-            admission_limit: state.options.admission_limit,
-            limits: state.config.limits,
-        };
+        // Reserved now, settled when the job's answer comes back (see the module doc).
+        let (reservation, gate) = state.machine.reserve_call(
+            (&hop.caller, &hop.parent_run),
+            envelope.depth(),
+            &state.config.accept_from,
+            state.config.limits,
+        );
         let new = NewRun {
             id: hop.child_run.clone(),
             agent: me.clone(),
@@ -214,29 +189,13 @@ impl AgentActor {
                 .peer_identity(&hop.caller, &origin, &state.options.host_grants),
             origin,
         };
-        // Reserved now, settled when the job's answer comes back (see the module doc).
-        state.unsettled += 1;
-        match known_children {
-            Some(_) => {
-                if let Some(n) = state.children.get_mut(&hop.parent_run) {
-                    *n += 1;
-                }
-            }
-            // Counted in the store, behind every insert sent before it.
-            None => {
-                *state
-                    .children_counting
-                    .entry(hop.parent_run.clone())
-                    .or_insert(0) += 1;
-            }
-        }
         state.chains.insert(hop.child_run.clone(), envelope.hops);
         let ticket = state.commits.issue();
-        let (me_ref, parent_run) = (myself.clone(), hop.parent_run.clone());
+        let me_ref = myself.clone();
         let depth = state.metrics.host().mailbox().clone();
         let (parent, child) = (hop.parent_run, hop.child_run);
         state.store.write_then(
-            move |store| admit(store, &gate, known_children, &parent_run, new),
+            move |store| admit(store, &gate, &parent, new),
             move |result: Result<(Admission, Option<Refusal>), ActorsError>| {
                 let _in_span = span.enter();
                 let (outcome, admission) = match result {
@@ -270,9 +229,8 @@ impl AgentActor {
                 };
                 answer_call(reply, outcome);
                 let done = Done::Admitted {
-                    parent,
                     child,
-                    reserved_child: known_children.is_some(),
+                    reservation,
                     outcome: admission,
                 };
                 tell(
@@ -285,69 +243,41 @@ impl AgentActor {
     }
 }
 
-/// The writer thread's side of an arriving call: replay check, inbound guards, insert.
+/// The writer thread's side of an arriving call, in the order the gate decides
+/// ([`InboundGate::admit`]): replay check, inbound guards, insert.
 fn admit(
     store: &mut dyn RunLog,
     gate: &InboundGate,
-    known_children: Option<u64>,
     parent: &RunId,
     new: NewRun,
 ) -> Result<(Admission, Option<Refusal>), ActorsError> {
-    if store.has_run(&new.id)? {
-        return Ok((Admission::Replay, None));
+    let exists = store.has_run(&new.id)?;
+    match gate.admit(exists, || store.count_children(parent))? {
+        CallAdmission::Replay => Ok((Admission::Replay, None)),
+        CallAdmission::Refused { children, refusal } => {
+            Ok((Admission::Refused { children }, Some(refusal)))
+        }
+        CallAdmission::Insert { children_before } => {
+            // The log the insert starts, so the actor's first step of the run reads nothing
+            // back.
+            let created = new.created_event();
+            let Inserted::Created(record) = store.insert_run(new)? else {
+                return Ok((Admission::Replay, None));
+            };
+            Ok((
+                Admission::Stored {
+                    children_before,
+                    record: Box::new(record),
+                    created,
+                },
+                None,
+            ))
+        }
     }
-    let children = match known_children {
-        Some(n) => n,
-        None => store.count_children(parent)?,
-    };
-    if let Err(refusal) = gate.check(children) {
-        return Ok((Admission::Refused { children }, Some(refusal)));
-    }
-    // The log the insert starts, so the actor's first step of the run reads nothing back.
-    let created = new.created_event();
-    let inserted = store.insert_run(new)?;
-    let Inserted::Created(record) = inserted else {
-        return Ok((Admission::Replay, None));
-    };
-    Ok((
-        Admission::Stored {
-            children_before: children,
-            record: Box::new(record),
-            created,
-        },
-        None,
-    ))
 }
 
 fn answer_call(reply: RpcReplyPort<CallOutcome>, outcome: CallOutcome) {
     if reply.send(outcome).is_err() {
         warn!("a caller stopped waiting for a call's answer; a replay will find the run");
-    }
-}
-
-/// The facts of the inbound guards, owned, for the store writer's job: the children of the
-/// parent run are counted there when this actor does not know them yet.
-struct InboundGate {
-    caller: String,
-    callee: String,
-    accept_from: Vec<String>,
-    chain_depth: usize,
-    active_runs: usize,
-    admission_limit: usize,
-    limits: consort_config::Limits,
-}
-
-impl InboundGate {
-    fn check(&self, children_accepted: u64) -> Result<(), Refusal> {
-        guards::check_inbound(&InboundFacts {
-            caller: &self.caller,
-            callee: &self.callee,
-            accept_from: &self.accept_from,
-            chain_depth: self.chain_depth,
-            children_accepted,
-            active_runs: self.active_runs,
-            admission_limit: self.admission_limit,
-            limits: self.limits,
-        })
     }
 }

@@ -23,6 +23,7 @@ use std::collections::{BTreeMap, VecDeque};
 use ractor::{ActorRef, RpcReplyPort};
 use tracing::{Instrument, info_span, warn};
 
+use consort_core::machine::{CallAdmitted, CallReservation};
 use consort_core::{RunEvent, RunView, Transition};
 use consort_net::RunId;
 
@@ -56,10 +57,9 @@ pub(super) enum Done {
     },
     /// A call's admission (its caller has been answered already).
     Admitted {
-        parent: RunId,
         child: RunId,
-        /// Whether the parent's children count was known, and so reserved, when it was sent.
-        reserved_child: bool,
+        /// What admission reserved for it when it was sent.
+        reservation: CallReservation,
         outcome: Result<Admission, String>,
     },
 }
@@ -252,8 +252,7 @@ impl AgentState {
             view.apply(&event);
         }
         if transition.settles() {
-            self.unsettled = self.unsettled.saturating_sub(1);
-            self.shares.settled(id);
+            self.machine.run_settled(id);
             if let Some(status) = view.status {
                 self.metrics.settled(status);
             }
@@ -343,12 +342,11 @@ impl AgentActor {
             }
             Done::Started { run, stored } => Self::started(state, ticket, &run, stored)?,
             Done::Admitted {
-                parent,
                 child,
-                reserved_child,
+                reservation,
                 outcome,
             } => {
-                self.admitted(myself, state, parent, child, reserved_child, outcome)
+                self.admitted(myself, state, child, reservation, outcome)
                     .await?;
             }
         }
@@ -474,40 +472,34 @@ impl AgentActor {
         })
     }
 
-    /// A call's admission is committed (its caller has its answer): settle the reserved
-    /// counts and step the new run.
+    /// A call's admission is committed (its caller has its answer): settle its reservation and
+    /// step the new run.
     async fn admitted(
         &self,
         myself: &ActorRef<AgentMsg>,
         state: &mut AgentState,
-        parent: RunId,
         child: RunId,
-        reserved_child: bool,
+        reservation: CallReservation,
         outcome: Result<Admission, String>,
     ) -> Result<(), ActorsError> {
         let span = info_span!("accept", run_id = %child, agent = %state.config.name);
-        if !reserved_child && let Some(n) = state.children_counting.get_mut(&parent) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                state.children_counting.remove(&parent);
-            }
-        }
-        let undo = |state: &mut AgentState| {
-            state.unsettled = state.unsettled.saturating_sub(1);
-            state.chains.remove(&child);
-            if reserved_child && let Some(n) = state.children.get_mut(&parent) {
-                *n = n.saturating_sub(1);
-            }
+        let found = match &outcome {
+            Ok(Admission::Stored {
+                children_before, ..
+            }) => CallAdmitted::Stored {
+                children_before: *children_before,
+            },
+            Ok(Admission::Refused { children }) => CallAdmitted::Refused {
+                children: *children,
+            },
+            Ok(Admission::Replay) => CallAdmitted::Replay,
+            Err(_) => CallAdmitted::Failed,
         };
+        state.machine.call_admitted(&reservation, &found);
         match outcome {
             Ok(Admission::Stored {
-                children_before,
-                record,
-                created,
+                record, created, ..
             }) => {
-                if !reserved_child {
-                    state.count_children(&parent, children_before + 1);
-                }
                 state.metrics.started(&record.channel).increment(1);
                 state.keep_new(*record, std::slice::from_ref(&created));
                 let input = state.advance_input(&child);
@@ -515,17 +507,13 @@ impl AgentActor {
                     .instrument(span)
                     .await?;
             }
-            Ok(Admission::Refused { children }) => {
-                undo(state);
-                if !reserved_child {
-                    state.count_children(&parent, children);
-                }
+            Ok(Admission::Refused { .. } | Admission::Replay) => {
+                state.chains.remove(&child);
             }
-            Ok(Admission::Replay) => undo(state),
             Err(error) => {
                 let _in_span = span.enter();
                 warn!(%error, "call could not be stored");
-                undo(state);
+                state.chains.remove(&child);
             }
         }
         Ok(())

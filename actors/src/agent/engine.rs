@@ -7,10 +7,10 @@
 //! spawned task whose outcome comes back as a message, so the mailbox keeps moving while a
 //! remote host or a model answers.
 
-use std::collections::VecDeque;
 use std::time::Instant;
 
 use consort_core::event::ReplyOutcome;
+use consort_core::machine::SettledRun;
 use consort_core::step::{
     self, CallOutcome, Effect, Input, ModelAnswer, ReplyIn, TurnAsked, Verdict,
 };
@@ -24,7 +24,7 @@ use super::{AgentActor, AgentMsg, AgentState, refused, tell};
 use crate::fault::{self, Point};
 use crate::model::{ModelError, ModelReply, ModelRequest, ToolSpec};
 use crate::routing::SupervisorMsg;
-use crate::run::{RunRecord, RunStatus, now_ms};
+use crate::run::{RunRecord, now_ms};
 use crate::tools::{ListedTool, ToolError};
 use crate::{ActorsError, Decided};
 
@@ -50,7 +50,7 @@ impl AgentActor {
             spawn_listing(state, myself, due);
         }
         if state.servers.asking() {
-            state.thinking.insert(id.clone());
+            state.machine.thinking(&id);
             state.awaiting_listing.push((id, asked));
             return None;
         }
@@ -64,7 +64,7 @@ impl AgentActor {
         specs.extend(crate::meta_tools::meta_specs());
         let conversation = state.views.get(&id)?.conversation.clone();
         if !state.model.is_immediate() {
-            state.thinking.insert(id.clone());
+            state.machine.thinking(&id);
             let depth = state.metrics.host().mailbox().clone();
             let (model, me, agent) = (
                 state.model.clone(),
@@ -142,7 +142,7 @@ impl AgentActor {
             );
         }
         for (run, tool_use_id) in std::mem::take(&mut state.uses_awaiting_listing) {
-            state.in_flight.remove(&run, &tool_use_id);
+            state.machine.task_back(&run, &tool_use_id);
             tell(&depth, myself, AgentMsg::UseAgain(run));
         }
     }
@@ -159,7 +159,7 @@ impl AgentActor {
         input: String,
     ) -> Result<(), ActorsError> {
         let envelope = build_envelope(state, record, &callee, &tool_use_id, input).await?;
-        state.in_flight.insert(&record.id, &tool_use_id);
+        state.machine.task_out(&record.id, &tool_use_id);
         let (supervisor, me, run) = (state.supervisor.clone(), myself.clone(), record.id.clone());
         let depth = state.metrics.host().mailbox().clone();
         let span = info_span!("call", run_id = %run, agent = %state.config.name, callee = %callee, hop_depth = envelope.depth(), origin = %record.origin);
@@ -202,7 +202,7 @@ impl AgentActor {
         child: RunId,
         callee: String,
     ) {
-        state.in_flight.insert(&record.id, &tool_use_id);
+        state.machine.task_out(&record.id, &tool_use_id);
         let (supervisor, me, run) = (state.supervisor.clone(), myself.clone(), record.id.clone());
         let depth = state.metrics.host().mailbox().clone();
         let (caller, cap) = (state.config.name.clone(), state.options.reply_cap);
@@ -248,7 +248,8 @@ impl AgentActor {
         );
     }
 
-    /// A placed call's outcome: record it, then hand over a reply that beat it.
+    /// A placed call's outcome: record it, then a reply that beat it
+    /// ([`AgentMachine::call_ended`](consort_core::machine::AgentMachine::call_ended)).
     pub(super) async fn call_done(
         &self,
         myself: &ActorRef<AgentMsg>,
@@ -258,24 +259,7 @@ impl AgentActor {
         callee: String,
         outcome: CallOutcome,
     ) -> Result<(), ActorsError> {
-        state.in_flight.remove(&run, &tool_use_id);
-        let accepted = match &outcome {
-            CallOutcome::Accepted { child_run, .. } => Some(child_run.clone()),
-            CallOutcome::Refused(_) => None,
-        };
-        let child = RunId::child_of(&run, &tool_use_id);
-        let early = state.early_replies.remove(&child);
-        let mut inputs = VecDeque::from([Input::CallEnded {
-            tool_use_id,
-            callee,
-            outcome,
-        }]);
-        // A reply that beat the call's acceptance is taken right after it is recorded, before
-        // the run would move to waiting. One held for a call that ended refused answers
-        // nothing this run waits on, and goes.
-        if let (Some(_), Some(reply)) = (&accepted, early) {
-            inputs.push_back(reply_input(reply, false));
-        }
+        let inputs = state.machine.call_ended(&run, tool_use_id, callee, outcome);
         self.drive_all(myself, state, &run, inputs).await?;
         Ok(())
     }
@@ -290,10 +274,9 @@ impl AgentActor {
         reply: ReplyEnvelope,
         taken: Option<RpcReplyPort<bool>>,
     ) -> Result<(), ActorsError> {
+        let reply = reply_in(reply);
         let parent = reply.parent_run.clone();
-        let placing = state.in_flight.contains(&parent, &reply.tool_use_id);
-        state.awaiting.remove(&parent, &reply.tool_use_id);
-        let input = reply_input(reply.clone(), placing);
+        let input = state.machine.reply_arrived(reply.clone());
         let verdict = match self.drive(myself, state, &parent, input).await {
             Ok(verdict) => verdict,
             Err(e) => {
@@ -303,23 +286,10 @@ impl AgentActor {
                 return Err(e);
             }
         };
-        let is_taken = match verdict {
-            Verdict::Taken => true,
-            Verdict::Hold => {
-                // The child answered before its acceptance reached us: hold the reply until
-                // the call is recorded, so the log reads "placed, then replied".
-                state.early_replies.insert(reply.child_run.clone(), reply);
-                true
-            }
-            Verdict::Dropped(why) => {
-                warn!(run_id = %parent, child = %reply.child_run, from = %reply.callee, "reply dropped: {why}");
-                false
-            }
-            Verdict::None
-            | Verdict::Refused(_)
-            | Verdict::Delivered { .. }
-            | Verdict::Decided { .. } => false,
-        };
+        if let Verdict::Dropped(why) = &verdict {
+            warn!(run_id = %parent, child = %reply.child_run, from = %reply.callee, "reply dropped: {why}");
+        }
+        let is_taken = state.machine.reply_stepped(reply, &verdict);
         if let Some(port) = taken
             && let Some(now) = state
                 .commits
@@ -437,7 +407,7 @@ impl AgentActor {
                 tool_use_id,
                 wait_s,
             } => {
-                state.awaiting.insert(id, &tool_use_id);
+                state.machine.wait_started(id, &tool_use_id);
                 let (me, run) = (myself.clone(), id.clone());
                 let depth = state.metrics.host().mailbox().clone();
                 tokio::spawn(async move {
@@ -475,22 +445,19 @@ pub(super) struct Moved {
     pub(super) next: Option<Input>,
 }
 
-/// The input a reply makes.
-fn reply_input(reply: ReplyEnvelope, placing: bool) -> Input {
-    Input::Reply {
-        reply: ReplyIn {
-            parent_run: reply.parent_run,
-            child_run: reply.child_run,
-            callee: reply.callee,
-            tool_use_id: reply.tool_use_id,
-            outcome: match reply.status {
-                ReplyStatus::Succeeded => ReplyOutcome::Succeeded,
-                ReplyStatus::Failed => ReplyOutcome::Failed,
-            },
-            output: reply.output,
-            tree_cost: reply.tree_cost,
+/// A reply envelope as the machine and the step read it.
+fn reply_in(reply: ReplyEnvelope) -> ReplyIn {
+    ReplyIn {
+        parent_run: reply.parent_run,
+        child_run: reply.child_run,
+        callee: reply.callee,
+        tool_use_id: reply.tool_use_id,
+        outcome: match reply.status {
+            ReplyStatus::Succeeded => ReplyOutcome::Succeeded,
+            ReplyStatus::Failed => ReplyOutcome::Failed,
         },
-        placing,
+        output: reply.output,
+        tree_cost: reply.tree_cost,
     }
 }
 
@@ -508,39 +475,46 @@ pub(super) fn model_input(asked: TurnAsked, result: Result<ModelReply, ModelErro
     }
 }
 
-/// Tells the supervisor a run settled; for a delegated run this carries the reply.
+/// Tells the supervisor a run settled; for a delegated run this carries the reply the machine
+/// built ([`AgentMachine::reply_of`](consort_core::machine::AgentMachine::reply_of)).
 pub(super) fn report_settled(state: &AgentState, record: &RunRecord) {
-    let reply = match (
+    let call = match (
         &record.parent_run,
         &record.parent_agent,
         &record.tool_use_id,
     ) {
         (Some(parent), Some(caller), Some(tool_use_id)) => {
-            let (status, text) = match record.status {
-                RunStatus::Succeeded => (
-                    ReplyStatus::Succeeded,
-                    record.output.clone().unwrap_or_default(),
-                ),
-                _ => (
-                    ReplyStatus::Failed,
-                    record.error.clone().unwrap_or_default(),
-                ),
-            };
-            Some(ReplyEnvelope {
-                version: ENVELOPE_VERSION,
-                caller: caller.clone(),
-                callee: record.agent.clone(),
-                parent_run: parent.clone(),
-                child_run: record.id.clone(),
-                tool_use_id: tool_use_id.clone(),
-                status,
-                output: step::cap_output(&text, state.options.reply_cap),
-                tree_cost: record.tree_usage(),
-                signature: None,
-            })
+            Some((parent, caller.as_str(), tool_use_id.as_str()))
         }
         _ => None,
     };
+    let settled = SettledRun {
+        id: &record.id,
+        agent: &record.agent,
+        status: record.status,
+        call,
+        output: record.output.as_deref(),
+        error: record.error.as_deref(),
+        tree_cost: record.tree_usage(),
+    };
+    let reply = state.machine.reply_of(&settled).map(|out| {
+        let reply = out.reply;
+        ReplyEnvelope {
+            version: ENVELOPE_VERSION,
+            caller: out.caller,
+            callee: reply.callee,
+            parent_run: reply.parent_run,
+            child_run: reply.child_run,
+            tool_use_id: reply.tool_use_id,
+            status: match reply.outcome {
+                ReplyOutcome::Succeeded => ReplyStatus::Succeeded,
+                ReplyOutcome::Failed => ReplyStatus::Failed,
+            },
+            output: reply.output,
+            tree_cost: reply.tree_cost,
+            signature: None,
+        }
+    });
     state.tell_supervisor(SupervisorMsg::Settled {
         record: Box::new(record.clone()),
         reply,

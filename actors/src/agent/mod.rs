@@ -29,9 +29,8 @@ mod state;
 mod tool_use;
 
 pub(crate) use state::AgentState;
-use state::UsesOut;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -41,6 +40,7 @@ use tracing::{debug, info, warn};
 
 use consort_config::AgentConfig;
 use consort_core::Refusal;
+use consort_core::machine::{AdmissionLimits, AgentMachine};
 use consort_core::step::{CallOutcome, Decision, Input, Policy, TurnAsked};
 use consort_net::{CallEnvelope, ReplyEnvelope, RunId};
 
@@ -78,6 +78,16 @@ pub struct AgentOptions {
     /// agent sleeps, holding no actor and no file, until a message needs it); `None` keeps
     /// every woken actor up.
     pub idle_after: Option<Duration>,
+}
+
+impl AgentOptions {
+    /// The admission limits of these options, as the agent machine takes them.
+    pub(crate) fn admission_limits(&self) -> AdmissionLimits {
+        AdmissionLimits {
+            admission_limit: self.admission_limit,
+            per_principal_limit: self.per_principal_limit,
+        }
+    }
 }
 
 impl Default for AgentOptions {
@@ -350,6 +360,11 @@ impl Actor for AgentActor {
         );
         let metrics = args.metrics.agent(&args.config.name);
         let callable = state::callable_agents(&args.fleet_agents, &args.config);
+        let machine = AgentMachine::new(
+            &args.config.name,
+            args.options.reply_cap,
+            args.options.admission_limits(),
+        );
         Ok(AgentState {
             probe_cache: ProbeCache::new(catalog.generation()),
             catalog,
@@ -366,16 +381,7 @@ impl Actor for AgentActor {
             callable,
             fleet_agents: args.fleet_agents,
             options: args.options,
-            in_flight: UsesOut::default(),
-            started: UsesOut::default(),
-            awaiting: UsesOut::default(),
-            thinking: HashSet::new(),
-            early_replies: HashMap::new(),
-            reask: HashMap::new(),
-            unsettled: 0,
-            shares: state::PrincipalShares::default(),
-            children: HashMap::new(),
-            children_counting: HashMap::new(),
+            machine,
             views: HashMap::new(),
             records: HashMap::new(),
             chains: HashMap::new(),
@@ -399,9 +405,11 @@ impl Actor for AgentActor {
         state: &mut AgentState,
     ) -> Result<(), ActorProcessingErr> {
         let unsettled = state.store.unsettled().await?;
-        state.unsettled = unsettled.len();
-        for run in unsettled.iter().filter(|r| r.parent_run.is_none()) {
-            state.shares.add(run.id.clone(), run.principal.clone());
+        for run in &unsettled {
+            let root_principal = run.parent_run.is_none().then(|| run.principal.clone());
+            state
+                .machine
+                .restore_unsettled(run.id.clone(), root_principal);
         }
         state.board.reset(
             &state.config.name,
@@ -563,7 +571,7 @@ impl AgentActor {
             }
             AgentMsg::ToolsListed(listings) => self.tools_listed(myself, state, listings),
             AgentMsg::AskAgain { run, asked } => {
-                state.thinking.remove(&run);
+                state.machine.answered(&run);
                 if state.load(&run).await?
                     && let Some(record) = state.records.get(&run).cloned()
                     && let Some(input) = self.ask_model(myself, state, &record, *asked).await
@@ -633,7 +641,7 @@ impl AgentActor {
                 content,
                 is_error,
             } => {
-                state.in_flight.remove(&run, &tool_use_id);
+                state.machine.task_back(&run, &tool_use_id);
                 let input = Input::ToolFinished {
                     tool_use_id,
                     name: result_name,
@@ -644,7 +652,7 @@ impl AgentActor {
                 self.drive(myself, state, &run, input).await?;
             }
             AgentMsg::WaitElapsed { run, tool_use_id } => {
-                if state.awaiting.remove(&run, &tool_use_id) {
+                if state.machine.wait_over(&run, &tool_use_id) {
                     self.drive(myself, state, &run, Input::WaitElapsed { tool_use_id })
                         .await?;
                 }
@@ -654,7 +662,7 @@ impl AgentActor {
                 warn!(agent = %state.config.name, "a commit notice reached dispatch; ignored");
             }
             AgentMsg::ModelDone { run, asked, result } => {
-                state.thinking.remove(&run);
+                state.machine.answered(&run);
                 let input = engine::model_input(*asked, result);
                 self.drive(myself, state, &run, input).await?;
             }
@@ -663,43 +671,21 @@ impl AgentActor {
     }
 }
 
-/// How long a run waits on its calls before it asks its callees again for their replies, and
-/// the longest the backoff between two asks grows.
-const REASK_AFTER: Duration = Duration::from_secs(10);
-const REASK_MAX: Duration = Duration::from_secs(300);
-
 impl AgentActor {
-    /// A reply can be lost on the way (a callee host that crashed right after its run settled,
-    /// a link that dropped it, a resend request that found the callee's host down): a run that
-    /// has waited `REASK_AFTER` asks again, with a backoff. Asking is idempotent; a callee
-    /// whose run has not settled does nothing. The fleet simulation found the hang this closes.
+    /// Asks the callees of the runs whose re-ask is due ([`AgentMachine::reask_due`]) again
+    /// for the replies they lack: a reply can be lost on the way, and asking is idempotent.
     async fn reask_lost_replies(
         &self,
         myself: &ActorRef<AgentMsg>,
         state: &mut AgentState,
     ) -> Result<(), ActorsError> {
-        let now = Instant::now();
         let waiting: Vec<RunId> = state
             .views
             .iter()
-            .filter(|(id, v)| {
-                !state.commits.is_suspended(id)
-                    && v.status == Some(consort_core::RunStatus::Waiting)
-                    && v.pending_calls() > 0
-            })
+            .filter(|(id, v)| !state.commits.is_suspended(id) && AgentMachine::waits_on_calls(v))
             .map(|(id, _)| id.clone())
             .collect();
-        state.reask.retain(|id, _| waiting.contains(id));
-        for id in waiting {
-            let (due, backoff) = *state
-                .reask
-                .entry(id.clone())
-                .or_insert((now + REASK_AFTER, REASK_AFTER));
-            if now < due {
-                continue;
-            }
-            let next = (backoff * 2).min(REASK_MAX);
-            state.reask.insert(id.clone(), (now + next, next));
+        for id in state.machine.reask_due(Instant::now(), &waiting) {
             info!(run_id = %id, "still waiting on calls: asking the callees again for their replies");
             self.drive(myself, state, &id, Input::Resume).await?;
         }

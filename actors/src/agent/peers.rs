@@ -172,7 +172,7 @@ pub(super) fn use_directory_tool(
             _ => Err("wait_peer expects {\"agent\": \"<name>\", \"run\": \"<run id>\"}".to_owned()),
         },
     };
-    state.in_flight.insert(&record.id, &tool_use.id);
+    state.machine.task_out(&record.id, &tool_use.id);
     let (me, supervisor) = (myself.clone(), state.supervisor.clone());
     let depth = state.metrics.host().mailbox().clone();
     let (run, tool_use_id) = (record.id.clone(), tool_use.id.clone());

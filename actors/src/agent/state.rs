@@ -5,17 +5,18 @@
 //! counters admission and the callee's cap read, the tool uses and calls out. A restarted
 //! actor rebuilds all of it from the store (`post_start` and `AgentState::load`).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use ractor::ActorRef;
 use tracing::{Span, debug, warn};
 
 use consort_config::AgentConfig;
 use consort_core::RunView;
+use consort_core::machine::AgentMachine;
 use consort_core::step::{Input, TurnAsked};
-use consort_net::{Hop, ReplyEnvelope, RunId};
+use consort_net::{Hop, RunId};
 
 use super::{AgentOptions, commits};
 use crate::ActorsError;
@@ -26,45 +27,6 @@ use crate::run::RunRecord;
 use crate::store::AgentStore;
 use crate::tools::{ServerSlots, Tool, ToolServers};
 use crate::visibility::ProbeCache;
-
-/// Unsettled root runs per principal, and which principal each belongs to.
-#[derive(Debug, Default)]
-pub(crate) struct PrincipalShares {
-    by_principal: HashMap<String, usize>,
-    owner: HashMap<RunId, String>,
-}
-
-impl PrincipalShares {
-    /// Root runs of `principal` that have not settled.
-    pub(super) fn active(&self, principal: &str) -> usize {
-        self.by_principal.get(principal).copied().unwrap_or(0)
-    }
-
-    /// Counts an unsettled root run of `principal`.
-    pub(super) fn add(&mut self, run: RunId, principal: String) {
-        if self.owner.contains_key(&run) {
-            return;
-        }
-        *self.by_principal.entry(principal.clone()).or_default() += 1;
-        self.owner.insert(run, principal);
-    }
-
-    /// A run settled: it no longer counts (runs that are not root runs were never counted).
-    pub(super) fn settled(&mut self, run: &RunId) {
-        let Some(principal) = self.owner.remove(run) else {
-            return;
-        };
-        if let Some(n) = self.by_principal.get_mut(&principal) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                self.by_principal.remove(&principal);
-            }
-        }
-    }
-}
-
-/// The most parents whose children count is kept in memory.
-const CHILDREN_KEPT: usize = 10_000;
 
 /// The names a call of `config`'s agent may name: every agent of the fleet and the agent's own
 /// A2A agents (the fleet's list itself, shared, when it declares none).
@@ -105,33 +67,9 @@ pub(crate) struct AgentState {
     /// ([`callable_agents`]), rebuilt when its config changes.
     pub(super) callable: Arc<[String]>,
     pub(super) options: AgentOptions,
-    /// Tool uses whose outcome is being fetched by a spawned task.
-    pub(super) in_flight: UsesOut,
-    /// Gated tool uses this incarnation recorded as started (`tool_started`): only these may
-    /// run under their approval. A restarted actor has none, so a use started before it is in
-    /// doubt.
-    pub(super) started: UsesOut,
-    /// Blocking calls (`wait_s`) whose tool use stays open until the reply or the timeout.
-    pub(super) awaiting: UsesOut,
-    /// Runs whose model turn is being answered on a separate task.
-    pub(super) thinking: HashSet<RunId>,
-    /// Replies that arrived before the acceptance of their call was recorded, by child run.
-    pub(super) early_replies: HashMap<RunId, ReplyEnvelope>,
-    /// When each waiting run next asks its callees again for the replies it lacks, and the
-    /// backoff after that.
-    pub(super) reask: HashMap<RunId, (Instant, Duration)>,
-    /// Runs of this agent that have not settled (what admission counts): counted once from
-    /// the store at start, then kept as runs are stored and settle.
-    pub(super) unsettled: usize,
-    /// Unsettled root runs by the principal they act for (what the per-principal share of
-    /// admission counts): rebuilt from the store at start like `unsettled`.
-    pub(super) shares: PrincipalShares,
-    /// Child runs accepted per parent run (what the callee's cap counts): read from the store
-    /// the first time a parent calls after start, then kept.
-    pub(super) children: HashMap<RunId, u64>,
-    /// Admission jobs out that count a parent's children in the store (the kept count was
-    /// not known when they were sent), by parent.
-    pub(super) children_counting: HashMap<RunId, u32>,
+    /// What the agent decides with beside its runs' logs: admission and its reservations, the
+    /// uses out, held replies, re-ask timers (see [`AgentMachine`]).
+    pub(super) machine: AgentMachine,
     /// Views of the unsettled runs touched since start, each updated with the events this
     /// actor appends: a step reads its run's view, never the whole log again.
     pub(super) views: HashMap<RunId, RunView>,
@@ -164,8 +102,6 @@ pub(crate) struct AgentState {
 }
 
 impl AgentState {
-    /// Whether the actor holds nothing a retirement would lose: no unsettled run, no job out
-    /// at the store writer, no task out, nothing held for later.
     /// Builds the catalog again from the config, the app's tools and what the MCP servers
     /// listed, at the next generation (cached probe outcomes of the last one go stale).
     pub(super) fn rebuild_catalog(&mut self) -> u64 {
@@ -179,16 +115,13 @@ impl AgentState {
         generation
     }
 
+    /// Whether the actor holds nothing a retirement would lose: no unsettled run, no job out
+    /// at the store writer, no task out, nothing held for later.
     pub(super) fn is_idle(&self) -> bool {
-        self.unsettled == 0
+        self.machine.is_quiet()
             && self.commits.is_quiet()
-            && self.in_flight.is_empty()
-            && self.awaiting.is_empty()
-            && self.thinking.is_empty()
             && self.awaiting_listing.is_empty()
             && self.uses_awaiting_listing.is_empty()
-            && self.early_replies.is_empty()
-            && self.children_counting.is_empty()
             && self.just_settled.is_empty()
     }
 
@@ -266,7 +199,7 @@ impl AgentState {
             self.views.remove(id);
             self.chains.remove(id);
             self.run_spans.remove(id);
-            self.started.forget(id);
+            self.machine.forget_run(id);
         }
     }
 
@@ -278,35 +211,9 @@ impl AgentState {
         self.store.run(id).await
     }
 
-    /// The tool uses of run `id` with a task out.
-    pub(super) fn busy(&self, id: &RunId) -> BTreeSet<String> {
-        self.in_flight
-            .of(id)
-            .chain(self.awaiting.of(id))
-            .cloned()
-            .collect()
-    }
-
     /// The input that moves run `id` forward now.
     pub(super) fn advance_input(&self, id: &RunId) -> Input {
-        Input::Advance {
-            busy: self.busy(id),
-            thinking: self.thinking.contains(id),
-        }
-    }
-
-    /// Keeps the count of child runs accepted for `parent`, as the store counted it (never
-    /// below what this actor has counted since).
-    pub(super) fn count_children(&mut self, parent: &RunId, n: u64) {
-        if let Some(kept) = self.children.get_mut(parent) {
-            *kept = (*kept).max(n);
-            return;
-        }
-        if self.children.len() >= CHILDREN_KEPT {
-            // The store is the truth; forgetting the counts only costs one query per parent.
-            self.children.clear();
-        }
-        self.children.insert(parent.clone(), n);
+        self.machine.advance_input(id)
     }
 
     /// Casts to this actor's supervisor; a supervisor that is gone is logged, not ignored.
@@ -314,47 +221,5 @@ impl AgentState {
         if let Err(e) = self.supervisor.cast(message) {
             warn!(agent = %self.config.name, "the host supervisor is gone; message dropped: {e}");
         }
-    }
-}
-
-/// Tool uses with something out, by run: looking up one run's never scans the others'.
-#[derive(Default)]
-pub(super) struct UsesOut(HashMap<RunId, BTreeSet<String>>);
-
-impl UsesOut {
-    pub(super) fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    pub(super) fn insert(&mut self, run: &RunId, tool_use: &str) {
-        self.0
-            .entry(run.clone())
-            .or_default()
-            .insert(tool_use.to_owned());
-    }
-
-    /// Whether it was out.
-    pub(super) fn remove(&mut self, run: &RunId, tool_use: &str) -> bool {
-        let Some(uses) = self.0.get_mut(run) else {
-            return false;
-        };
-        let was = uses.remove(tool_use);
-        if uses.is_empty() {
-            self.0.remove(run);
-        }
-        was
-    }
-
-    /// Forgets every use of `run`.
-    pub(super) fn forget(&mut self, run: &RunId) {
-        self.0.remove(run);
-    }
-
-    pub(super) fn contains(&self, run: &RunId, tool_use: &str) -> bool {
-        self.0.get(run).is_some_and(|uses| uses.contains(tool_use))
-    }
-
-    pub(super) fn of(&self, run: &RunId) -> impl Iterator<Item = &String> {
-        self.0.get(run).into_iter().flatten()
     }
 }

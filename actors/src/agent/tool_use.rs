@@ -65,7 +65,7 @@ fn wait_for_listing(
         tool = name,
         "the tool's MCP server is not listed yet: the use waits for its listing"
     );
-    state.in_flight.insert(run, tool_use_id);
+    state.machine.task_out(run, tool_use_id);
     state
         .uses_awaiting_listing
         .push((run.clone(), tool_use_id.to_owned()));
@@ -245,7 +245,7 @@ impl AgentActor {
                     input,
                     gated: approval.is_gated(),
                     requester_may_decide: approval == Approval::Requester,
-                    started_here: state.started.contains(id, &tool_use.id),
+                    started_here: state.machine.started_here(id, &tool_use.id),
                 },
             )
         };
@@ -271,14 +271,14 @@ impl AgentActor {
                 // Recorded before it runs: the engine steps again, and the use runs once this
                 // write is durable (a tool use waits for its run's commits).
                 state.submit(myself, id, transition)?;
-                state.started.insert(id, &tool_use.id);
+                state.machine.gate_started(id, &tool_use.id);
                 return Ok(true);
             }
             Gate::Proceed => {}
         }
-        state.started.remove(id, &tool_use.id);
+        state.machine.gate_ran(id, &tool_use.id);
         state.catalog.record_use(name, &identity);
-        state.in_flight.insert(id, &tool_use.id);
+        state.machine.task_out(id, &tool_use.id);
         // The tool runs on its own task: a slow query or a remote API never blocks the agent's
         // mailbox, and a tool that panics fails its own use, not the agent.
         let (me, run, tool_use_id) = (myself.clone(), id.clone(), tool_use.id.clone());
