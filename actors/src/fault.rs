@@ -40,6 +40,25 @@ impl Point {
             Self::ReplyRecorded => "after_reply_recorded",
         }
     }
+
+    /// The point as a barrier token of the agent machine (`AgentMachine::barrier`).
+    pub(crate) fn token(self) -> u32 {
+        self as u32
+    }
+
+    /// The point a barrier token names (a token this crate did not make names none).
+    pub(crate) fn from_token(token: u32) -> Option<Self> {
+        [
+            Self::RootStored,
+            Self::TurnRecorded,
+            Self::ChildStored,
+            Self::CallRecorded,
+            Self::ChildSettled,
+            Self::ReplyRecorded,
+        ]
+        .into_iter()
+        .find(|p| p.token() == token)
+    }
 }
 
 /// The fault a test asked for (`CONSORT_FAULT`), read once per process.

@@ -78,6 +78,28 @@ pub fn step(view: &RunView, input: Input, policy: &Policy<'_>) -> Step {
         Input::Cancel { run, by, reason } => cancel::cancel(view, &run, by, reason),
         Input::WaitElapsed { tool_use_id } => call::wait_elapsed(view, &tool_use_id),
         Input::Resume => reply::resume(view),
+        Input::ToolAuthorized {
+            run,
+            tool_use_id,
+            result_name,
+            tool,
+            input,
+            gated,
+            requester_may_decide,
+            started_here,
+        } => gate::authorized(
+            view,
+            &GatedUse {
+                run: &run,
+                tool_use_id: &tool_use_id,
+                result_name: &result_name,
+                tool: &tool,
+                input: &input,
+                gated,
+                requester_may_decide,
+                started_here,
+            },
+        ),
         Input::Deliver {
             run,
             from,

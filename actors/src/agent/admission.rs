@@ -97,8 +97,7 @@ impl AgentActor {
             .run_spans
             .insert(id.clone(), run_span::open(&record, trace));
         state.keep_new(record, &[new.created_event()]);
-        let ticket = state.commits.issue();
-        state.commits.written(&id, ticket);
+        let ticket = state.machine.insert_ticket(&id);
         let (me, run) = (myself.clone(), id.clone());
         let depth = state.metrics.host().mailbox().clone();
         let started = state.metrics.started(&new.channel);
@@ -132,8 +131,7 @@ impl AgentActor {
                 tell(&depth, &me, AgentMsg::Committed(Box::new(Committed { ticket, done })));
             },
         )?;
-        let input = state.advance_input(&id);
-        self.drive(myself, state, &id, input).await?;
+        self.advance(myself, state, &id).await?;
         Ok(())
     }
 
@@ -190,7 +188,7 @@ impl AgentActor {
             origin,
         };
         state.chains.insert(hop.child_run.clone(), envelope.hops);
-        let ticket = state.commits.issue();
+        let ticket = state.machine.job_ticket();
         let me_ref = myself.clone();
         let depth = state.metrics.host().mailbox().clone();
         let (parent, child) = (hop.parent_run, hop.child_run);

@@ -16,10 +16,10 @@ use consort_core::directory::{
     Receipt, check_delivery_id, delivery_run_id, may_deliver_into, payload_digest,
     receiver_consents,
 };
-use consort_core::step::{Input, Verdict};
+use consort_core::step::Input;
 use consort_core::{Refusal, RunId};
 
-use super::commits::Answer;
+use super::commits::Asker;
 use super::{AgentActor, AgentMsg, AgentState};
 use crate::ActorsError;
 use crate::run::Channel;
@@ -88,36 +88,13 @@ impl AgentActor {
             digest: payload_digest(&me, Some(&run), &text),
             text,
         };
-        let receipt = match self.drive(myself, state, &run, input).await? {
-            Verdict::Delivered { seq, existing } => {
-                info!(run_id = %run, agent = %me, sender = %from, seq, existing, "message delivered into a run");
-                Receipt::Enqueued {
-                    delivery_id,
-                    run: run.clone(),
-                    seq,
-                    existing,
-                }
-            }
-            Verdict::Refused(refusal) => {
-                info!(run_id = %run, agent = %me, sender = %from, reason = refusal.code(), "delivery refused");
-                send_receipt(reply, Receipt::rejected(&delivery_id, &refusal));
-                return Ok(());
-            }
-            other => {
-                warn!(run_id = %run, "a delivery got an unexpected verdict: {other:?}");
-                let refusal = Refusal::MalformedDelivery;
-                send_receipt(reply, Receipt::rejected(&delivery_id, &refusal));
-                return Ok(());
-            }
+        // The receipt reports a write: the machine answers once the run's writes commit.
+        let asker = Asker::Receipt {
+            port: reply,
+            delivery_id,
+            from,
         };
-        // The receipt reports a write: it waits for the run's writes to commit.
-        if let Some(now) = state
-            .commits
-            .after_writes_of(&run, Answer::Receipt(reply, receipt))
-        {
-            self.answer(state, now).await;
-        }
-        Ok(())
+        self.drive_asked(myself, state, &run, input, asker).await
     }
 
     async fn deliver_new(

@@ -11,16 +11,14 @@ use std::time::Instant;
 
 use consort_core::event::ReplyOutcome;
 use consort_core::machine::SettledRun;
-use consort_core::step::{
-    self, CallOutcome, Effect, Input, ModelAnswer, ReplyIn, TurnAsked, Verdict,
-};
+use consort_core::step::{self, CallOutcome, Effect, Input, ModelAnswer, ReplyIn, TurnAsked};
 use consort_net::{CallEnvelope, ENVELOPE_VERSION, Hop, ReplyEnvelope, ReplyStatus, RunId};
 use ractor::{ActorRef, RpcReplyPort};
 use serde_json::json;
 use tracing::{Instrument, info, info_span, warn};
 
-use super::commits::Answer;
-use super::{AgentActor, AgentMsg, AgentState, refused, tell};
+use super::commits::Asker;
+use super::{AgentActor, AgentMsg, AgentState, tell};
 use crate::fault::{self, Point};
 use crate::model::{ModelError, ModelReply, ModelRequest, ToolSpec};
 use crate::routing::SupervisorMsg;
@@ -62,7 +60,7 @@ impl AgentActor {
         specs.extend(builtin_specs(&state.config));
         specs.extend(super::peers::specs(&state.goals));
         specs.extend(crate::meta_tools::meta_specs());
-        let conversation = state.views.get(&id)?.conversation.clone();
+        let conversation = state.machine.view(&id)?.conversation.clone();
         if !state.model.is_immediate() {
             state.machine.thinking(&id);
             let depth = state.metrics.host().mailbox().clone();
@@ -248,8 +246,7 @@ impl AgentActor {
         );
     }
 
-    /// A placed call's outcome: record it, then a reply that beat it
-    /// ([`AgentMachine::call_ended`](consort_core::machine::AgentMachine::call_ended)).
+    /// A placed call's outcome: the machine records it, then a reply that beat it.
     pub(super) async fn call_done(
         &self,
         myself: &ActorRef<AgentMsg>,
@@ -259,9 +256,12 @@ impl AgentActor {
         callee: String,
         outcome: CallOutcome,
     ) -> Result<(), ActorsError> {
-        let inputs = state.machine.call_ended(&run, tool_use_id, callee, outcome);
-        self.drive_all(myself, state, &run, inputs).await?;
-        Ok(())
+        let input = Input::CallEnded {
+            tool_use_id,
+            callee,
+            outcome,
+        };
+        self.drive(myself, state, &run, input).await
     }
 
     /// Takes a peer's reply. `taken` (a reply from another host) is told whether it answers a
@@ -276,28 +276,14 @@ impl AgentActor {
     ) -> Result<(), ActorsError> {
         let reply = reply_in(reply);
         let parent = reply.parent_run.clone();
-        let input = state.machine.reply_arrived(reply.clone());
-        let verdict = match self.drive(myself, state, &parent, input).await {
-            Ok(verdict) => verdict,
-            Err(e) => {
-                if let Some(port) = taken {
-                    self.answer(state, Answer::Taken(port, false)).await;
-                }
-                return Err(e);
+        let input = state.machine.reply_arrived(reply);
+        match taken {
+            Some(port) => {
+                self.drive_asked(myself, state, &parent, input, Asker::Taken(port))
+                    .await
             }
-        };
-        if let Verdict::Dropped(why) = &verdict {
-            warn!(run_id = %parent, child = %reply.child_run, from = %reply.callee, "reply dropped: {why}");
+            None => self.drive(myself, state, &parent, input).await,
         }
-        let is_taken = state.machine.reply_stepped(reply, &verdict);
-        if let Some(port) = taken
-            && let Some(now) = state
-                .commits
-                .after_writes_of(&parent, Answer::Taken(port, is_taken))
-        {
-            self.answer(state, now).await;
-        }
-        Ok(())
     }
 
     /// A decision (an [`Input::Decide`]) on a gate of run `run`; `reply` gets the run as
@@ -310,37 +296,24 @@ impl AgentActor {
         input: Input,
         reply: RpcReplyPort<Result<Decided, ActorsError>>,
     ) -> Result<(), ActorsError> {
-        let outcome = match state.record(run).await {
-            Ok(Some(_)) => match self.drive(myself, state, run, input).await? {
-                Verdict::Decided { gate, already } => Ok((gate, already)),
-                Verdict::Refused(refusal) => Err(refused(refusal)),
-                other => Err(ActorsError::Actor(format!(
-                    "a decision was answered {other:?}"
-                ))),
-            },
-            Ok(None) => Err(ActorsError::UnknownRun(run.to_string())),
-            Err(e) => Err(e),
-        };
-        match outcome {
-            Ok(gate) => {
-                if let Some(now) = state
-                    .commits
-                    .after_writes_of(run, Answer::Decided(run.clone(), gate, reply))
-                {
-                    self.answer(state, now).await;
-                }
+        match state.record(run).await {
+            Ok(Some(_)) => {
+                self.drive_asked(myself, state, run, input, Asker::Decide(reply))
+                    .await
             }
-            Err(error) => {
-                if reply.send(Err(error)).is_err() {
-                    warn!(run_id = %run, "a decider stopped waiting for its answer");
-                }
+            Ok(None) => {
+                send_or_log(reply, Err(ActorsError::UnknownRun(run.to_string())));
+                Ok(())
+            }
+            Err(e) => {
+                send_or_log(reply, Err(e));
+                Ok(())
             }
         }
-        Ok(())
     }
 
-    /// Steps run `run` with a request someone the host checked made of it (a decision, a
-    /// cancel); `reply` gets the run as committed after it, or the step's refusal.
+    /// Steps run `run` with a request someone the host checked made of it (a cancel); `reply`
+    /// gets the run as committed after it, or the step's refusal.
     pub(super) async fn on_request(
         &self,
         myself: &ActorRef<AgentMsg>,
@@ -349,43 +322,38 @@ impl AgentActor {
         input: Input,
         reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
     ) -> Result<(), ActorsError> {
-        let refusal = match state.record(run).await {
-            Ok(Some(_)) => match self.drive(myself, state, run, input).await? {
-                Verdict::Refused(refusal) => Some(refused(refusal)),
-                _ => None,
-            },
-            Ok(None) => Some(ActorsError::UnknownRun(run.to_string())),
-            Err(e) => Some(e),
-        };
-        if let Some(error) = refusal {
-            if reply.send(Err(error)).is_err() {
-                warn!(run_id = %run, "a requester stopped waiting for its answer");
+        match state.record(run).await {
+            Ok(Some(_)) => {
+                self.drive_asked(myself, state, run, input, Asker::Request(reply))
+                    .await
             }
-            return Ok(());
+            Ok(None) => {
+                send_or_log(reply, Err(ActorsError::UnknownRun(run.to_string())));
+                Ok(())
+            }
+            Err(e) => {
+                send_or_log(reply, Err(e));
+                Ok(())
+            }
         }
-        if let Some(now) = state
-            .commits
-            .after_writes_of(run, Answer::Decision(run.clone(), reply))
-        {
-            self.answer(state, now).await;
-        }
-        Ok(())
     }
 
-    /// Executes one effect of a step (the drive decided it may run now).
+    /// Executes one effect of a run (the machine decided it may run now). An outcome known at
+    /// once goes back to the machine as the run's next input.
     pub(super) async fn execute(
         &self,
         myself: &ActorRef<AgentMsg>,
         state: &mut AgentState,
         record: &RunRecord,
         effect: Effect,
-    ) -> Result<Moved, ActorsError> {
+    ) -> Result<(), ActorsError> {
         let id = &record.id;
-        let mut moved = Moved::default();
         match effect {
-            Effect::Advance => moved.again = true,
+            Effect::Advance => state.machine.again(id),
             Effect::AskModel(asked) => {
-                moved.next = self.ask_model(myself, state, record, asked).await;
+                if let Some(input) = self.ask_model(myself, state, record, asked).await {
+                    state.machine.input_first(id, input);
+                }
             }
             Effect::PlaceCall {
                 tool_use_id,
@@ -400,9 +368,20 @@ impl AgentActor {
                 child,
                 callee,
             } => self.check_run(myself, state, record, tool_use_id, child, callee),
-            Effect::UseTool(tool_use) => {
-                moved.again = self.use_tool(myself, state, record, &tool_use)?;
-            }
+            Effect::UseTool(tool_use) => self.use_tool(myself, state, record, &tool_use),
+            Effect::RunTool {
+                tool_use_id,
+                tool,
+                result_name,
+                input,
+            } => self.run_tool(
+                myself,
+                state,
+                record,
+                &tool_use_id,
+                (&tool, &result_name),
+                input,
+            ),
             Effect::AwaitReply {
                 tool_use_id,
                 wait_s,
@@ -432,17 +411,15 @@ impl AgentActor {
                 report_settled(state, record);
             }
         }
-        Ok(moved)
+        Ok(())
     }
 }
 
-/// What an executed effect moves in its drive.
-#[derive(Default)]
-pub(super) struct Moved {
-    /// Step the run again once its inputs are done.
-    pub(super) again: bool,
-    /// The next input, first in line (an immediate model's answer).
-    pub(super) next: Option<Input>,
+/// Answers a requester, or logs that it stopped waiting.
+fn send_or_log<T>(port: RpcReplyPort<T>, answer: T) {
+    if port.send(answer).is_err() {
+        warn!("a requester stopped waiting for its answer");
+    }
 }
 
 /// A reply envelope as the machine and the step read it.
@@ -529,7 +506,7 @@ fn a2a_call(
     child_run: &RunId,
 ) -> Option<crate::a2a::A2aCallRef> {
     state.config.a2a_agent(callee)?;
-    let placed = state.views.get(id)?.calls.get(child_run)?;
+    let placed = state.machine.view(id)?.calls.get(child_run)?;
     Some(crate::a2a::A2aCallRef {
         caller: state.config.name.clone(),
         parent_run: id.clone(),

@@ -210,34 +210,6 @@ pub(crate) enum AgentMsg {
     UseAgain(RunId),
 }
 
-impl AgentMsg {
-    /// The run of this agent a message moves, if any: such a message waits while the run's
-    /// drive is suspended.
-    fn run(&self) -> Option<&RunId> {
-        match self {
-            Self::Decide { run, .. }
-            | Self::Cancel { run, .. }
-            | Self::Resume(run)
-            | Self::ResendReply(run)
-            | Self::CallDone { run, .. }
-            | Self::ToolDone { run, .. }
-            | Self::WaitElapsed { run, .. }
-            | Self::ModelDone { run, .. }
-            | Self::AskAgain { run, .. }
-            | Self::UseAgain(run) => Some(run),
-            Self::Reply(reply) | Self::OfferReply { reply, .. } => Some(&reply.parent_run),
-            Self::Deliver { run, .. } => run.as_ref(),
-            Self::Start { .. }
-            | Self::Config(_)
-            | Self::Checkpoint
-            | Self::Retire(_)
-            | Self::Accept { .. }
-            | Self::ToolsListed(_)
-            | Self::Committed(_) => None,
-        }
-    }
-}
-
 /// Everything needed to (re)start an agent actor.
 #[derive(Clone)]
 pub(crate) struct AgentArgs {
@@ -382,11 +354,10 @@ impl Actor for AgentActor {
             fleet_agents: args.fleet_agents,
             options: args.options,
             machine,
-            views: HashMap::new(),
             records: HashMap::new(),
             chains: HashMap::new(),
             run_spans: HashMap::new(),
-            commits: commits::Commits::default(),
+            askers: commits::Askers::default(),
             just_settled: HashMap::new(),
             board: args.board,
             feed: args.feed,
@@ -464,13 +435,8 @@ impl Actor for AgentActor {
             self.on_committed(&myself, state, *committed).await?;
             return Ok(());
         }
-        if let Some(run) = message.run()
-            && state.commits.is_suspended(run)
-        {
-            let run = run.clone();
-            state.commits.hold(run, message);
-            return Ok(());
-        }
+        // A message for a run whose drive waits on a commit is not held here: its input waits
+        // in the machine, behind the drive.
         self.dispatch(&myself, state, message).await?;
         Ok(())
     }
@@ -572,22 +538,22 @@ impl AgentActor {
             AgentMsg::ToolsListed(listings) => self.tools_listed(myself, state, listings),
             AgentMsg::AskAgain { run, asked } => {
                 state.machine.answered(&run);
-                if state.load(&run).await?
-                    && let Some(record) = state.records.get(&run).cloned()
+                if state.machine.view(&run).is_none() || !state.records.contains_key(&run) {
+                    let view = state.load(&run).await?;
+                    state.machine.loaded(&run, view);
+                }
+                if let Some(record) = state.records.get(&run).cloned()
                     && let Some(input) = self.ask_model(myself, state, &record, *asked).await
                 {
                     self.drive(myself, state, &run, input).await?;
                 }
             }
-            AgentMsg::UseAgain(run) => {
-                let input = state.advance_input(&run);
-                self.drive(myself, state, &run, input).await?;
-            }
+            AgentMsg::UseAgain(run) => self.advance(myself, state, &run).await?,
             AgentMsg::Checkpoint => {
                 // On a blocking thread with its own connection: the actor goes on stepping runs
                 // while the WAL is folded. A store not written since needs none.
-                if state.commits.issued() > state.checkpointed {
-                    state.checkpointed = state.commits.issued();
+                if state.machine.tickets_issued() > state.checkpointed {
+                    state.checkpointed = state.machine.tickets_issued();
                     let (store, agent) = (state.store.clone(), state.config.name.clone());
                     tokio::task::spawn_blocking(move || {
                         if let Err(e) = store.checkpoint() {
@@ -641,7 +607,6 @@ impl AgentActor {
                 content,
                 is_error,
             } => {
-                state.machine.task_back(&run, &tool_use_id);
                 let input = Input::ToolFinished {
                     tool_use_id,
                     name: result_name,
@@ -672,20 +637,15 @@ impl AgentActor {
 }
 
 impl AgentActor {
-    /// Asks the callees of the runs whose re-ask is due ([`AgentMachine::reask_due`]) again
-    /// for the replies they lack: a reply can be lost on the way, and asking is idempotent.
+    /// Asks the callees of the runs whose re-ask is due
+    /// ([`AgentMachine::reask_due_now`]) again for the replies they lack: a reply can be lost
+    /// on the way, and asking is idempotent.
     async fn reask_lost_replies(
         &self,
         myself: &ActorRef<AgentMsg>,
         state: &mut AgentState,
     ) -> Result<(), ActorsError> {
-        let waiting: Vec<RunId> = state
-            .views
-            .iter()
-            .filter(|(id, v)| !state.commits.is_suspended(id) && AgentMachine::waits_on_calls(v))
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in state.machine.reask_due(Instant::now(), &waiting) {
+        for id in state.machine.reask_due_now(Instant::now()) {
             info!(run_id = %id, "still waiting on calls: asking the callees again for their replies");
             self.drive(myself, state, &id, Input::Resume).await?;
         }

@@ -13,9 +13,8 @@ use ractor::ActorRef;
 use tracing::{Span, debug, warn};
 
 use consort_config::AgentConfig;
-use consort_core::RunView;
 use consort_core::machine::AgentMachine;
-use consort_core::step::{Input, TurnAsked};
+use consort_core::step::TurnAsked;
 use consort_net::{Hop, RunId};
 
 use super::{AgentOptions, commits};
@@ -70,18 +69,16 @@ pub(crate) struct AgentState {
     /// What the agent decides with beside its runs' logs: admission and its reservations, the
     /// uses out, held replies, re-ask timers (see [`AgentMachine`]).
     pub(super) machine: AgentMachine,
-    /// Views of the unsettled runs touched since start, each updated with the events this
-    /// actor appends: a step reads its run's view, never the whole log again.
-    pub(super) views: HashMap<RunId, RunView>,
-    /// The stored records of the runs in `views`, as of their last committed append.
+    /// The stored records of the runs the machine keeps views of, as of their last committed
+    /// append.
     pub(super) records: HashMap<RunId, RunRecord>,
-    /// The chains of hops of the runs in `views` (what a call they place extends).
+    /// The chains of hops of the kept runs (what a call they place extends).
     pub(super) chains: HashMap<RunId, Vec<Hop>>,
     /// The span of each unsettled run touched since start, kept until it settles so that every
     /// drive of the run enters the same span (see `run_span`).
     pub(super) run_spans: HashMap<RunId, Span>,
-    /// The jobs out at the store writer, and what waits for their commits.
-    pub(super) commits: commits::Commits,
+    /// Who waits for a verdict of the machine, by the id it hands back.
+    pub(super) askers: commits::Askers,
     /// Records of runs whose settling append just committed, for their settle notice.
     pub(super) just_settled: HashMap<RunId, RunRecord>,
     /// The host's presence board: every committed status of this agent's runs goes there.
@@ -119,7 +116,7 @@ impl AgentState {
     /// at the store writer, no task out, nothing held for later.
     pub(super) fn is_idle(&self) -> bool {
         self.machine.is_quiet()
-            && self.commits.is_quiet()
+            && self.askers.is_empty()
             && self.awaiting_listing.is_empty()
             && self.uses_awaiting_listing.is_empty()
             && self.just_settled.is_empty()
@@ -132,30 +129,13 @@ impl AgentState {
             .is_some_and(|after| self.is_idle() && self.last_active.elapsed() >= after)
     }
 
-    /// Makes sure run `id`'s view and record are kept: read and folded once from the store
-    /// if they are not. Returns false when the store has no such run.
-    pub(super) async fn load(&mut self, id: &RunId) -> Result<bool, ActorsError> {
-        if self.views.contains_key(id) && self.records.contains_key(id) {
-            return Ok(true);
-        }
-        let (key, found) = (id.clone(), id.clone());
-        let loaded = self
-            .store
-            .read(move |store| {
-                let Some(record) = store.run(&key)? else {
-                    return Ok(None);
-                };
-                Ok(Some((record, store.events(&key)?)))
-            })
-            .await?;
-        let Some((record, events)) = loaded else {
-            return Ok(false);
-        };
-        // A settled run is kept only for the drive that loaded it (see `forget_if_settled`).
-        let view = RunView::from_events(events.iter().map(|e| &e.event));
-        self.views.insert(found.clone(), view);
-        self.records.insert(found, record);
-        Ok(true)
+    /// Run `id`'s record as last committed, for an effect about to run: the kept one, or the
+    /// one its settling append left.
+    pub(super) fn current_record(&self, id: &RunId) -> Option<RunRecord> {
+        self.records
+            .get(id)
+            .or_else(|| self.just_settled.get(id))
+            .cloned()
     }
 
     /// Run `record`'s span: the kept one, or a new one whose parent is the span that placed
@@ -190,16 +170,14 @@ impl AgentState {
         span
     }
 
-    /// Drops what is kept of run `id` once it has settled: nothing steps it again but a late
-    /// message, which reads it back.
-    pub(super) fn forget_if_settled(&mut self, id: &RunId) {
+    /// A drive of run `id` is over: once the run has settled (the machine says so), what is
+    /// kept of it goes; nothing steps it again but a late message, which reads it back.
+    pub(super) fn drive_over(&mut self, id: &RunId, settled: bool) {
         self.just_settled.remove(id);
-        if self.records.get(id).is_some_and(|r| r.status.is_settled()) {
+        if settled {
             self.records.remove(id);
-            self.views.remove(id);
             self.chains.remove(id);
             self.run_spans.remove(id);
-            self.machine.forget_run(id);
         }
     }
 
@@ -209,11 +187,6 @@ impl AgentState {
             return Ok(Some(record.clone()));
         }
         self.store.run(id).await
-    }
-
-    /// The input that moves run `id` forward now.
-    pub(super) fn advance_input(&self, id: &RunId) -> Input {
-        self.machine.advance_input(id)
     }
 
     /// Casts to this actor's supervisor; a supervisor that is gone is logged, not ignored.

@@ -12,11 +12,10 @@ use serde_json::Value;
 use tracing::{Instrument, info, warn};
 
 use consort_config::Approval;
-use consort_core::step::{self, Gate, GatedUse, Transition};
-use consort_core::{RunEvent, ToolUse};
+use consort_core::ToolUse;
+use consort_core::step::Input;
 
 use super::{AgentActor, AgentMsg, AgentState, tell, tool_error_text};
-use crate::ActorsError;
 use crate::meta_tools::{self, AgentCatalog, INVOKE_TOOL, LOAD_TOOL, MetaAnswer, SEARCH_TOOLS};
 use crate::run::{Channel, RunRecord};
 use crate::tools::{ToolContext, ToolError};
@@ -72,16 +71,30 @@ fn wait_for_listing(
     true
 }
 
+/// The input that records a use's result at once (a meta-tool's answer, a refusal): the
+/// machine steps it next, as it would a tool's task coming back. It counts as no tool call.
+fn recorded(tool_use_id: &str, name: &str, content: String, is_error: bool) -> Input {
+    Input::ToolFinished {
+        tool_use_id: tool_use_id.to_owned(),
+        name: name.to_owned(),
+        content,
+        is_error,
+        counts: false,
+    }
+}
+
 impl AgentActor {
-    /// Resolves one tool use. Returns true when its result was recorded at once (the run can
-    /// move on), false when a task is out or the run is now blocked.
+    /// Resolves one tool use: a meta-tool's answer or a refusal is recorded at once (an input
+    /// to the machine); an authorized use of a declared tool goes through its approval gate in
+    /// the machine (`Input::ToolAuthorized`); a directory tool or a use waiting for a listing
+    /// has a task out.
     pub(super) fn use_tool(
         &self,
         myself: &ActorRef<AgentMsg>,
         state: &mut AgentState,
         record: &RunRecord,
         tool_use: &ToolUse,
-    ) -> Result<bool, ActorsError> {
+    ) {
         let id = &record.id;
         match tool_use.name.as_str() {
             SEARCH_TOOLS | LOAD_TOOL => {
@@ -100,21 +113,20 @@ impl AgentActor {
                     generation = state.catalog.generation(), is_error = answer.is_error,
                     "meta-tool call"
                 );
-                let result = Transition::tool_result(
+                let input = recorded(
                     &tool_use.id,
                     &tool_use.name,
-                    &answer.content,
+                    answer.content,
                     answer.is_error,
                 );
-                state.submit(myself, id, result)?;
-                Ok(true)
+                state.machine.input(id, input, None);
             }
             INVOKE_TOOL => {
                 if let Ok((name, _)) = meta_tools::parse_invoke(&tool_use.input)
                     && state.catalog.tool(&name).is_none()
                     && wait_for_listing(myself, state, id, &tool_use.id, &name)
                 {
-                    return Ok(false);
+                    return;
                 }
                 let parsed = meta_tools::parse_invoke(&tool_use.input).and_then(|(name, args)| {
                     let Some(tool) = state.catalog.tool(&name) else {
@@ -143,29 +155,22 @@ impl AgentActor {
                 );
                 match parsed {
                     Ok((name, args)) => {
-                        self.run_tool(myself, state, record, tool_use, INVOKE_TOOL, &name, &args)
+                        self.authorize_tool(state, record, tool_use, INVOKE_TOOL, &name, args);
                     }
                     Err(answer) => {
-                        let result = Transition::tool_result(
-                            &tool_use.id,
-                            INVOKE_TOOL,
-                            &answer.content,
-                            true,
-                        );
-                        state.submit(myself, id, result)?;
-                        Ok(true)
+                        let input = recorded(&tool_use.id, INVOKE_TOOL, answer.content, true);
+                        state.machine.input(id, input, None);
                     }
                 }
             }
             name if !state.goals.is_empty() && super::peers::is_directory_tool(name) => {
                 super::peers::use_directory_tool(myself, state, record, tool_use);
-                Ok(false)
             }
             name => {
                 if state.catalog.tool(name).is_none()
                     && wait_for_listing(myself, state, id, &tool_use.id, name)
                 {
-                    return Ok(false);
+                    return;
                 }
                 if state.catalog.tool(name).is_none() {
                     // A tool of an MCP server that could not be listed is told why, once the
@@ -190,105 +195,87 @@ impl AgentActor {
                                 .to_string()
                         }
                     };
-                    state.submit(
-                        myself,
-                        id,
-                        Transition::tool_result(&tool_use.id, name, &text, true),
-                    )?;
-                    return Ok(true);
+                    state
+                        .machine
+                        .input(id, recorded(&tool_use.id, name, text, true), None);
+                    return;
                 }
                 let input = tool_use.input.clone();
-                self.run_tool(myself, state, record, tool_use, name, name, &input)
+                self.authorize_tool(state, record, tool_use, name, name, input);
             }
         }
     }
 
-    /// One use of a tool, by name or through `invoke_tool` (`result_name` is what the result
-    /// is recorded under): the real authorization, the approval gate, then the handler.
-    #[allow(clippy::too_many_arguments)]
-    fn run_tool(
+    /// The real authorization of one use of a declared tool, by name or through
+    /// `invoke_tool` (`result_name` is what the result is recorded under): a refusal is
+    /// recorded at once; an authorized use goes to its approval gate in the machine.
+    fn authorize_tool(
         &self,
-        myself: &ActorRef<AgentMsg>,
         state: &mut AgentState,
         record: &RunRecord,
         tool_use: &ToolUse,
         result_name: &str,
         name: &str,
-        input: &Value,
-    ) -> Result<bool, ActorsError> {
+        input: Value,
+    ) {
         let id = &record.id;
         let via_meta = result_name != name;
         let Some(tool) = state.catalog.tool(name).cloned() else {
-            return Ok(false);
+            return;
         };
         let identity = run_identity(record, &state.catalog, &state.options.host_grants);
-        if let Err(refusal) = state.catalog.authorize(name, &identity, input) {
+        if let Err(refusal) = state.catalog.authorize(name, &identity, &input) {
             info!(tool = name, principal = %record.principal, origin = %record.origin, "tool use refused: {refusal}");
             let content = tool_error_text(&refusal, via_meta);
-            let result = Transition::tool_result(&tool_use.id, result_name, &content, true);
-            state.submit(myself, id, result)?;
-            return Ok(true);
+            state
+                .machine
+                .input(id, recorded(&tool_use.id, result_name, content, true), None);
+            return;
         }
         let approval = tool.approval();
-        let gate = {
-            let view = state
-                .views
-                .get(id)
-                .ok_or_else(|| ActorsError::UnknownRun(id.to_string()))?;
-            step::approval_gate(
-                view,
-                &GatedUse {
-                    run: id,
-                    tool_use_id: &tool_use.id,
-                    result_name,
-                    tool: name,
-                    input,
-                    gated: approval.is_gated(),
-                    requester_may_decide: approval == Approval::Requester,
-                    started_here: state.machine.started_here(id, &tool_use.id),
-                },
-            )
+        let authorized = Input::ToolAuthorized {
+            run: id.clone(),
+            tool_use_id: tool_use.id.clone(),
+            result_name: result_name.to_owned(),
+            tool: name.to_owned(),
+            input,
+            gated: approval.is_gated(),
+            requester_may_decide: approval == Approval::Requester,
+            started_here: false,
         };
-        match gate {
-            Gate::Block(transition) => {
-                let in_doubt = transition
-                    .events
-                    .iter()
-                    .any(|e| matches!(e, RunEvent::ApprovalRequested(asked) if asked.in_doubt));
-                state.submit(myself, id, transition)?;
-                if in_doubt {
-                    warn!(tool = name, tool_use_id = %tool_use.id, "a gated tool started before a restart has no result: it may or may not have run; the run waits for a decision");
-                } else {
-                    info!(tool = name, "run blocked until an operator approves");
-                }
-                return Ok(false);
-            }
-            Gate::Denied(transition) => {
-                state.submit(myself, id, transition)?;
-                return Ok(true);
-            }
-            Gate::Start(transition) => {
-                // Recorded before it runs: the engine steps again, and the use runs once this
-                // write is durable (a tool use waits for its run's commits).
-                state.submit(myself, id, transition)?;
-                state.machine.gate_started(id, &tool_use.id);
-                return Ok(true);
-            }
-            Gate::Proceed => {}
-        }
-        state.machine.gate_ran(id, &tool_use.id);
+        state.machine.input(id, authorized, None);
+    }
+
+    /// Runs a use its gate let through, on its own task: a slow query or a remote API never
+    /// blocks the agent's mailbox, and a tool that panics fails its own use, not the agent.
+    pub(super) fn run_tool(
+        &self,
+        myself: &ActorRef<AgentMsg>,
+        state: &mut AgentState,
+        record: &RunRecord,
+        tool_use_id: &str,
+        (name, result_name): (&str, &str),
+        input: Value,
+    ) {
+        let id = &record.id;
+        let via_meta = result_name != name;
+        let Some(tool) = state.catalog.tool(name).cloned() else {
+            // The tool left the catalog (a reload) between its authorization and now.
+            let text = format!(
+                "no tool named `{name}` any more; use search_tools to find the tools you can use"
+            );
+            state
+                .machine
+                .input(id, recorded(tool_use_id, result_name, text, true), None);
+            return;
+        };
+        let identity = run_identity(record, &state.catalog, &state.options.host_grants);
         state.catalog.record_use(name, &identity);
-        state.machine.task_out(id, &tool_use.id);
-        // The tool runs on its own task: a slow query or a remote API never blocks the agent's
-        // mailbox, and a tool that panics fails its own use, not the agent.
-        let (me, run, tool_use_id) = (myself.clone(), id.clone(), tool_use.id.clone());
+        state.machine.task_out(id, tool_use_id);
+        let (me, run, tool_use_id) = (myself.clone(), id.clone(), tool_use_id.to_owned());
         let depth = state.metrics.host().mailbox().clone();
         let (agent, run_input) = (state.config.name.clone(), record.input.clone());
-        let (env, input, result_name) = (
-            state.config.env.clone(),
-            input.clone(),
-            result_name.to_owned(),
-        );
+        let (env, result_name) = (state.config.env.clone(), result_name.to_owned());
         let task_run = run.clone();
         tokio::spawn(
             async move {
@@ -325,6 +312,5 @@ impl AgentActor {
             }
             .in_current_span(),
         );
-        Ok(false)
     }
 }

@@ -15,11 +15,16 @@
 //! store ([`AgentMachine::restore_unsettled`]); what the machine forgets on a crash (uses out,
 //! held replies, timers) is exactly what a restart must not trust.
 //!
+//! - `drive`: how the machine steps its runs and the [`Command`]s it gives its driver
+//!   ([`AgentMachine::poll`]).
+//! - `tickets`: which store jobs are durable, and what waits for them.
 //! - `admission`: root runs and arriving calls, their counts and reservations, and the order
 //!   of a call's admission on the store's side ([`InboundGate`]).
 //! - `uses`: tool uses with something out, by run.
 
 mod admission;
+mod drive;
+mod tickets;
 mod uses;
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
@@ -33,6 +38,9 @@ use crate::{Refusal, RunId, RunStatus, RunView};
 
 use admission::Admission;
 pub use admission::{AdmissionLimits, CallAdmission, CallAdmitted, CallReservation, InboundGate};
+use drive::Drive;
+pub use drive::{Answer, AskerId, Command};
+use tickets::Tickets;
 use uses::UsesOut;
 
 /// How long a run waits on its calls before it asks its callees again for their replies.
@@ -61,6 +69,17 @@ pub struct AgentMachine {
     held: HashMap<RunId, ReplyIn>,
     /// When each waiting run next asks its callees again, and the backoff after that.
     reask: HashMap<RunId, (Instant, Duration)>,
+    /// Views of the unsettled runs touched since start, each updated with the events the
+    /// machine appends: a step reads its run's view, never the whole log again.
+    views: HashMap<RunId, RunView>,
+    /// The runs' drives: inputs to step, effects to hand out.
+    drives: HashMap<RunId, Drive>,
+    /// The store jobs out, and what waits for their commits.
+    tickets: Tickets,
+    /// Runs whose drive can move, in the order [`AgentMachine::poll`] takes them.
+    ready: VecDeque<RunId>,
+    /// Commands ready to hand out.
+    out: VecDeque<Command>,
 }
 
 /// A settled run as its reply needs it.
@@ -105,6 +124,11 @@ impl AgentMachine {
             thinking: HashSet::new(),
             held: HashMap::new(),
             reask: HashMap::new(),
+            views: HashMap::new(),
+            drives: HashMap::new(),
+            tickets: Tickets::default(),
+            ready: VecDeque::new(),
+            out: VecDeque::new(),
         }
     }
 
@@ -250,47 +274,51 @@ impl AgentMachine {
 
     // --- calls and replies ------------------------------------------------------------------
 
-    /// A call `run` placed through `tool_use_id` ended (accepted or refused): the inputs that
-    /// record it, and then a reply that beat the acceptance (taken right after the call is
-    /// recorded, before the run would move to waiting). A reply held for a call that ended
-    /// refused answers nothing the run waits on, and goes.
-    pub fn call_ended(
-        &mut self,
-        run: &RunId,
-        tool_use_id: String,
-        callee: String,
-        outcome: CallOutcome,
-    ) -> VecDeque<Input> {
-        self.in_flight.remove(run, &tool_use_id);
-        let early = match &outcome {
-            CallOutcome::Accepted { child_run, .. } => self.held.remove(child_run),
-            CallOutcome::Refused(_) => {
-                self.held.remove(&RunId::child_of(run, &tool_use_id));
-                None
-            }
-        };
-        let mut inputs = VecDeque::from([Input::CallEnded {
-            tool_use_id,
-            callee,
-            outcome,
-        }]);
-        if let Some(reply) = early {
-            inputs.push_back(Input::Reply {
-                reply,
-                placing: false,
-            });
+    /// A callee's reply arrived: the input that offers it to its run. A blocking call's wait
+    /// ends with it. Whether the call's acceptance is still being placed is decided when the
+    /// input is stepped (see `drive`), not now: inputs queued behind a suspended drive must
+    /// read what is true when their turn comes.
+    pub fn reply_arrived(&mut self, reply: ReplyIn) -> Input {
+        self.awaiting.remove(&reply.parent_run, &reply.tool_use_id);
+        Input::Reply {
+            reply,
+            placing: false,
         }
-        inputs
     }
 
-    /// A callee's reply arrived: the input that offers it to its run. A blocking call's wait
-    /// ends with it; `placing` tells the step the call's acceptance may not be recorded yet.
-    pub fn reply_arrived(&mut self, reply: ReplyIn) -> Input {
-        let placing = self
-            .in_flight
-            .contains(&reply.parent_run, &reply.tool_use_id);
-        self.awaiting.remove(&reply.parent_run, &reply.tool_use_id);
-        Input::Reply { reply, placing }
+    /// Before a reply is stepped: whether its call's placement is still out (its acceptance
+    /// may not be recorded yet).
+    pub(crate) fn placing(&self, reply: &ReplyIn) -> bool {
+        self.in_flight
+            .contains(&reply.parent_run, &reply.tool_use_id)
+    }
+
+    /// Before a call's end is stepped: the use is no longer busy.
+    pub(crate) fn call_ending(&mut self, run: &RunId, tool_use_id: &str) {
+        self.in_flight.remove(run, tool_use_id);
+    }
+
+    /// After a call's end was stepped: a reply that beat the acceptance (taken right after the
+    /// call is recorded, before the run would move to waiting). A reply held for a call that
+    /// ended refused answers nothing the run waits on, and goes.
+    pub(crate) fn held_for(
+        &mut self,
+        run: &RunId,
+        tool_use_id: &str,
+        outcome: &CallOutcome,
+    ) -> Option<Input> {
+        match outcome {
+            CallOutcome::Accepted { child_run, .. } => {
+                self.held.remove(child_run).map(|reply| Input::Reply {
+                    reply,
+                    placing: false,
+                })
+            }
+            CallOutcome::Refused(_) => {
+                self.held.remove(&RunId::child_of(run, tool_use_id));
+                None
+            }
+        }
     }
 
     /// What the run's step said of a reply: whether it was taken (a duplicate of one taken
@@ -384,6 +412,7 @@ impl AgentMachine {
             && self.awaiting.is_empty()
             && self.thinking.is_empty()
             && self.held.is_empty()
+            && self.drives_quiet()
     }
 }
 

@@ -50,6 +50,18 @@ pub enum Effect {
     /// [`approval_gate`](super::approval_gate) for a gated tool) and answers with
     /// [`Input::ToolFinished`](super::Input::ToolFinished).
     UseTool(ToolUse),
+    /// Run an authorized tool use that its gate let through (a task of its own); answer with
+    /// [`Input::ToolFinished`](super::Input::ToolFinished).
+    RunTool {
+        /// The tool use.
+        tool_use_id: String,
+        /// The tool.
+        tool: String,
+        /// The name its result is recorded under.
+        result_name: String,
+        /// Its input.
+        input: serde_json::Value,
+    },
     /// Ask each callee to send the reply of a settled child again.
     AskReplies(Vec<(String, RunId)>),
     /// The run settled: tell whoever waits (a delegated run's reply goes back to its caller).

@@ -149,6 +149,28 @@ pub fn approval_gate(view: &RunView, used: &GatedUse<'_>) -> Gate {
     }
 }
 
+/// An authorized use through its gate, as one step: run it now ([`Effect::RunTool`]), block
+/// the run on a decision, record it as started first (the use runs once that is durable, on
+/// the next pass), or record the denial. A late authorization (the run settled, or the use
+/// has its result) writes nothing.
+pub(super) fn authorized(view: &RunView, used: &GatedUse<'_>) -> Step {
+    if super::settled(view) || view.resolved.contains(used.tool_use_id) {
+        return Step::default();
+    }
+    match approval_gate(view, used) {
+        Gate::Proceed => Step::effects(vec![Effect::RunTool {
+            tool_use_id: used.tool_use_id.to_owned(),
+            tool: used.tool.to_owned(),
+            result_name: used.result_name.to_owned(),
+            input: used.input.clone(),
+        }]),
+        Gate::Block(transition) => Step::write(transition, Vec::new()),
+        Gate::Denied(transition) | Gate::Start(transition) => {
+            Step::write(transition, vec![Effect::Advance])
+        }
+    }
+}
+
 /// A decision, made `by` someone the host checked, on gate `named` (or, when none is named, on
 /// the gate the run waits on); see the module docs.
 pub(super) fn decide(

@@ -168,6 +168,28 @@ pub enum Input {
     },
     /// The host restarted: ask again for every reply the run still waits on.
     Resume,
+    /// The agent authorized a use of a declared tool (its guards and policies let the run's
+    /// identity use it): the approval gate decides whether it runs now, waits for a decision,
+    /// is recorded as started first, or was denied.
+    ToolAuthorized {
+        /// The run.
+        run: RunId,
+        /// The tool use.
+        tool_use_id: String,
+        /// The name its result is recorded under (`invoke_tool` for a use through it).
+        result_name: String,
+        /// The tool.
+        tool: String,
+        /// Its input.
+        input: serde_json::Value,
+        /// The tool's `approval:` gates it.
+        gated: bool,
+        /// The tool's `approval: requester`.
+        requester_may_decide: bool,
+        /// This incarnation recorded the use as started (the agent machine fills it in: only
+        /// it knows).
+        started_here: bool,
+    },
     /// A peer delivered a message into this run. The runtime has checked consent and that
     /// the sender may deliver into this run before it builds this input.
     Deliver {

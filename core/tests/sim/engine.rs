@@ -162,8 +162,10 @@ impl World {
                     }
                 }
                 Effect::Settled => self.report_settled(h, agent_name, id),
-                // The simulated models never place blocking calls (`wait_s`).
-                Effect::AwaitReply { .. } => {}
+                // The simulated models never place blocking calls (`wait_s`), and the simulated
+                // agent runs its tools through the gate itself (`tools.rs`), never handing the
+                // machine an `Input::ToolAuthorized`.
+                Effect::AwaitReply { .. } | Effect::RunTool { .. } => {}
             }
         }
         if again {

@@ -57,71 +57,14 @@ fn busy_uses_are_the_tasks_and_waits_out_of_one_run() {
 }
 
 #[test]
-fn a_reply_that_beats_its_acceptance_is_held_and_offered_right_after_the_call_is_recorded() {
-    let mut m = machine();
-    let run = RunId::random();
-    m.task_out(&run, "tu");
-    let early = reply(&run, "tu");
-    let input = m.reply_arrived(early.clone());
-    assert_eq!(
-        input,
-        Input::Reply {
-            reply: early.clone(),
-            placing: true,
-        }
-    );
-    assert!(
-        m.reply_stepped(early.clone(), &Verdict::Hold),
-        "held counts as taken"
-    );
-    assert!(!m.is_quiet(), "a held reply is kept");
-    let inputs = m.call_ended(
-        &run,
-        "tu".into(),
-        "c".into(),
-        CallOutcome::Accepted {
-            child_run: early.child_run.clone(),
-            existing: false,
-        },
-    );
-    assert_eq!(inputs.len(), 2);
-    assert!(matches!(inputs[0], Input::CallEnded { .. }));
-    assert_eq!(
-        inputs[1],
-        Input::Reply {
-            reply: early,
-            placing: false,
-        }
-    );
-    assert!(m.is_quiet());
-}
-
-#[test]
-fn a_reply_held_for_a_call_that_ended_refused_goes() {
-    let mut m = machine();
-    let run = RunId::random();
-    m.task_out(&run, "tu");
-    let early = reply(&run, "tu");
-    m.reply_stepped(early, &Verdict::Hold);
-    let inputs = m.call_ended(
-        &run,
-        "tu".into(),
-        "c".into(),
-        CallOutcome::Refused(Refusal::AgentDown { callee: "c".into() }),
-    );
-    assert_eq!(inputs.len(), 1);
-    assert!(m.is_quiet());
-}
-
-#[test]
-fn a_reply_ends_its_calls_blocking_wait_and_is_not_placing_once_the_call_ended() {
+fn a_reply_ends_its_calls_blocking_wait() {
     let mut m = machine();
     let run = RunId::random();
     m.wait_started(&run, "tu");
     let Input::Reply { placing, .. } = m.reply_arrived(reply(&run, "tu")) else {
         panic!("a reply input");
     };
-    assert!(!placing);
+    assert!(!placing, "decided when the reply is stepped");
     assert!(!m.wait_over(&run, "tu"), "the reply ended the wait");
 }
 
@@ -243,3 +186,5 @@ fn a_settled_called_run_replies_capped_and_a_root_run_replies_to_nobody() {
     };
     assert_eq!(m.reply_of(&root), None);
 }
+
+mod drive;
