@@ -238,10 +238,10 @@ fn documented_routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(crate::dashboard::data::refusals))
         .routes(routes!(crate::dashboard::data::tree))
         .routes(routes!(crate::metrics_route::metrics))
-        .routes(routes!(a2a::host_card_route))
-        .routes(routes!(a2a::agent_card_route))
-        .routes(routes!(a2a::host_rpc))
-        .routes(routes!(a2a::agent_rpc))
+        .routes(routes!(a2a::card::host_card_route))
+        .routes(routes!(a2a::card::agent_card_route))
+        .routes(routes!(a2a::json_rpc::host_rpc))
+        .routes(routes!(a2a::json_rpc::agent_rpc))
 }
 
 /// `GET /openapi.json`: this API's description, to anyone who reaches the API (it names
