@@ -1,12 +1,13 @@
 //! The host supervisor: one per host process, parent of one actor per agent.
 //!
 //! It spawns each agent actor linked to itself, restarts a failed one within its
-//! [`RestartBudget`] (ractor has no restart strategies of its own), and routes what crosses
-//! agents: calls ([`SupervisorMsg::PlaceCall`]) to the callee's actor or, for an agent on
-//! another host, to [`RemoteCalls`]; replies back to the caller's actor; settlement notices to
-//! whoever waits. It re-reads agent.yaml files on change (or on demand) and hands each agent
-//! its new config. The supervisor never decides whether a call is allowed: the caller's and
-//! callee's agent actors do, through the run state machine of consort-core.
+//! [`RestartBudget`](crate::restart::RestartBudget) (ractor has no restart strategies of its
+//! own), and routes what crosses agents: calls ([`SupervisorMsg::PlaceCall`]) to the callee's
+//! actor or, for an agent on another host, to [`RemoteCalls`]; replies back to the caller's
+//! actor; settlement notices to whoever waits. It re-reads agent.yaml files on change (or on
+//! demand) and hands each agent its new config. The supervisor never decides whether a call is
+//! allowed: the caller's and callee's agent actors do, through the run state machine of
+//! consort-core.
 //!
 //! Agents sleep while they have nothing to do: an agent's actor is spawned when a message
 //! first needs it and retired once it has been idle for a while (`supervisor/sleep.rs`), so a
@@ -14,110 +15,45 @@
 //!
 //! An agent that is down says why ([`DownReason`]). One that failed because its store could not
 //! be written (a full disk, a file-size limit) is not restarted into the same failure: the
-//! supervisor probes the store ([`RunStore::probe_writable`], on a blocking thread) on the
-//! [`ProbeBackoff`] schedule and restarts the agent with a fresh budget once a probe passes;
-//! its accepted runs resume from the store as after any restart. A reload on demand restarts
-//! every agent that is down, whatever the reason.
+//! supervisor probes the store
+//! ([`RunStore::probe_writable`](crate::store::RunStore::probe_writable), on a blocking thread)
+//! on the [`ProbeBackoff`](crate::restart::ProbeBackoff) schedule and restarts the agent with a
+//! fresh budget once a probe passes; its accepted runs resume from the store as after any
+//! restart. A reload on demand restarts every agent that is down, whatever the reason.
+//!
+//! The actor's state and its handler dispatch are this file; each arm hands its work to the
+//! child module that owns it: routing calls and replies (`supervisor/calls.rs`), an agent
+//! actor's life from spawn to restart, going down and the store probe
+//! (`supervisor/lifecycle.rs`), re-reading agent.yaml (`supervisor/reload.rs`), sleeping and
+//! waking (`supervisor/sleep.rs`), the peer directory (`supervisor/peers.rs`), calls to remote
+//! A2A agents (`supervisor/a2a.rs`) and an operator's commands (`supervisor/operator.rs`). The
+//! messages themselves are [`SupervisorMsg`], defined with what crosses agents in
+//! `routing.rs`.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tokio::sync::broadcast;
-use tracing::{debug, error, info, warn};
+use tracing::{debug, info, warn};
 
-use consort_config::{AgentConfig, AgentSet, FileStamp};
+use consort_config::{AgentConfig, FileStamp};
 use consort_core::Refusal;
-use consort_core::step::CallOutcome;
-use consort_net::ReplyEnvelope;
 
 use crate::ActorsError;
-use crate::agent::{AgentActor, AgentArgs, AgentMsg, AgentOptions, tell};
+use crate::agent::{AgentMsg, tell};
 use crate::data::DataFolder;
-use crate::directory::{self, DirectoryHost, DirectorySpec, Outbox};
+use crate::directory::{self, DirectoryHost, Outbox};
 use crate::feed::RunFeed;
 use crate::metrics::HostMetrics;
-use crate::model::Model;
 use crate::presence::PresenceBoard;
-use crate::restart::{ProbeBackoff, RestartBudget};
 use crate::run::RunRecord;
-use crate::store::{RunStore, StoreWriter};
-use crate::tools::Tool;
-use consort_core::directory::ActorState;
+use crate::store::StoreWriter;
 
 pub use crate::routing::{
     AgentStatus, BoxFuture, Down, DownReason, Reloaded, RemoteCalls, RemoteFailure, SupervisorMsg,
 };
-
-/// Everything a host is built from.
-#[derive(Clone)]
-pub struct HostSpec {
-    /// Agents this host serves.
-    pub agents: AgentSet,
-    /// Agents of the fleet served by other hosts.
-    pub remote_agents: Vec<String>,
-    /// The data folder (one run store per agent, unless `store` keeps them elsewhere).
-    pub data_dir: PathBuf,
-    /// Where the agents' run stores are kept: SQLite files in `data_dir` (the default) or a
-    /// PostgreSQL database.
-    pub store: crate::store::StoreBackend,
-    /// Settings every agent actor is started with.
-    pub options: AgentOptions,
-    /// How often an agent actor may be restarted before it is left down.
-    pub restart: RestartBudget,
-    /// How often the store of an agent that is down because its store could not be written
-    /// is probed.
-    pub store_probe: ProbeBackoff,
-    /// Models set by an embedding app, by agent (instead of the declared one).
-    pub models: BTreeMap<String, Arc<dyn Model>>,
-    /// Tools registered by an embedding app, by agent.
-    pub tools: BTreeMap<String, Vec<Arc<dyn Tool>>>,
-    /// How agents reach the MCP servers their `kind: mcp` entries declare; `None` leaves
-    /// those entries without tools (a use is told the host has no MCP client).
-    pub tool_servers: Option<Arc<dyn crate::tools::ToolServers>>,
-    /// How calls and replies reach agents on other hosts; `None` for a single host.
-    pub remote: Option<Arc<dyn RemoteCalls>>,
-    /// How calls reach the remote A2A agents agents declare (`a2a_agents:`); `None` refuses
-    /// such calls as unreachable.
-    pub a2a: Option<Arc<dyn crate::a2a::A2aCalls>>,
-    /// How often agent.yaml files are checked for changes; `None` turns watching off.
-    pub watch_config: Option<Duration>,
-    /// How often each store's WAL is checkpointed.
-    pub checkpoint_every: Duration,
-    /// This host's name in its fleet (`local` for a host of its own).
-    pub host_name: String,
-    /// The fleet's goals and placements, for the peer directory.
-    pub directory: DirectorySpec,
-    /// The most agent store connections kept open at once (see [`StoreWriter`]).
-    pub max_open_stores: usize,
-}
-
-impl HostSpec {
-    /// A spec for `agents` with their stores under `data_dir` and default settings.
-    pub fn new(agents: AgentSet, data_dir: impl Into<PathBuf>) -> Self {
-        Self {
-            agents,
-            remote_agents: Vec::new(),
-            data_dir: data_dir.into(),
-            store: crate::store::StoreBackend::default(),
-            options: AgentOptions::default(),
-            restart: RestartBudget::default(),
-            store_probe: ProbeBackoff::default(),
-            models: BTreeMap::new(),
-            tools: BTreeMap::new(),
-            tool_servers: None,
-            remote: None,
-            a2a: None,
-            watch_config: Some(Duration::from_millis(500)),
-            checkpoint_every: Duration::from_secs(5),
-            host_name: "local".to_owned(),
-            directory: DirectorySpec::default(),
-            max_open_stores: crate::store::DEFAULT_MAX_OPEN,
-        }
-    }
-}
 
 struct AgentSlot {
     config: AgentConfig,
@@ -135,7 +71,7 @@ struct AgentSlot {
     /// Bumped each time the agent goes down or is revived: a probe made for an earlier down
     /// period is stale.
     down_period: u64,
-    /// The store probe's attempt in the backoff ([`ProbeBackoff::delay`]).
+    /// The store probe's attempt in the backoff ([`ProbeBackoff::delay`](crate::restart::ProbeBackoff::delay)).
     probe_attempt: u32,
     /// When a passing probe last revived the agent.
     revived_at: Option<Instant>,
@@ -177,35 +113,6 @@ pub struct SupervisorState {
 /// The host supervisor actor.
 pub struct HostSupervisor;
 
-/// The most agent.yaml files the config watch looks at per tick.
-const WATCHED_PER_TICK: usize = 2048;
-
-fn stamp_of(config: &AgentConfig) -> Option<FileStamp> {
-    FileStamp::read(&config.file).ok()
-}
-
-impl SupervisorState {
-    /// Tells the presence board who holds `agent`'s seat now, and whether (and why not) its
-    /// actor is up.
-    fn publish_seat(&self, agent: &str) {
-        if let Some(slot) = self.slots.get(agent) {
-            // An asleep agent is up: the next message wakes it.
-            let actor = match (&slot.actor, &slot.down) {
-                (Some(_), _) | (None, None) => ActorState::Up,
-                (None, Some(down)) if down.reason == DownReason::StoreNotWritable => {
-                    ActorState::StoreNotWritable
-                }
-                (None, Some(_)) => ActorState::Down,
-            };
-            self.board.set_seat(
-                agent,
-                actor,
-                format!("{}-{}", self.epoch_ms, slot.generation),
-            );
-        }
-    }
-}
-
 impl HostSupervisor {
     fn fleet_agents(spec: &HostSpec) -> Vec<String> {
         let mut names: Vec<String> = spec.agents.names();
@@ -215,305 +122,8 @@ impl HostSupervisor {
         names
     }
 
-    /// Spawns `name`'s actor. Its seat (incarnation) changes only when `fresh` (a restart),
-    /// not when an asleep agent wakes.
-    async fn spawn_agent_as(
-        myself: &ActorRef<SupervisorMsg>,
-        state: &mut SupervisorState,
-        name: &str,
-        fresh: bool,
-    ) -> Result<(), ActorsError> {
-        let Some(slot) = state.slots.get(name) else {
-            return Err(ActorsError::UnknownAgent(name.to_owned()));
-        };
-        state.markers.mark(name)?;
-        let args = AgentArgs {
-            config: slot.config.clone(),
-            store_path: state.data.store_path(name),
-            writer: state.writer.clone(),
-            model: state.spec.models.get(name).cloned(),
-            extra_tools: state.spec.tools.get(name).cloned().unwrap_or_default(),
-            tool_servers: state.spec.tool_servers.clone(),
-            supervisor: myself.clone(),
-            fleet_agents: state.fleet_agents.clone(),
-            options: state.spec.options.clone(),
-            board: state.board.clone(),
-            feed: state.feed.clone(),
-            metrics: state.metrics.clone(),
-            goals: state
-                .spec
-                .directory
-                .goals_of(name)
-                .into_iter()
-                .map(str::to_owned)
-                .collect(),
-        };
-        let (actor, _) = Actor::spawn_linked(None, AgentActor, args, myself.get_cell())
-            .await
-            .map_err(|e| match e {
-                // A store that cannot be written stays typed: the caller probes it.
-                ractor::SpawnErr::StartupFailed(failure) => {
-                    match failure.downcast::<ActorsError>() {
-                        Ok(error) if error.is_store_not_writable() => *error,
-                        Ok(error) => {
-                            ActorsError::Actor(format!("agent {name} did not start: {error}"))
-                        }
-                        Err(other) => {
-                            ActorsError::Actor(format!("agent {name} did not start: {other}"))
-                        }
-                    }
-                }
-                other => ActorsError::Actor(format!("agent {name} did not start: {other}")),
-            })?;
-        if let Some(slot) = state.slots.get_mut(name) {
-            slot.actor = Some(actor);
-            if fresh {
-                slot.generation = slot.generation.wrapping_add(1);
-            }
-            slot.down = None;
-        }
-        state.publish_seat(name);
-        Ok(())
-    }
-
-    /// Spawns `name`'s actor anew after a failure, a restart or a revival: a new seat.
-    async fn spawn_agent(
-        myself: &ActorRef<SupervisorMsg>,
-        state: &mut SupervisorState,
-        name: &str,
-    ) -> Result<(), ActorsError> {
-        Self::spawn_agent_as(myself, state, name, true).await
-    }
-
-    /// Leaves `name` down for `reason`. An agent down on its store is probed from now on.
-    fn go_down(
-        myself: &ActorRef<SupervisorMsg>,
-        state: &mut SupervisorState,
-        name: &str,
-        reason: DownReason,
-        detail: String,
-    ) {
-        let (backoff, settle) = (state.spec.store_probe, state.spec.restart.window);
-        let Some(slot) = state.slots.get_mut(name) else {
-            return;
-        };
-        slot.down = Some(Down {
-            reason,
-            since_ms: crate::run::now_ms(),
-            detail,
-        });
-        slot.down_period += 1;
-        if reason == DownReason::StoreNotWritable {
-            slot.probe_attempt =
-                backoff.start_at(slot.probe_attempt, slot.revived_at, Instant::now(), settle);
-            Self::schedule_probe(myself, state, name);
-        }
-        state.publish_seat(name);
-    }
-
-    /// Probes `name`'s store after the backoff's next wait; the answer comes back as
-    /// [`SupervisorMsg::StoreProbed`].
-    fn schedule_probe(myself: &ActorRef<SupervisorMsg>, state: &SupervisorState, name: &str) {
-        let Some(slot) = state.slots.get(name) else {
-            return;
-        };
-        let wait = state.spec.store_probe.delay(slot.probe_attempt);
-        let (me, agent, down_period) = (myself.clone(), name.to_owned(), slot.down_period);
-        let path = state.data.store_path(name);
-        debug!(agent = %name, wait_ms = wait.as_millis() as u64, "store probe scheduled");
-        tokio::spawn(async move {
-            tokio::time::sleep(wait).await;
-            let probed = probe_store(path).await;
-            let message = SupervisorMsg::StoreProbed {
-                agent,
-                down_period,
-                probed,
-            };
-            if me.cast(message).is_err() {
-                debug!("the supervisor stopped; a store probe's answer is dropped");
-            }
-        });
-    }
-
-    /// A probe's answer: revive the agent if its store takes writes again, else probe later.
-    async fn store_probed(
-        myself: &ActorRef<SupervisorMsg>,
-        state: &mut SupervisorState,
-        name: &str,
-        down_period: u64,
-        probed: Result<(), ActorsError>,
-    ) {
-        let Some(slot) = state.slots.get_mut(name) else {
-            return;
-        };
-        let waiting = slot.actor.is_none()
-            && slot.down_period == down_period
-            && slot
-                .down
-                .as_ref()
-                .is_some_and(|d| d.reason == DownReason::StoreNotWritable);
-        if !waiting {
-            debug!(agent = %name, "a stale store probe's answer is dropped");
-            return;
-        }
-        // A pass counts as an attempt too: if the revived agent is down on its store again
-        // soon, the next down period waits longer (see `ProbeBackoff::start_at`).
-        slot.probe_attempt = slot.probe_attempt.saturating_add(1);
-        match probed {
-            Ok(()) => {
-                let down_s = slot.down.as_ref().map_or(0, |d| {
-                    crate::run::now_ms().saturating_sub(d.since_ms) / 1000
-                });
-                slot.restarts.clear();
-                slot.revived_at = Some(Instant::now());
-                slot.down_period += 1;
-                slot.total_restarts += 1;
-                match Self::spawn_agent(myself, state, name).await {
-                    Ok(()) => {
-                        info!(agent = %name, down_s, "store writable again: the agent is back with a fresh restart budget; its runs resume");
-                    }
-                    Err(e) => {
-                        error!(agent = %name, "store writable again, but the agent did not start: {e}");
-                        Self::down_after_start_failure(myself, state, name, e);
-                    }
-                }
-            }
-            Err(e) => {
-                let detail = e.to_string();
-                if let Some(down) = &mut slot.down {
-                    down.detail.clone_from(&detail);
-                }
-                if e.is_store_not_writable() {
-                    debug!(agent = %name, error = %detail, "store still not writable");
-                } else {
-                    warn!(agent = %name, error = %detail, "store probe failed");
-                }
-                Self::schedule_probe(myself, state, name);
-            }
-        }
-    }
-
-    /// After a start that failed: down on its store when that is why, else down as not started.
-    fn down_after_start_failure(
-        myself: &ActorRef<SupervisorMsg>,
-        state: &mut SupervisorState,
-        name: &str,
-        error: ActorsError,
-    ) {
-        let reason = if error.is_store_not_writable() {
-            DownReason::StoreNotWritable
-        } else {
-            DownReason::StartFailed
-        };
-        Self::go_down(myself, state, name, reason, error.to_string());
-    }
-
-    /// Restarts every agent that is down, each with a fresh restart budget (a reload on
-    /// demand: the operator says the cause is dealt with). Returns the agents started.
-    async fn revive_all(
-        myself: &ActorRef<SupervisorMsg>,
-        state: &mut SupervisorState,
-    ) -> Vec<String> {
-        let down: Vec<String> = state
-            .slots
-            .iter()
-            .filter(|(_, slot)| slot.actor.is_none() && slot.down.is_some())
-            .map(|(name, _)| name.clone())
-            .collect();
-        let mut revived = Vec::new();
-        for name in down {
-            if let Some(slot) = state.slots.get_mut(&name) {
-                slot.restarts.clear();
-                slot.down_period += 1;
-                slot.total_restarts += 1;
-            }
-            match Self::spawn_agent(myself, state, &name).await {
-                Ok(()) => {
-                    info!(agent = %name, "reload: the agent was down and is back with a fresh restart budget; its runs resume");
-                    revived.push(name);
-                }
-                Err(e) => {
-                    error!(agent = %name, "reload: the agent is down and did not start: {e}");
-                    Self::down_after_start_failure(myself, state, &name, e);
-                }
-            }
-        }
-        revived
-    }
-
     fn actor(state: &SupervisorState, agent: &str) -> Option<ActorRef<AgentMsg>> {
         state.slots.get(agent).and_then(|s| s.actor.clone())
-    }
-
-    /// Re-reads agent.yaml files: every one on demand, or, for the watcher, those changed
-    /// among the next [`WATCHED_PER_TICK`] (a host of many agents does not stat them all on
-    /// every tick; a change is seen within a sweep).
-    fn reload(state: &mut SupervisorState, only_changed: bool) -> Result<Vec<String>, ActorsError> {
-        let mut changed = Vec::new();
-        let mut errors = Vec::new();
-        let names: Vec<String> = if only_changed {
-            let from = state.watch_from.take();
-            let after = |name: &&String| from.as_ref().is_none_or(|f| *name > f);
-            let names: Vec<String> = state
-                .slots
-                .keys()
-                .filter(after)
-                .take(WATCHED_PER_TICK)
-                .cloned()
-                .collect();
-            if names.len() == WATCHED_PER_TICK {
-                state.watch_from = names.last().cloned();
-            }
-            names
-        } else {
-            state.slots.keys().cloned().collect()
-        };
-        for name in names {
-            let Some(slot) = state.slots.get_mut(&name) else {
-                continue;
-            };
-            let stamp = stamp_of(&slot.config);
-            if only_changed && stamp == slot.stamp {
-                continue;
-            }
-            slot.stamp = stamp;
-            match state
-                .spec
-                .agents
-                .reload_one_with_peers(&name, &state.spec.remote_agents)
-            {
-                Ok(config) => {
-                    if config != slot.config {
-                        slot.config = config.clone();
-                        slot.generation = slot.generation.wrapping_add(1);
-                        state
-                            .spec
-                            .agents
-                            .agents
-                            .insert(name.clone(), config.clone());
-                        if let Some(actor) = &slot.actor {
-                            tell(
-                                state.metrics.mailbox(),
-                                actor,
-                                AgentMsg::Config(Box::new(config)),
-                            );
-                        }
-                        state.publish_seat(&name);
-                        info!(agent = %name, "agent.yaml re-read: new config in force");
-                        changed.push(name);
-                    }
-                }
-                Err(e) => {
-                    error!(agent = %name, "agent.yaml re-read failed, keeping the previous config: {e}");
-                    errors.push(e.to_string());
-                }
-            }
-        }
-        if errors.is_empty() {
-            Ok(changed)
-        } else {
-            Err(ActorsError::InvalidConfig(errors.join("\n")))
-        }
     }
 }
 
@@ -725,33 +335,7 @@ impl Actor for HostSupervisor {
                 }
             },
             SupervisorMsg::PlaceCall { envelope, reply } => {
-                let callee = envelope
-                    .last_hop()
-                    .map(|h| h.callee.clone())
-                    .unwrap_or_default();
-                if let Some(actor) = Self::wake(&myself, state, &callee).await {
-                    tell(
-                        state.metrics.mailbox(),
-                        &actor,
-                        AgentMsg::Accept { envelope, reply },
-                    );
-                } else if state.slots.contains_key(&callee) {
-                    answer(reply, CallOutcome::Refused(Refusal::AgentDown { callee }));
-                } else if let Some(remote) = state.spec.remote.clone().filter(|r| r.serves(&callee))
-                {
-                    tokio::spawn(async move {
-                        let outcome = remote.place_call(envelope).await;
-                        answer(reply, outcome);
-                    });
-                } else if let Some((agent, token)) = Self::a2a_callee(state, &envelope) {
-                    Self::place_a2a_call(&myself, state, envelope, agent, token, reply);
-                } else {
-                    let allowed = Self::fleet_agents(&state.spec).join(", ");
-                    answer(
-                        reply,
-                        CallOutcome::Refused(Refusal::UnknownAgent { callee, allowed }),
-                    );
-                }
+                Self::place_call(&myself, state, envelope, reply).await;
             }
             SupervisorMsg::Settled { record, reply } => {
                 // Nobody may be waiting for settlements right now: that is no failure.
@@ -763,30 +347,10 @@ impl Actor for HostSupervisor {
                 }
             }
             SupervisorMsg::OfferReply { reply, taken } => {
-                match Self::wake(&myself, state, &reply.caller).await {
-                    Some(actor) => {
-                        tell(
-                            state.metrics.mailbox(),
-                            &actor,
-                            AgentMsg::OfferReply { reply, taken },
-                        );
-                    }
-                    None => {
-                        answer(taken, false);
-                    }
-                }
+                Self::offer_reply(&myself, state, reply, taken).await;
             }
             SupervisorMsg::ResendReply { callee, child_run } => {
-                if let Some(actor) = Self::wake(&myself, state, &callee).await {
-                    tell(
-                        state.metrics.mailbox(),
-                        &actor,
-                        AgentMsg::ResendReply(child_run),
-                    );
-                } else if let Some(remote) = state.spec.remote.clone().filter(|r| r.serves(&callee))
-                {
-                    tokio::spawn(async move { remote.resend_reply(callee, child_run).await });
-                }
+                Self::resend_reply(&myself, state, callee, child_run).await;
             }
             SupervisorMsg::ResendA2aReply(call) => {
                 Self::ask_a2a_reply(&myself, state, &call);
@@ -797,31 +361,7 @@ impl Actor for HostSupervisor {
                 agent,
                 run,
                 reply,
-            } => {
-                if state.slots.contains_key(&agent) {
-                    let (writer, path) = (state.writer.clone(), state.data.store_path(&agent));
-                    tokio::spawn(async move {
-                        let key = run.clone();
-                        let found = writer
-                            .read(&path, move |store| store.run(&key))
-                            .await
-                            .and_then(|r| {
-                                r.ok_or_else(|| ActorsError::UnknownRun(run.to_string()))
-                            });
-                        answer(reply, found);
-                    });
-                } else if let Some(remote) = state.spec.remote.clone().filter(|r| r.serves(&agent))
-                {
-                    tokio::spawn(async move {
-                        let summary = remote.run_summary(caller, parent_run, agent, run).await;
-                        answer(reply, summary);
-                    });
-                } else if let Some(said) = Self::a2a_run_summary(state, &caller, &agent, &run) {
-                    answer(reply, Err(ActorsError::Remote(said)));
-                } else {
-                    answer(reply, Err(ActorsError::UnknownAgent(agent)));
-                }
-            }
+            } => Self::run_summary(state, caller, parent_run, agent, run, reply),
             SupervisorMsg::Decide {
                 agent,
                 run,
@@ -976,66 +516,8 @@ impl Actor for HostSupervisor {
         else {
             return Ok(());
         };
-        let budget = state.spec.restart;
-        let Some(slot) = state.slots.get_mut(&name) else {
-            return Ok(());
-        };
-        slot.actor = None;
-        state.publish_seat(&name);
-        if not_writable {
-            // Restarted now, it would fail on its first write: ask the store first. A store
-            // that takes writes again (a passing hiccup) leaves the decision to the budget.
-            if let Err(probe) = probe_store(state.data.store_path(&name)).await {
-                warn!(agent = %name, %reason, probe = %probe, "agent actor failed: its store is not writable; it is down until a probe finds the store writable again");
-                Self::go_down(&myself, state, &name, DownReason::StoreNotWritable, reason);
-                return Ok(());
-            }
-        }
-        let Some(slot) = state.slots.get_mut(&name) else {
-            return Ok(());
-        };
-        if budget.admit(&mut slot.restarts, Instant::now()) {
-            slot.total_restarts += 1;
-            warn!(agent = %name, %reason, "agent actor failed; restarting it (its runs resume from the store)");
-            if let Err(e) = Self::spawn_agent(&myself, state, &name).await {
-                error!(agent = %name, "restart failed: {e}");
-                Self::down_after_start_failure(&myself, state, &name, e);
-            }
-        } else if not_writable {
-            error!(agent = %name, %reason, "agent actor failed past its restart budget on a store that is not writable; it is down until a probe finds the store writable again");
-            Self::go_down(&myself, state, &name, DownReason::StoreNotWritable, reason);
-        } else {
-            error!(agent = %name, %reason, "agent actor failed past its restart budget; it is down until a reload or a host restart");
-            Self::go_down(
-                &myself,
-                state,
-                &name,
-                DownReason::RestartBudgetSpent,
-                reason,
-            );
-        }
+        Self::agent_stopped(&myself, state, &name, reason, not_writable).await;
         Ok(())
-    }
-}
-
-impl HostSupervisor {
-    async fn route_reply(
-        myself: &ActorRef<SupervisorMsg>,
-        state: &mut SupervisorState,
-        reply: ReplyEnvelope,
-    ) {
-        if let Some(actor) = Self::wake(myself, state, &reply.caller).await {
-            tell(state.metrics.mailbox(), &actor, AgentMsg::Reply(reply));
-        } else if let Some(remote) = state
-            .spec
-            .remote
-            .clone()
-            .filter(|r| r.serves(&reply.caller))
-        {
-            tokio::spawn(async move { remote.send_reply(reply).await });
-        } else {
-            warn!(caller = %reply.caller, child = %reply.child_run, "reply for an agent that is not reachable; it will be re-sent when the caller resumes");
-        }
     }
 }
 
@@ -1063,13 +545,6 @@ pub async fn spawn_supervisor(
     spawned.map_err(|e| ActorsError::Actor(format!("host supervisor did not start: {e}")))
 }
 
-/// Whether the store at `path` takes writes again, asked on a blocking thread.
-async fn probe_store(path: PathBuf) -> Result<(), ActorsError> {
-    tokio::task::spawn_blocking(move || RunStore::probe_writable(&path))
-        .await
-        .map_err(|e| ActorsError::Actor(format!("a store probe did not finish: {e}")))?
-}
-
 /// Answers a request; an asker that stopped waiting is no failure of this host.
 fn answer<T>(port: RpcReplyPort<T>, value: T) {
     if port.send(value).is_err() {
@@ -1078,8 +553,14 @@ fn answer<T>(port: RpcReplyPort<T>, value: T) {
 }
 
 mod a2a;
+mod calls;
+mod lifecycle;
 mod operator;
 mod peers;
+mod reload;
 mod sleep;
+mod spec;
 
+use reload::stamp_of;
 use sleep::AwakeMarkers;
+pub use spec::HostSpec;
