@@ -142,6 +142,15 @@ pub enum Refusal {
         /// The gate named.
         gate: String,
     },
+    /// A decision by the run's own requester on a gate that does not let the requester decide
+    /// (four eyes): someone else must decide it. Nothing was decided.
+    #[error(
+        "gate {gate} needs someone else's decision: the run's own requester may not decide it (four eyes); ask an operator"
+    )]
+    FourEyes {
+        /// The gate.
+        gate: String,
+    },
     /// A cancel named a run that has already settled: its log is final.
     #[error(
         "run {run} has already settled ({status}): there is nothing left to cancel and nothing was written"
@@ -258,6 +267,7 @@ impl Refusal {
             Self::NotAwaitingApproval { .. } => "not_awaiting_approval",
             Self::StaleDecision { .. } => "stale_decision",
             Self::NotInDoubt { .. } => "not_in_doubt",
+            Self::FourEyes { .. } => "four_eyes",
             Self::AlreadySettled { .. } => "already_settled",
             Self::DeliveryTargetSettled { .. } => "delivery_target_settled",
             Self::DeliveryTargetBlocked { .. } => "delivery_target_blocked",
@@ -365,6 +375,9 @@ mod tests {
             Refusal::RepeatedToolUse {
                 tool: s("lookup"),
                 times: 3,
+            },
+            Refusal::FourEyes {
+                gate: s("run_1:tu"),
             },
         ]
     }

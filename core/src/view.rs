@@ -65,6 +65,9 @@ pub struct RunView {
     pub status: Option<RunStatus>,
     /// Hops from the root run (0 for a run started by the API or CLI).
     pub hop_depth: u32,
+    /// The principal the run acts for (its requester: `api:<name>`, `anonymous`, `agent:<name>`
+    /// for a called run).
+    pub principal: String,
     /// What the model reads.
     pub conversation: Vec<Message>,
     /// Model turns taken (waits included).
@@ -120,6 +123,7 @@ impl RunView {
             RunEvent::Created(created) => {
                 self.status.get_or_insert(RunStatus::Queued);
                 self.hop_depth = created.hop_depth;
+                self.principal.clone_from(&created.principal);
                 self.conversation.push(Message::User(created.input.clone()));
             }
             RunEvent::Status(change) => self.status = Some(change.to),

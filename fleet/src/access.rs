@@ -6,8 +6,8 @@
 //! | requester                       | start runs | read a run, its tree  | list runs, refusals | approve / deny              | cancel         | reload, agents | fleet view | metrics |
 //! |---------------------------------|------------|-----------------------|---------------------|-----------------------------|----------------|----------------|------------|---------|
 //! | local operator (no auth file)   | yes        | any                   | all                 | any gate                    | any run        | yes / yes      | yes        | yes     |
-//! | operator (`operator` role)      | yes        | any                   | all                 | any gate but its own runs'  | any run        | yes / yes      | yes        | yes     |
-//! | principal (any other token)     | yes        | its own               | its own             | its own, if the gate allows | its own        | no / yes       | no (403)   | 403     |
+//! | operator (`operator` role)      | yes        | any                   | all                 | any gate (four eyes below)  | any run        | yes / yes      | yes        | yes     |
+//! | principal (any other token)     | yes        | its own               | its own             | its own (four eyes below)   | its own        | no / yes       | no (403)   | 403     |
 //! | anonymous, `anonymous: runs`    | yes        | anonymous ones        | anonymous           | no                          | no (403)       | no / yes       | no (401)   | 401     |
 //! | anonymous, `anonymous: refuse`  | 401        | 401                   | 401                 | 401                         | 401            | 401            | 401        | 401     |
 //! | hook could not answer           | as anonymous for starting; 503 for anything that reads, decides or cancels                                                     |
@@ -19,8 +19,11 @@
 //! are the operators' too.
 //!
 //! A run belongs to the principal it acts for (`api:<name>`, `anonymous`, ...). A requester
-//! cannot approve a gate of a run it started unless the gate allows self-approval (four eyes);
-//! the one exception is a host without an auth file, which has a single local operator.
+//! cannot decide a gate of a run it started unless the gate allows it (`approval: requester`):
+//! four eyes. That rule is the gate's, applied by consort-core where the gate is decided
+//! (`step::gate`, refusal `four_eyes`, answered 403 `forbidden`), so the check and the decision
+//! are one step on the gate actually decided; this module only says who may reach a run's
+//! gates. A host without an auth file has a single local operator, who may decide any gate.
 //! A run may be canceled by the principal it acts for or by an operator; anonymous callers
 //! share one principal, so none of them may stop another's anonymous run.
 //! A run the requester may not read answers exactly like a run that does not exist, so run
@@ -75,12 +78,12 @@ pub enum Action<'a> {
     },
     /// List runs (the answer is then narrowed by [`listing_scope`]).
     ListRuns,
-    /// Approve or deny the gate a run waits on.
+    /// Decide a gate of a run. Whether the run's own requester may decide that gate (four
+    /// eyes) is the gate's rule, applied where the gate is decided (consort-core's
+    /// `step::gate`): here only who may reach the run's gates at all.
     Decide {
         /// The principal the run acts for.
         owner: &'a str,
-        /// Whether the gate lets the run's own requester decide.
-        self_approval: bool,
     },
     /// Cancel a run; `owner` is the principal the run acts for.
     Cancel {
@@ -155,33 +158,14 @@ pub fn authorize(
     let open = anonymous == AnonymousAccess::Runs;
     match requester {
         Requester::LocalOperator => Ok(()),
-        Requester::Operator { principal } => match action {
-            Action::Decide {
-                owner,
-                self_approval,
-            } if owner == principal && !self_approval => Err(Denial::Forbidden(
-                "a run's own requester cannot approve its gate; another operator must decide",
-            )),
-            _ => Ok(()),
-        },
+        Requester::Operator { .. } => Ok(()),
         Requester::Principal { principal } => match action {
             Action::StartRun | Action::ListRuns | Action::ListAgents | Action::ListRefusals => {
                 Ok(())
             }
             Action::ReadRun { owner } | Action::ReadTree { owner } if owner == principal => Ok(()),
             Action::ReadRun { .. } | Action::ReadTree { .. } => Err(Denial::NotVisible),
-            Action::Decide {
-                owner,
-                self_approval,
-            } if owner == principal => {
-                if self_approval {
-                    Ok(())
-                } else {
-                    Err(Denial::Forbidden(
-                        "this gate needs an operator's decision; the run's own requester cannot approve it",
-                    ))
-                }
-            }
+            Action::Decide { owner } if owner == principal => Ok(()),
             Action::Decide { .. } => Err(Denial::NotVisible),
             Action::Cancel { owner } if owner == principal => Ok(()),
             Action::Cancel { .. } => Err(Denial::NotVisible),
@@ -265,11 +249,8 @@ mod tests {
         }
     }
 
-    fn decide(owner: &str, self_approval: bool) -> Action<'_> {
-        Action::Decide {
-            owner,
-            self_approval,
-        }
+    fn decide(owner: &str) -> Action<'_> {
+        Action::Decide { owner }
     }
 
     #[test]
@@ -278,7 +259,7 @@ mod tests {
             Action::StartRun,
             Action::ReadRun { owner: "api:bob" },
             Action::ListRuns,
-            decide(ANONYMOUS, false),
+            decide(ANONYMOUS),
             cancel("api:bob"),
             Action::Reload,
             Action::ListAgents,
@@ -312,12 +293,10 @@ mod tests {
                 authorize(&ops, anonymous, Action::ReadRun { owner: "api:bob" }),
                 Ok(())
             );
-            assert_eq!(authorize(&ops, anonymous, decide("api:bob", false)), Ok(()));
-            assert_eq!(authorize(&ops, anonymous, decide("api:ops", true)), Ok(()));
-            assert!(matches!(
-                authorize(&ops, anonymous, decide("api:ops", false)),
-                Err(Denial::Forbidden(_))
-            ));
+            assert_eq!(authorize(&ops, anonymous, decide("api:bob")), Ok(()));
+            // Its own run's gates too: whether the gate lets its requester decide is the
+            // gate's rule (`consort_core::step`), applied where the gate is decided.
+            assert_eq!(authorize(&ops, anonymous, decide("api:ops")), Ok(()));
         }
         assert_eq!(listing_scope(&ops), Scope::All);
     }
@@ -339,13 +318,9 @@ mod tests {
             authorize(&a, SHUT, Action::ReadRun { owner: ANONYMOUS }),
             Err(Denial::NotVisible)
         );
-        assert_eq!(authorize(&a, SHUT, decide("api:alice", true)), Ok(()));
-        assert!(matches!(
-            authorize(&a, SHUT, decide("api:alice", false)),
-            Err(Denial::Forbidden(_))
-        ));
+        assert_eq!(authorize(&a, SHUT, decide("api:alice")), Ok(()));
         assert_eq!(
-            authorize(&a, SHUT, decide("api:bob", true)),
+            authorize(&a, SHUT, decide("api:bob")),
             Err(Denial::NotVisible)
         );
         assert!(matches!(
@@ -376,7 +351,7 @@ mod tests {
             Action::StartRun,
             Action::ReadRun { owner: ANONYMOUS },
             Action::ListRuns,
-            decide(ANONYMOUS, true),
+            decide(ANONYMOUS),
             cancel(ANONYMOUS),
             Action::Reload,
             Action::ListAgents,
@@ -401,7 +376,7 @@ mod tests {
             Err(Denial::NotVisible)
         );
         assert_eq!(
-            authorize(&nobody, OPEN, decide(ANONYMOUS, true)),
+            authorize(&nobody, OPEN, decide(ANONYMOUS)),
             Err(Denial::NotVisible)
         );
         assert_eq!(
@@ -525,7 +500,7 @@ mod tests {
             for action in [
                 Action::ReadRun { owner: ANONYMOUS },
                 Action::ListRuns,
-                decide(ANONYMOUS, true),
+                decide(ANONYMOUS),
                 cancel(ANONYMOUS),
                 Action::Reload,
                 Action::ListAgents,

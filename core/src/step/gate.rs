@@ -25,7 +25,7 @@ use serde_json::Value;
 use super::effect::{Effect, Step, Verdict};
 use super::transition::Transition;
 use crate::event::{ApprovalDecided, ApprovalRequested, ToolStarted};
-use crate::{Refusal, RunEvent, RunId, RunStatus, RunView};
+use crate::{GateView, Refusal, RunEvent, RunId, RunStatus, RunView};
 
 /// The id of the `ask`-th gate of a tool use (1-based): `<run>:<tool use>`, and
 /// `<run>:<tool use>:<ask>` for a use asked again (a gate in doubt).
@@ -194,9 +194,12 @@ pub(super) fn decide(
                 run: run.to_string(),
                 status: status.to_string(),
             })),
-            Some(named) => repeated_or_stale(view, run, named, &decision, status),
+            Some(named) => repeated_or_stale(view, run, named, &decision, status, by),
         };
     };
+    if let Some(refusal) = four_eyes(view, gate, &id, by) {
+        return Step::verdict(Verdict::Refused(refusal));
+    }
     if matches!(decision, Decision::Record { .. }) && !gate.in_doubt {
         return Step::verdict(Verdict::Refused(Refusal::NotInDoubt { gate: id }));
     }
@@ -249,6 +252,16 @@ pub(super) fn decide(
     }
 }
 
+/// Four eyes: the run's own requester (the principal it acts for) may decide its gate only
+/// when the gate allows it (`approval: requester`, recorded when the run blocked). Who
+/// decides comes from the host, which checked the decider's token; everyone else it lets
+/// decide (an operator, the host's local operator) may.
+fn four_eyes(view: &RunView, gate: &GateView, id: &str, by: &str) -> Option<Refusal> {
+    (by == view.principal && !gate.requester_may_decide).then(|| Refusal::FourEyes {
+        gate: id.to_owned(),
+    })
+}
+
 /// A decision naming a gate that does not wait: the same decision it already had is answered
 /// as already decided; anything else is stale. Nothing is written either way.
 fn repeated_or_stale(
@@ -257,13 +270,19 @@ fn repeated_or_stale(
     named: &str,
     decision: &Decision,
     status: RunStatus,
+    by: &str,
 ) -> Step {
     let earlier = view.approvals.iter().find_map(|(tool_use_id, gate)| {
         gate.decided
             .iter()
             .find(|(ask, _)| gate_id(run, tool_use_id, **ask) == named)
-            .map(|(_, approved)| *approved)
+            .map(|(_, approved)| (gate, *approved))
     });
+    // The requester is told it may not decide even a gate someone else has decided since.
+    if let Some(refusal) = earlier.and_then(|(gate, _)| four_eyes(view, gate, named, by)) {
+        return Step::verdict(Verdict::Refused(refusal));
+    }
+    let earlier = earlier.map(|(_, approved)| approved);
     if earlier == Some(decision.approves()) {
         return Step::verdict(Verdict::Decided {
             gate: named.to_owned(),

@@ -148,7 +148,8 @@ pub enum Input {
         gate: Option<String>,
         /// What was decided.
         decision: Decision,
-        /// Who decided (a principal, or `operator` for a host's local operator).
+        /// Who decided (a principal, or `operator` for a host's local operator): the gate's
+        /// four-eyes rule compares it with the principal the run acts for.
         by: String,
     },
     /// Someone the host checked (the run's requester, or an operator) cancels the run: an

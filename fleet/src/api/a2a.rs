@@ -87,6 +87,14 @@ struct Failure {
 }
 
 impl Failure {
+    /// What the host refuses this caller (HTTP 403), in words.
+    fn forbidden(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::FORBIDDEN,
+            error: JsonRpcError::new(A2aErrorCode::UnsupportedOperation, message.into()),
+        }
+    }
+
     fn new(code: A2aErrorCode, message: impl Into<String>) -> Self {
         Self {
             status: StatusCode::OK,

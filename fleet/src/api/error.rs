@@ -63,6 +63,11 @@ impl From<ActorsError> for ApiError {
                     refusal.to_string(),
                 )
             }
+            // The run's own requester deciding a gate that needs someone else: forbidden, as
+            // any other thing this caller may not do.
+            ActorsError::Refused(refusal @ consort_core::Refusal::FourEyes { .. }) => {
+                Self::new(StatusCode::FORBIDDEN, "forbidden", refusal.to_string())
+            }
             ActorsError::Refused(refusal @ consort_core::Refusal::Draining { .. }) => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 refusal.code(),

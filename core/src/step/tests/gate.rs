@@ -410,3 +410,61 @@ fn two_gates_of_one_turn_wait_at_once_and_each_is_decided_by_its_own_id() {
     assert!(run.view.waiting_gate().is_none());
     assert_eq!(crate::step::waiting_request(&root(), &run.log), None);
 }
+
+fn decide_by(by: &str, gate: Option<&str>) -> Input {
+    Input::Decide {
+        run: root(),
+        gate: gate.map(str::to_owned),
+        decision: Decision::Approve,
+        by: by.into(),
+    }
+}
+
+#[test]
+fn the_runs_own_requester_may_not_decide_a_gate_that_does_not_allow_it() {
+    let (cc, fl) = (can_call(), fleet());
+    let p = policy(&cc, &fl, Limits::default());
+    let mut run = paying_run(&p, &["t1"]);
+    ask(&mut run, "t1", false);
+    let gate = gate_id(&root(), "t1", 1);
+    // `Run::new` acts for `anonymous`: a decider of that name is the run's own requester.
+    let own = run.step(decide_by("anonymous", None), &p);
+    assert_eq!(
+        own.verdict,
+        Verdict::Refused(Refusal::FourEyes { gate: gate.clone() })
+    );
+    assert!(own.write.is_none(), "nothing was decided");
+    let named = run.step(decide_by("anonymous", Some(&gate)), &p);
+    assert!(matches!(named.verdict, Verdict::Refused(Refusal::FourEyes { .. })));
+    // Anyone else the host let decide may: an operator, the host's local operator.
+    let ops = run.step(decide_by("api:ops", Some(&gate)), &p);
+    assert_eq!(decided(&ops), (gate.clone(), false));
+    // A repeat by the requester is refused too, never answered "already decided".
+    let again = run.step(decide_by("anonymous", Some(&gate)), &p);
+    assert!(
+        matches!(again.verdict, Verdict::Refused(Refusal::FourEyes { .. })),
+        "{:?}",
+        again.verdict
+    );
+}
+
+#[test]
+fn a_gate_that_lets_its_requester_decide_takes_the_requesters_decision() {
+    let (cc, fl) = (can_call(), fleet());
+    let p = policy(&cc, &fl, Limits::default());
+    let mut run = paying_run(&p, &["t1"]);
+    let (root, input) = (root(), input());
+    let gate = approval_gate(
+        &run.view,
+        &GatedUse {
+            requester_may_decide: true,
+            ..used(&root, "t1", &input, false)
+        },
+    );
+    let Gate::Block(t) = gate else {
+        panic!("the gate asks");
+    };
+    run.apply(&Step::write(t, vec![]));
+    let own = run.step(decide_by("anonymous", None), &p);
+    assert_eq!(decided(&own), (gate_id(&root, "t1", 1), false));
+}

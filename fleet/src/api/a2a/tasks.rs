@@ -216,7 +216,6 @@ impl Call {
         let gate = self.gate(&run).await?;
         self.authorize(Action::Decide {
             owner: &run.principal,
-            self_approval: gate.as_ref().is_some_and(|g| g.requester_may_decide),
         })?;
         // The reply decides the gate the task showed as waiting, and only that one.
         let decision = Decision::from(approve);
@@ -230,6 +229,9 @@ impl Call {
             .await
             .map(|decided| decided.run)
             .map_err(|e| match e {
+                ActorsError::Refused(refusal @ consort_core::Refusal::FourEyes { .. }) => {
+                    Failure::forbidden(refusal.to_string())
+                }
                 ActorsError::Refused(refusal) => {
                     Failure::new(A2aErrorCode::UnsupportedOperation, refusal.to_string())
                 }
