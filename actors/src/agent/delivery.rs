@@ -7,14 +7,14 @@
 //! is settled or gated on an approval, answered from the first delivery for a repeated id, and
 //! otherwise written as a `message_received` event the model reads on its next turn. A new-run
 //! delivery's run id is derived from (agent, sender, delivery id), so a repeat finds the run it
-//! made. The receipt is given once what it reports is committed.
+//! made; what a repeat or a reused id gets is `directory::new_run_delivery`'s to decide. The receipt is given once what it reports is committed.
 
 use ractor::{ActorRef, RpcReplyPort};
 use tracing::{info, warn};
 
 use consort_core::directory::{
-    Receipt, check_delivery_id, delivery_run_id, may_deliver_into, payload_digest,
-    receiver_consents,
+    Receipt, check_delivery_id, delivery_run_id, may_deliver_into, new_run_delivery,
+    payload_digest, receiver_consents,
 };
 use consort_core::step::Input;
 use consort_core::{Refusal, RunId};
@@ -108,32 +108,10 @@ impl AgentActor {
     ) -> Result<(), ActorsError> {
         let me = state.config.name.clone();
         let id = delivery_run_id(&me, &from, &delivery_id);
-        if let Some(existing) = state.record(&id).await? {
-            // The same id again: the same message finds its run, another one is a conflict.
-            let receipt =
-                if payload_digest(&me, None, &existing.input) == payload_digest(&me, None, &text) {
-                    Receipt::Enqueued {
-                        delivery_id,
-                        run: id,
-                        seq: 1,
-                        existing: true,
-                    }
-                } else {
-                    Receipt::rejected(
-                        &delivery_id,
-                        &Refusal::DeliveryConflict {
-                            delivery_id: delivery_id.clone(),
-                        },
-                    )
-                };
+        let existing = state.record(&id).await?;
+        let stored = existing.as_ref().map(|r| r.input.as_str());
+        if let Err(receipt) = new_run_delivery(&me, &delivery_id, &id, stored, &text) {
             send_receipt(reply, receipt);
-            return Ok(());
-        }
-        if text.trim().is_empty() {
-            send_receipt(
-                reply,
-                Receipt::rejected(&delivery_id, &Refusal::MalformedDelivery),
-            );
             return Ok(());
         }
         // An operator's message acts for nobody. A peer's acts for that agent, for an origin

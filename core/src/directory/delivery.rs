@@ -297,6 +297,43 @@ mod tests;
 /// The sender name of an operator's delivery: not a valid agent name, so no agent can take it.
 pub const OPERATOR_SENDER: &str = "@operator";
 
+/// A delivery that asks for a new run, checked before anything is stored: the message must say
+/// something; and when the run its id derives ([`delivery_run_id`]) exists already, the same
+/// message is answered from that run (`existing`, nothing stored again) and a different one is
+/// a conflict. `Ok(())` means: store the run. `stored_input` is what the derived run was asked,
+/// if it exists.
+pub fn new_run_delivery(
+    to: &str,
+    delivery_id: &str,
+    run: &RunId,
+    stored_input: Option<&str>,
+    text: &str,
+) -> Result<(), Receipt> {
+    if let Some(stored) = stored_input {
+        return Err(
+            if payload_digest(to, None, stored) == payload_digest(to, None, text) {
+                Receipt::Enqueued {
+                    delivery_id: delivery_id.to_owned(),
+                    run: run.clone(),
+                    seq: 1,
+                    existing: true,
+                }
+            } else {
+                Receipt::rejected(
+                    delivery_id,
+                    &Refusal::DeliveryConflict {
+                        delivery_id: delivery_id.to_owned(),
+                    },
+                )
+            },
+        );
+    }
+    if text.trim().is_empty() {
+        return Err(Receipt::rejected(delivery_id, &Refusal::MalformedDelivery));
+    }
+    Ok(())
+}
+
 /// The sender's half of a delivery's consent, decided on the sender's host as for a call: the
 /// sender's own `can_call` names the callee. An operator needs none.
 ///

@@ -308,3 +308,28 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_new_run_delivery_is_stored_once_answered_from_its_run_when_repeated_and_refused_when_reused() {
+    let run = delivery_run_id("b3", "a1", "d-1");
+    assert_eq!(new_run_delivery("b3", "d-1", &run, None, "hello"), Ok(()));
+    assert_eq!(
+        new_run_delivery("b3", "d-1", &run, Some("hello"), "hello"),
+        Err(Receipt::Enqueued {
+            delivery_id: "d-1".into(),
+            run: run.clone(),
+            seq: 1,
+            existing: true,
+        }),
+        "the same message finds the run it made"
+    );
+    let Err(conflict) = new_run_delivery("b3", "d-1", &run, Some("hello"), "other") else {
+        panic!("a reused id with another message is refused");
+    };
+    assert_eq!(conflict.code(), "rejected");
+    assert!(matches!(&conflict, Receipt::Rejected { code, .. } if code == "delivery_conflict"));
+    let Err(empty) = new_run_delivery("b3", "d-2", &run, None, "  ") else {
+        panic!("an empty message is refused");
+    };
+    assert!(matches!(&empty, Receipt::Rejected { code, .. } if code == "malformed_delivery"));
+}

@@ -435,7 +435,10 @@ fn the_runs_own_requester_may_not_decide_a_gate_that_does_not_allow_it() {
     );
     assert!(own.write.is_none(), "nothing was decided");
     let named = run.step(decide_by("anonymous", Some(&gate)), &p);
-    assert!(matches!(named.verdict, Verdict::Refused(Refusal::FourEyes { .. })));
+    assert!(matches!(
+        named.verdict,
+        Verdict::Refused(Refusal::FourEyes { .. })
+    ));
     // Anyone else the host let decide may: an operator, the host's local operator.
     let ops = run.step(decide_by("api:ops", Some(&gate)), &p);
     assert_eq!(decided(&ops), (gate.clone(), false));
