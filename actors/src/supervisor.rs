@@ -696,6 +696,7 @@ impl Actor for HostSupervisor {
                 channel,
                 identity,
                 trace,
+                budget,
                 reply,
             } => match Self::wake(&myself, state, &agent).await {
                 _ if state.draining => {
@@ -710,6 +711,7 @@ impl Actor for HostSupervisor {
                             channel,
                             identity,
                             trace,
+                            budget,
                             reply,
                         },
                     );

@@ -9,9 +9,9 @@
 //! back down if the job finds a replay or a refusal. A reserved count can only make admission
 //! stricter for a moment, never let a run past a limit.
 
-use consort_core::Refusal;
 use consort_core::guards::{self, InboundFacts};
 use consort_core::step::CallOutcome;
+use consort_core::{Refusal, TreeBudget, TreeLimits};
 use consort_net::{CallEnvelope, RunId, TraceContext};
 use ractor::{ActorRef, RpcReplyPort};
 use tracing::{info, info_span, warn};
@@ -35,7 +35,7 @@ impl AgentActor {
         state: &mut AgentState,
         input: String,
         channel: Channel,
-        (identity, trace): (Identity, Option<TraceContext>),
+        (identity, trace, budget): (Identity, Option<TraceContext>, Option<TreeLimits>),
         reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
     ) -> Result<(), ActorsError> {
         // A root run started the call tree: it is its own origin.
@@ -47,7 +47,7 @@ impl AgentActor {
             input,
             channel,
             (identity, origin),
-            trace,
+            (trace, budget),
             reply,
         )
         .await
@@ -55,7 +55,8 @@ impl AgentActor {
 
     /// [`AgentActor::start`] with the run id and origin given (a delivery's run id is derived
     /// from its sender and delivery id, so a repeated delivery finds its run; its origin is not
-    /// its own).
+    /// its own). The run is the root of its call tree: its tree budget is the agent's
+    /// `limits.tree` narrowed by the request's `budget`.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn start_as(
         &self,
@@ -65,7 +66,7 @@ impl AgentActor {
         input: String,
         channel: Channel,
         (identity, origin): (Identity, Origin),
-        trace: Option<TraceContext>,
+        (trace, budget): (Option<TraceContext>, Option<TreeLimits>),
         reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
     ) -> Result<(), ActorsError> {
         if let Err(refusal) = guards::admit(
@@ -103,6 +104,7 @@ impl AgentActor {
             input,
             identity,
             origin,
+            budget: TreeBudget::for_root(state.config.limits.tree, budget, now_ms()),
         };
         state.unsettled += 1;
         state.shares.add(id.clone(), principal);
@@ -196,6 +198,8 @@ impl AgentActor {
             active_runs: state.unsettled,
             admission_limit: state.options.admission_limit,
             limits: state.config.limits,
+            budget: hop.budget,
+            now_ms: now_ms(),
         };
         let new = NewRun {
             id: hop.child_run.clone(),
@@ -213,6 +217,8 @@ impl AgentActor {
                 .catalog
                 .peer_identity(&hop.caller, &origin, &state.options.host_grants),
             origin,
+            // The child's budget is the allowance its call's hop carries.
+            budget: hop.budget,
         };
         // Reserved now, settled when the job's answer comes back (see the module doc).
         state.unsettled += 1;
@@ -335,6 +341,8 @@ struct InboundGate {
     active_runs: usize,
     admission_limit: usize,
     limits: consort_config::Limits,
+    budget: Option<TreeBudget>,
+    now_ms: u64,
 }
 
 impl InboundGate {
@@ -348,6 +356,8 @@ impl InboundGate {
             active_runs: self.active_runs,
             admission_limit: self.admission_limit,
             limits: self.limits,
+            budget: self.budget,
+            now_ms: self.now_ms,
         })
     }
 }

@@ -193,7 +193,18 @@ impl AgentActor {
                 } else {
                     None
                 };
+                let settles = transition.settles();
                 state.submit(myself, &id, transition)?;
+                // A settled run's view is dropped at its commit: its tree's spend, for its
+                // reply, is read now.
+                if settles
+                    && let Some(spent) = state
+                        .views
+                        .get(&id)
+                        .and_then(consort_core::budget::tree_spent)
+                {
+                    state.tree_spent.insert(id.clone(), spent);
+                }
                 if let Some(point) = boundary {
                     drive.todo.push_back(Todo::Crash(point));
                 }

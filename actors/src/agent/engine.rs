@@ -10,6 +10,7 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
+use consort_core::TreeBudget;
 use consort_core::event::ReplyOutcome;
 use consort_core::step::{
     self, CallOutcome, Effect, Input, ModelAnswer, ReplyIn, TurnAsked, Verdict,
@@ -154,11 +155,13 @@ impl AgentActor {
         myself: &ActorRef<AgentMsg>,
         state: &mut AgentState,
         record: &RunRecord,
-        tool_use_id: String,
-        callee: String,
-        input: String,
+        (tool_use_id, callee, input, allowance): (String, String, String, Option<TreeBudget>),
     ) -> Result<(), ActorsError> {
-        let envelope = build_envelope(state, record, &callee, &tool_use_id, input).await?;
+        let mut envelope = build_envelope(state, record, &callee, &tool_use_id, input).await?;
+        // The new hop (not signed yet) hands the child run its share of the tree budget.
+        if let Some(hop) = envelope.hops.last_mut() {
+            hop.budget = allowance;
+        }
         state.in_flight.insert(&record.id, &tool_use_id);
         let (supervisor, me, run) = (state.supervisor.clone(), myself.clone(), record.id.clone());
         let depth = state.metrics.host().mailbox().clone();
@@ -421,9 +424,10 @@ impl AgentActor {
                 tool_use_id,
                 callee,
                 input,
+                allowance,
             } => {
-                self.place_call(myself, state, record, tool_use_id, callee, input)
-                    .await?;
+                let call = (tool_use_id, callee, input, allowance);
+                self.place_call(myself, state, record, call).await?;
             }
             Effect::CheckRun {
                 tool_use_id,
@@ -489,6 +493,7 @@ fn reply_input(reply: ReplyEnvelope, placing: bool) -> Input {
             },
             output: reply.output,
             tree_cost: reply.tree_cost,
+            tree_spent: reply.tree_spent,
         },
         placing,
     }
@@ -536,6 +541,7 @@ pub(super) fn report_settled(state: &AgentState, record: &RunRecord) {
                 status,
                 output: step::cap_output(&text, state.options.reply_cap),
                 tree_cost: record.tree_usage(),
+                tree_spent: state.tree_spent.get(&record.id).copied(),
                 signature: None,
             })
         }

@@ -146,6 +146,10 @@ pub(crate) struct AgentState {
     pub(super) commits: commits::Commits,
     /// Records of runs whose settling append just committed, for their settle notice.
     pub(super) just_settled: HashMap<RunId, RunRecord>,
+    /// What each run with a tree budget that just settled reports as its tree's spend
+    /// (`consort_core::budget::tree_spent`, read from its view before the view is dropped), for
+    /// its reply.
+    pub(super) tree_spent: HashMap<RunId, consort_core::TreeSpend>,
     /// The host's presence board: every committed status of this agent's runs goes there.
     pub(super) board: crate::PresenceBoard,
     /// The host's run feed: every committed change of this agent's runs goes there.
@@ -261,6 +265,7 @@ impl AgentState {
     /// message, which reads it back.
     pub(super) fn forget_if_settled(&mut self, id: &RunId) {
         self.just_settled.remove(id);
+        self.tree_spent.remove(id);
         if self.records.get(id).is_some_and(|r| r.status.is_settled()) {
             self.records.remove(id);
             self.views.remove(id);
