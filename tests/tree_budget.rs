@@ -172,6 +172,50 @@ fn a_tree_budget_of_runs_holds_across_two_hosts_and_calls_beyond_it_are_refused(
         line.contains("runs 6/6, tokens 0 (no limit), wall ") && line.ends_with("/300 s"),
         "{line}"
     );
+
+    // `consort run --max-runs 1`: the request narrows the agent's six to one, so the root may
+    // place no call at all; its model reads why and answers.
+    let out = consort(&[
+        "run",
+        "lead",
+        "alone",
+        "--at",
+        fleet.url("alpha"),
+        "--max-runs",
+        "1",
+        "--wait",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let alone: Value = serde_json::from_slice(&out.stdout).expect("run json");
+    assert_eq!(alone["status"], "succeeded", "{alone}");
+    let id = alone["id"].as_str().unwrap();
+    let seen = fleet.run("alpha", id).unwrap();
+    assert_eq!(seen["budget"]["max_runs"], 1, "{seen}");
+    assert_eq!(
+        seen["budget"]["max_wall_s"], 300,
+        "the agent's own limit stays"
+    );
+    assert_eq!(seen["budget"]["spent"]["runs"], 1, "{seen}");
+    let codes: Vec<String> = refusals(&fleet, "alpha", id)
+        .into_iter()
+        .map(|(_, code, _)| code)
+        .collect();
+    assert_eq!(codes, ["budget_exhausted"; 4]);
+    let bad = consort(&[
+        "run",
+        "lead",
+        "x",
+        "--at",
+        fleet.url("alpha"),
+        "--max-runs",
+        "0",
+    ]);
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("--max-runs must be between 1 and 100000"),
+        "{bad:?}"
+    );
 }
 
 #[test]
