@@ -69,6 +69,16 @@ enum Command {
         wait: bool,
         #[arg(long, default_value_t = 300)]
         timeout_secs: u64,
+        /// Tree budget: the most runs of the run's whole call tree, this run included (it
+        /// narrows the agent's limits.tree.max_runs).
+        #[arg(long, value_name = "N")]
+        max_runs: Option<u64>,
+        /// Tree budget: the most tokens all the tree's model turns may use.
+        #[arg(long, value_name = "N")]
+        max_tokens: Option<u64>,
+        /// Tree budget: the most seconds the tree may work, from this run's creation.
+        #[arg(long, value_name = "N")]
+        max_wall_s: Option<u64>,
         #[command(flatten)]
         at: At,
         #[arg(long)]
@@ -448,11 +458,28 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             input,
             wait,
             timeout_secs,
+            max_runs,
+            max_tokens,
+            max_wall_s,
             at,
             json,
         } => {
             let client = at.client();
-            let mut run = client.start_run(&agent, &input, "cli").await?;
+            let budget = consort_core::TreeLimits {
+                max_runs,
+                max_tokens,
+                max_wall_s,
+            };
+            let mut run = if budget.is_unbounded() {
+                client.start_run(&agent, &input, "cli").await?
+            } else {
+                budget
+                    .check()
+                    .map_err(|e| anyhow!("--{}", e.replace('_', "-")))?;
+                client
+                    .start_run_with_budget(&agent, &input, "cli", &budget)
+                    .await?
+            };
             if wait {
                 run = client
                     .wait(run.id.as_str(), Duration::from_secs(timeout_secs))

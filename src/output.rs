@@ -83,12 +83,27 @@ fn tree_summary(cost: &consort_actors::Cost) -> String {
 
 pub(crate) fn run_detail(run: &RunRecord, events: &[EventRecord]) -> String {
     let mut out = run_fields(run);
+    if let Some(line) = budget_line(run, events) {
+        out.push_str(&format!("{:<12}{line}\n", "budget"));
+    }
     out.push_str("\nevents:\n");
     for e in events {
         out.push_str(&event_line(e));
         out.push('\n');
     }
     out
+}
+
+/// The run's tree budget against what its tree spent (`runs 3/10, tokens 1,234/50,000, wall
+/// 12 s/300 s`), read from its log; `None` for a run without one. An unsettled run's wall time
+/// counts until now.
+pub(crate) fn budget_line(run: &RunRecord, events: &[EventRecord]) -> Option<String> {
+    let view = consort_core::RunView::from_events(events.iter().map(|e| &e.event));
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let until = run.settled_at_ms.unwrap_or(now_ms);
+    consort_core::budget::BudgetReport::of(&view, run.created_at_ms, until).map(|b| b.line())
 }
 
 /// One event of a run's log as `runs show` prints it.

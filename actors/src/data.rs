@@ -326,6 +326,33 @@ impl DataFolder {
         self.read(agent, |store| store.events(id))
     }
 
+    /// The tree budget of `run` and what its tree spent of it, its wall time counted until it
+    /// settled or `now_ms`; `None` for a run without a tree budget. A run's first event says
+    /// whether it has one: only then is its whole log read and folded.
+    pub fn tree_budget(
+        &self,
+        run: &RunRecord,
+        now_ms: u64,
+    ) -> Result<Option<consort_core::budget::BudgetReport>, ActorsError> {
+        let events = self.read(&run.agent, |store| {
+            let first = store.events_after(&run.id, 0, 1)?;
+            let budgeted = first.first().is_some_and(|record| {
+                matches!(&record.event, consort_core::RunEvent::Created(c) if c.budget.is_some())
+            });
+            if budgeted {
+                store.events(&run.id)
+            } else {
+                Ok(Vec::new())
+            }
+        })?;
+        let view = consort_core::RunView::from_events(events.iter().map(|record| &record.event));
+        Ok(consort_core::budget::BudgetReport::of(
+            &view,
+            run.created_at_ms,
+            run.settled_at_ms.unwrap_or(now_ms),
+        ))
+    }
+
     /// One run's event log.
     pub fn events(&self, id: &RunId) -> Result<Vec<EventRecord>, ActorsError> {
         match self.agent_of_run(id)? {

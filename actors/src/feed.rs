@@ -94,6 +94,7 @@ mod tests {
             input: "August".into(),
             identity: Identity::Absent,
             origin: Origin::Absent,
+            budget: None,
         }
         .record(1);
         record.status = status;

@@ -178,6 +178,22 @@ impl Host {
         identity: Identity,
         trace: Option<consort_net::TraceContext>,
     ) -> Result<RunRecord, ActorsError> {
+        self.start_run_budgeted(agent, input, channel, identity, trace, None)
+            .await
+    }
+
+    /// [`Host::start_run_traced`] with a budget over the run's whole call tree: `budget`
+    /// narrows, field by field, the agent's own `limits.tree` (it can never widen it). Each
+    /// field must be within [`TreeLimits::check`](consort_core::TreeLimits::check)'s bounds.
+    pub async fn start_run_budgeted(
+        &self,
+        agent: &str,
+        input: &str,
+        channel: Channel,
+        identity: Identity,
+        trace: Option<consort_net::TraceContext>,
+        budget: Option<consort_core::TreeLimits>,
+    ) -> Result<RunRecord, ActorsError> {
         let (agent, input) = (agent.to_owned(), input.to_owned());
         ractor::call_t!(
             self.supervisor,
@@ -187,6 +203,7 @@ impl Host {
                 channel: channel.clone(),
                 identity: identity.clone(),
                 trace,
+                budget,
                 reply
             },
             ASK_TIMEOUT_MS
@@ -315,6 +332,15 @@ impl Host {
             &run.id,
             events.iter().map(|record| &record.event),
         ))
+    }
+
+    /// The tree budget of `run` and what its tree spent of it, as `GET /runs/{id}` shows it;
+    /// `None` for a run without one. A blocking read.
+    pub fn tree_budget(
+        &self,
+        run: &RunRecord,
+    ) -> Result<Option<consort_core::budget::BudgetReport>, ActorsError> {
+        self.data.tree_budget(run, crate::run::now_ms())
     }
 
     /// An operator's approve (or deny) of the gate a blocked run waits on; the event log

@@ -150,6 +150,8 @@ pub enum SupervisorMsg {
         identity: crate::visibility::Identity,
         /// The starter's trace context (an HTTP `traceparent`), if any.
         trace: Option<consort_net::TraceContext>,
+        /// The request's tree budget, which narrows the agent's `limits.tree`.
+        budget: Option<consort_core::TreeLimits>,
         /// Answered with the new run, or why it was refused.
         reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
     },

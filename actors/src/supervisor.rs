@@ -306,6 +306,7 @@ impl Actor for HostSupervisor {
                 channel,
                 identity,
                 trace,
+                budget,
                 reply,
             } => match Self::wake(&myself, state, &agent).await {
                 _ if state.draining => {
@@ -320,6 +321,7 @@ impl Actor for HostSupervisor {
                             channel,
                             identity,
                             trace,
+                            budget,
                             reply,
                         },
                     );

@@ -11,12 +11,14 @@
 //! this version does not know is an error ([`crate::CoreError::UnknownEventKind`]), never
 //! silently skipped.
 
+use std::collections::BTreeMap;
+
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::step::CostDelta;
-use crate::{Channel, CoreError, ModelStep, Refusal, RunId, RunStatus};
+use crate::{Channel, CoreError, ModelStep, Refusal, RunId, RunStatus, TreeBudget, TreeSpend};
 
 /// The version of the event encoding this crate writes and reads.
 pub const EVENT_FORMAT: u32 = 1;
@@ -76,6 +78,11 @@ pub struct Created {
     /// Who the run acts for.
     #[serde(default = "anonymous")]
     pub principal: String,
+    /// The budget of the run's call tree it holds: a root run's own (its agent's
+    /// `limits.tree` and its request's), a called run's the allowance its call carried.
+    /// Absent: no tree budget (and in logs written before tree budgets).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<TreeBudget>,
 }
 
 fn anonymous() -> String {
@@ -121,6 +128,11 @@ pub struct ModelTurn {
     /// Tokens the model wrote for this turn; absent (0) as `input_tokens`.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub output_tokens: u64,
+    /// For a run with a tree budget, the allowance each `call_agent` use of this turn is handed
+    /// (see [`budget`](crate::budget)), by tool-use id: decided and recorded with the turn, so
+    /// a call placed again after a crash carries the same. Absent for a run without one.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub allowances: BTreeMap<String, TreeBudget>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -201,6 +213,11 @@ pub struct ReplyReceived {
     /// written before tree costs were carried.
     #[serde(default, skip_serializing_if = "CostDelta::is_zero")]
     pub tree_cost: CostDelta,
+    /// What the child's subtree spent of the tree budget it was handed, as it reported when it
+    /// settled (what was still held by its own calls out included); absent when it ran without
+    /// a budget. See [`budget::charge`](crate::budget::charge).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tree_spent: Option<TreeSpend>,
 }
 
 fn succeeded() -> ReplyOutcome {

@@ -17,8 +17,8 @@ use std::collections::BTreeMap;
 
 use consort_config::Limits;
 
-use crate::Refusal;
 use crate::consent::{callee_consents, caller_consents};
+use crate::{Refusal, TreeBudget};
 
 pub mod remote;
 
@@ -91,9 +91,14 @@ pub struct InboundFacts<'a> {
     pub admission_limit: usize,
     /// The callee's current limits.
     pub limits: Limits,
+    /// The tree budget the arriving hop hands the child run (`None`: the tree has none).
+    pub budget: Option<TreeBudget>,
+    /// The callee's clock, Unix milliseconds (for the budget's deadline).
+    pub now_ms: u64,
 }
 
-/// The callee's check: consent from its own side, depth, the per-parent cap, admission.
+/// The callee's check: consent from its own side, depth, the tree budget the call carries (a
+/// deadline passed, or no run or token left in it), the per-parent cap, admission.
 pub fn check_inbound(f: &InboundFacts<'_>) -> Result<(), Refusal> {
     if !callee_consents(f.accept_from, f.caller) {
         return Err(Refusal::NotAccepted {
@@ -104,6 +109,9 @@ pub fn check_inbound(f: &InboundFacts<'_>) -> Result<(), Refusal> {
     let max_depth = f.limits.max_depth as usize;
     if f.chain_depth > max_depth || f.chain_depth == 0 {
         return Err(Refusal::DepthLimit { limit: max_depth });
+    }
+    if let Some(refusal) = f.budget.and_then(|b| b.refusal(f.now_ms)) {
+        return Err(refusal);
     }
     let cap = u64::from(f.limits.max_calls_per_run);
     if f.children_accepted >= cap {

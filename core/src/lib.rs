@@ -14,6 +14,8 @@
 //! - [`RunId`]: run ids, and the derivation that makes delegation effectively-once.
 //! - `consent`: the two halves of consent and the [`ConsentGraph`] `consort edges` prints.
 //! - [`guards`]: the caller's and the callee's checks of a call, over [`Limits`].
+//! - [`budget`]: budgets over a whole call tree ([`TreeBudget`]): the allowance each call is
+//!   handed, what a reply charges, and when a tree is spent.
 //! - [`Refusal`]: every refusal, with a stable code, the sentence the model reads and its wire
 //!   form.
 //! - [`RunEvent`] and [`RunView`]: a run's typed, versioned event log and its incremental fold.
@@ -27,6 +29,7 @@
 //!   descriptor, caller facts, the seven-rule decision, the evaluation ladder with its probe
 //!   cache, and the meta-tool answers.
 
+pub mod budget;
 mod consent;
 mod conversation;
 pub mod directory;
@@ -43,8 +46,9 @@ mod strategy;
 mod view;
 pub mod visibility;
 
+pub use budget::{TreeBudget, TreeSpend};
 pub use consent::{ConsentGraph, Edge, EdgeStatus};
-pub use consort_config::Limits;
+pub use consort_config::{Limits, TreeLimits};
 pub use conversation::{Message, ModelStep, ToolUse};
 pub use error::CoreError;
 pub use event::{EVENT_FORMAT, RunEvent};

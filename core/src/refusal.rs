@@ -9,6 +9,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::budget::TreeResource;
+
 /// Why a call or a request was refused. Each variant's `Display` is what the model reads.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[serde(tag = "reason", rename_all = "snake_case")]
@@ -245,6 +247,38 @@ pub enum Refusal {
         /// How many turns in a row used it with that input, this one included.
         times: u32,
     },
+    /// The call tree's budget (`limits.tree`, or the budget of the request that started the
+    /// tree) has nothing left for this call: no run or no token to hand it, or the tree's
+    /// deadline passed.
+    #[error("{}", tree_budget_text(*.what, *.limit, *.spent))]
+    #[serde(rename = "budget_exhausted")]
+    TreeBudgetExhausted {
+        /// Which count ran out.
+        what: TreeResource,
+        /// The limit: runs or tokens of the budget the caller holds (its root's, or the share
+        /// it was given); for `wall`, the deadline in Unix milliseconds.
+        limit: u64,
+        /// What is spent or handed out of it; for `wall`, the time of the check in Unix
+        /// milliseconds.
+        spent: u64,
+    },
+}
+
+/// What the model reads of [`Refusal::TreeBudgetExhausted`].
+fn tree_budget_text(what: TreeResource, limit: u64, spent: u64) -> String {
+    let why = match what {
+        TreeResource::Runs => format!(
+            "the call tree's run budget is spent ({spent} of {limit} runs started or handed out to calls)"
+        ),
+        TreeResource::Tokens => format!(
+            "the call tree's token budget is spent ({spent} of {limit} tokens used or handed out to calls)"
+        ),
+        TreeResource::Wall => format!(
+            "the call tree's time budget is spent (its deadline passed {} s ago)",
+            spent.saturating_sub(limit) / 1000
+        ),
+    };
+    format!("{why}: no more calls can be placed; answer with what you have")
 }
 
 impl Refusal {
@@ -278,6 +312,7 @@ impl Refusal {
             Self::DeliveryNotYourRun { .. } => "delivery_not_your_run",
             Self::Draining { .. } => "draining",
             Self::RepeatedToolUse { .. } => "repeated_tool_use",
+            Self::TreeBudgetExhausted { .. } => "budget_exhausted",
         }
     }
 
@@ -379,6 +414,11 @@ mod tests {
             Refusal::FourEyes {
                 gate: s("run_1:tu"),
             },
+            Refusal::TreeBudgetExhausted {
+                what: TreeResource::Runs,
+                limit: 10,
+                spent: 10,
+            },
         ]
     }
 
@@ -478,5 +518,46 @@ mod tests {
             r#"{"reason":"repeated_tool_use","tool":"lookup","times":3}"#
         );
         assert_eq!(Refusal::from_wire(&wire), Some(refusal));
+    }
+}
+
+#[cfg(test)]
+mod tree_budget_tests {
+    use super::*;
+
+    #[test]
+    fn a_spent_tree_budget_says_which_count_ran_out_and_what_to_do() {
+        let runs = Refusal::TreeBudgetExhausted {
+            what: TreeResource::Runs,
+            limit: 3,
+            spent: 3,
+        };
+        assert_eq!(runs.code(), "budget_exhausted");
+        assert_eq!(
+            runs.to_string(),
+            "the call tree's run budget is spent (3 of 3 runs started or handed out to calls): no more calls can be placed; answer with what you have"
+        );
+        assert_eq!(
+            runs.to_wire(),
+            r#"{"reason":"budget_exhausted","what":"runs","limit":3,"spent":3}"#
+        );
+        let tokens = Refusal::TreeBudgetExhausted {
+            what: TreeResource::Tokens,
+            limit: 500,
+            spent: 512,
+        };
+        assert!(tokens.to_string().contains("512 of 500 tokens"), "{tokens}");
+        let wall = Refusal::TreeBudgetExhausted {
+            what: TreeResource::Wall,
+            limit: 10_000,
+            spent: 13_500,
+        };
+        assert!(
+            wall.to_string().contains("deadline passed 3 s ago"),
+            "{wall}"
+        );
+        for refusal in [runs, tokens, wall] {
+            assert_eq!(Refusal::from_wire(&refusal.to_wire()), Some(refusal));
+        }
     }
 }

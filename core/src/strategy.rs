@@ -12,7 +12,9 @@ use crate::event::{
     MessageReceived, ModelTurn, ModelTurnStarted, ReplyOutcome, ReplyReceived, StatusChanged,
     ToolResult, ToolStarted,
 };
-use crate::{Channel, ModelStep, Refusal, RunEvent, RunId, RunStatus, ToolUse};
+use crate::{
+    Channel, ModelStep, Refusal, RunEvent, RunId, RunStatus, ToolUse, TreeBudget, TreeSpend,
+};
 
 pub(crate) fn run_id() -> impl Strategy<Value = RunId> {
     (0..4u8).prop_map(|n| RunId::child_of(&root(), &format!("tu_{n}")))
@@ -57,6 +59,34 @@ fn step() -> impl Strategy<Value = ModelStep> {
     ]
 }
 
+fn tree_budget() -> impl Strategy<Value = TreeBudget> {
+    (
+        proptest::option::of(0..20u64),
+        proptest::option::of(0..5_000u64),
+        proptest::option::of(1_700_000_000_000..1_700_000_100_000u64),
+    )
+        .prop_map(|(max_runs, max_tokens, deadline_ms)| TreeBudget {
+            max_runs,
+            max_tokens,
+            deadline_ms,
+        })
+}
+
+/// The allowances a turn of `step` may record: one for each `call_agent` use, or none.
+fn allowances_of(
+    step: &ModelStep,
+    allowance: Option<TreeBudget>,
+) -> std::collections::BTreeMap<String, TreeBudget> {
+    match (step, allowance) {
+        (ModelStep::ToolUses(uses), Some(allowance)) => uses
+            .iter()
+            .filter(|u| u.name == "call_agent")
+            .map(|u| (u.id.clone(), allowance))
+            .collect(),
+        _ => Default::default(),
+    }
+}
+
 fn refusal() -> impl Strategy<Value = Refusal> {
     prop_oneof![
         (1..16usize).prop_map(|limit| Refusal::DepthLimit { limit }),
@@ -71,19 +101,26 @@ fn refusal() -> impl Strategy<Value = Refusal> {
 /// Any event a run may record, with plausible but unconstrained fields.
 pub(crate) fn event() -> impl Strategy<Value = RunEvent> {
     prop_oneof![
-        ("[a-z]{1,6}", proptest::option::of(run_id()), 0..5u32).prop_map(|(input, parent, d)| {
-            RunEvent::Created(Created {
-                channel: if parent.is_some() {
-                    Channel::Agent("cmo".into())
-                } else {
-                    Channel::Api
-                },
-                input,
-                parent_run: parent,
-                hop_depth: d,
-                principal: "anonymous".into(),
-            })
-        }),
+        (
+            "[a-z]{1,6}",
+            proptest::option::of(run_id()),
+            0..5u32,
+            proptest::option::of(tree_budget())
+        )
+            .prop_map(|(input, parent, d, budget)| {
+                RunEvent::Created(Created {
+                    channel: if parent.is_some() {
+                        Channel::Agent("cmo".into())
+                    } else {
+                        Channel::Api
+                    },
+                    input,
+                    parent_run: parent,
+                    hop_depth: d,
+                    principal: "anonymous".into(),
+                    budget,
+                })
+            }),
         (status(), status(), proptest::option::of("[a-z]{1,4}"))
             .prop_map(|(from, to, error)| RunEvent::Status(StatusChanged { from, to, error })),
         (1..20u64).prop_map(|turn| RunEvent::ModelTurnStarted(ModelTurnStarted { turn })),
@@ -93,9 +130,11 @@ pub(crate) fn event() -> impl Strategy<Value = RunEvent> {
             proptest::option::of(0..20u64),
             prop_oneof![Just(0u64), 1..100u64],
             0..50u64,
+            proptest::option::of(tree_budget()),
         )
-            .prop_map(|(step, p, seen, read, written)| {
+            .prop_map(|(step, p, seen, read, written, allowance)| {
                 RunEvent::ModelTurn(ModelTurn {
+                    allowances: allowances_of(&step, allowance),
                     step,
                     pending_calls: p,
                     seen_seq: seen,
@@ -128,20 +167,27 @@ pub(crate) fn event() -> impl Strategy<Value = RunEvent> {
                 refusal: Some(r),
             })
         }),
-        (run_id(), any::<bool>(), "[a-z]{0,6}").prop_map(|(child, ok, output)| {
-            RunEvent::ReplyReceived(ReplyReceived {
-                child_run: child,
-                agent: "cfo".into(),
-                status: if ok {
-                    ReplyOutcome::Succeeded
-                } else {
-                    ReplyOutcome::Failed
-                },
-                output,
-                in_turn: false,
-                tree_cost: Default::default(),
-            })
-        }),
+        (
+            run_id(),
+            any::<bool>(),
+            "[a-z]{0,6}",
+            proptest::option::of((0..10u64, 0..1_000u64))
+        )
+            .prop_map(|(child, ok, output, spent)| {
+                RunEvent::ReplyReceived(ReplyReceived {
+                    child_run: child,
+                    agent: "cfo".into(),
+                    status: if ok {
+                        ReplyOutcome::Succeeded
+                    } else {
+                        ReplyOutcome::Failed
+                    },
+                    output,
+                    in_turn: false,
+                    tree_cost: Default::default(),
+                    tree_spent: spent.map(|(runs, tokens)| TreeSpend { runs, tokens }),
+                })
+            }),
         (tool_use_id(), any::<bool>()).prop_map(|(id, in_doubt)| RunEvent::ApprovalRequested(
             ApprovalRequested {
                 gate: String::new(),
@@ -196,17 +242,22 @@ pub(crate) fn event() -> impl Strategy<Value = RunEvent> {
 
 /// A log: one `created` event, then anything.
 pub(crate) fn log() -> impl Strategy<Value = Vec<RunEvent>> {
-    proptest::collection::vec(event(), 0..40).prop_map(|mut rest| {
-        rest.insert(
-            0,
-            RunEvent::Created(Created {
-                channel: Channel::Cli,
-                input: "question".into(),
-                parent_run: None,
-                hop_depth: 0,
-                principal: "anonymous".into(),
-            }),
-        );
-        rest
-    })
+    (
+        proptest::collection::vec(event(), 0..40),
+        proptest::option::of(tree_budget()),
+    )
+        .prop_map(|(mut rest, budget)| {
+            rest.insert(
+                0,
+                RunEvent::Created(Created {
+                    channel: Channel::Cli,
+                    input: "question".into(),
+                    parent_run: None,
+                    hop_depth: 0,
+                    principal: "anonymous".into(),
+                    budget,
+                }),
+            );
+            rest
+        })
 }

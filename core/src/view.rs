@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
+use crate::budget::{self, TreeBudget, TreeSpend};
 use crate::event::{ReplyOutcome, RunEvent};
 use crate::{Message, ModelStep, RunId, RunStatus, ToolUse};
 
@@ -103,6 +104,12 @@ pub struct RunView {
     /// Messages peers delivered: (sender, delivery id) → (payload digest, seq of the event),
     /// so a repeated delivery is answered from the first and a reused id is told apart.
     pub deliveries: BTreeMap<(String, String), (String, u64)>,
+    /// The run's tree budget, if it has one (its `created` event).
+    pub budget: Option<TreeBudget>,
+    /// The allowance each `call_agent` use was handed, by tool-use id (its turn's record).
+    pub allowances: BTreeMap<String, TreeBudget>,
+    /// What each replied call charged the budget, by child run id.
+    pub charges: BTreeMap<RunId, TreeSpend>,
 }
 
 impl RunView {
@@ -124,6 +131,7 @@ impl RunView {
                 self.status.get_or_insert(RunStatus::Queued);
                 self.hop_depth = created.hop_depth;
                 self.principal.clone_from(&created.principal);
+                self.budget = created.budget;
                 self.conversation.push(Message::User(created.input.clone()));
             }
             RunEvent::Status(change) => self.status = Some(change.to),
@@ -137,6 +145,11 @@ impl RunView {
                     .saturating_add(turn.input_tokens)
                     .saturating_add(turn.output_tokens);
                 self.repeats = self.repeats_in(&turn.step);
+                self.allowances.extend(
+                    turn.allowances
+                        .iter()
+                        .map(|(id, allowance)| (id.clone(), *allowance)),
+                );
                 if let ModelStep::ToolUses(uses) = &turn.step {
                     for u in uses {
                         self.seen_tool_uses.insert(u.id.clone());
@@ -183,6 +196,10 @@ impl RunView {
             RunEvent::ReplyReceived(reply) => {
                 if let Some(call) = self.calls.get_mut(&reply.child_run) {
                     call.replied = true;
+                    self.charges.insert(
+                        reply.child_run.clone(),
+                        budget::charge(reply.tree_spent, &reply.tree_cost),
+                    );
                 }
                 if reply.in_turn {
                     // Read as its tool use's result (the next event), not as news.

@@ -14,6 +14,7 @@ use consort_actors::directory::{WaitAnswer, WaitRequest};
 use consort_actors::page::{EventPage, PAGE_MAX, RunPage};
 use consort_actors::supervisor::{AgentStatus, Reloaded};
 use consort_actors::{Decided, EventRecord, RunRecord};
+use consort_core::TreeLimits;
 use consort_core::directory::{
     AttentionRollup, DeliveryOutcome, DirectoryPacket, Observation, Receipt,
 };
@@ -74,6 +75,22 @@ impl Client {
         channel: &str,
     ) -> Result<RunRecord, FleetError> {
         let body = json!({"agent": agent, "input": input, "channel": channel});
+        let request = self.http.post(self.url("/runs")).json(&body);
+        self.send(request).await
+    }
+
+    /// Starts a run whose whole call tree is bounded by `budget` (runs, tokens, seconds; each
+    /// field set between 1 and its bound, see [`TreeLimits::check`]). It narrows the agent's
+    /// own `limits.tree` field by field, never widens it. `GET /runs/{id}` shows the tree's
+    /// spend against it.
+    pub async fn start_run_with_budget(
+        &self,
+        agent: &str,
+        input: &str,
+        channel: &str,
+        budget: &TreeLimits,
+    ) -> Result<RunRecord, FleetError> {
+        let body = json!({"agent": agent, "input": input, "channel": channel, "budget": budget});
         let request = self.http.post(self.url("/runs")).json(&body);
         self.send(request).await
     }

@@ -9,9 +9,12 @@
 //! (`consort/hop/v4`) and layout version, then the digest of hop i-1, caller, callee, parent and
 //! child run ids, tool-use id, issued-at, expires-at, the digest of the hop's input, the
 //! origin (on the first hop the origin's text behind a presence byte, on later hops the absent
-//! byte alone) and the trace context (a presence byte, then trace id, parent span id and
-//! flags), each field length-prefixed. The trace context is signed like the rest: a host on
-//! the way cannot move a call into another trace or under another span. The origin lives in the first hop only: every later
+//! byte alone), the trace context (a presence byte, then trace id, parent span id and
+//! flags) and the hop's allowance of the tree budget (a presence byte, then each of its three
+//! counts behind a presence byte of its own), each field length-prefixed. The trace context is
+//! signed like the rest: a host on the way cannot move a call into another trace or under
+//! another span; nor can it widen an allowance, and each hop's allowance must fit inside the
+//! one before it ([`ChainError::BudgetWidened`]). The origin lives in the first hop only: every later
 //! hop binds the first one's digest, so no host on the way can change who the tree acts for.
 //! These bytes are built by hand, not by the codec, so the wire format can evolve without
 //! changing what was signed, and no field boundary can be shifted. A hop's digest covers its
@@ -66,10 +69,12 @@ pub use batch::{BatchSigned, MAX_BATCH_LEAVES, MAX_SIGNED_LEAVES, Outgoing, sign
 pub use roots::{DEFAULT_VERIFIED_ROOTS, VerifiedRoots};
 
 /// Domain tag of a hop's canonical bytes (v2: the first hop's bytes carry the origin; v3: they
-/// are a leaf of a signed batch, never signed alone; v4: they end with the trace context).
-const HOP_DOMAIN: &[u8] = b"consort/hop/v4";
-/// Domain tag of a reply's canonical bytes (v2: a leaf of a signed batch).
-const REPLY_DOMAIN: &[u8] = b"consort/reply/v2";
+/// are a leaf of a signed batch, never signed alone; v4: they end with the trace context; v5:
+/// then the allowance of the tree budget).
+const HOP_DOMAIN: &[u8] = b"consort/hop/v5";
+/// Domain tag of a reply's canonical bytes (v2: a leaf of a signed batch; v3: they end with the
+/// subtree's spend of its tree budget).
+const REPLY_DOMAIN: &[u8] = b"consort/reply/v3";
 /// Version of the canonical byte layout (not of the wire format).
 const CANONICAL_VERSION: u16 = 1;
 
@@ -182,7 +187,28 @@ pub fn hop_canonical_bytes(hop: &Hop) -> Vec<u8> {
         }
         None => out.field(&[0u8]),
     }
+    match &hop.budget {
+        Some(budget) => {
+            let mut field = vec![1u8];
+            for count in [budget.max_runs, budget.max_tokens, budget.deadline_ms] {
+                optional_u64(&mut field, count);
+            }
+            out.field(&field);
+        }
+        None => out.field(&[0u8]),
+    }
     out.finish()
+}
+
+/// A count that may be absent, as canonical bytes: a presence byte, then its 8 big-endian bytes.
+fn optional_u64(out: &mut Vec<u8>, value: Option<u64>) {
+    match value {
+        Some(n) => {
+            out.push(1);
+            out.extend_from_slice(&n.to_be_bytes());
+        }
+        None => out.push(0),
+    }
 }
 
 /// The digest of a hop, as the next hop's `prev_digest` names it. Covers the canonical bytes,
@@ -215,6 +241,7 @@ fn hop(next: NextHop<'_>, prev_digest: [u8; 32], origin: Option<Origin>) -> Hop 
         prev_digest,
         origin,
         trace: next.trace,
+        budget: None,
         signature: None,
     }
 }
@@ -380,6 +407,14 @@ fn verify_chain_with(
             (0, None) => return Err(ChainError::MissingOrigin),
             (1.., Some(_)) => return Err(ChainError::MisplacedOrigin { hop: index }),
             _ => {}
+        }
+        // A host on the way may narrow the allowance it hands on, never widen it.
+        if let Some(prev_budget) = index
+            .checked_sub(1)
+            .and_then(|prev| envelope.hops[prev].budget)
+            && !hop.budget.is_some_and(|budget| budget.within(&prev_budget))
+        {
+            return Err(ChainError::BudgetWidened { hop: index });
         }
         if hop.issued_at_ms > now_ms.saturating_add(allowed_skew_ms) {
             return Err(ChainError::NotYetValid {
@@ -588,13 +623,14 @@ pub fn new_reply(hop: &Hop, status: ReplyStatus, output: impl Into<String>) -> R
         status,
         output: output.into(),
         tree_cost: Default::default(),
+        tree_spent: None,
         signature: None,
     }
 }
 
 /// The bytes a reply's signature covers: domain tag, layout version, envelope version, the
-/// agents, run ids and tool use, the status, the output's digest and the tree cost,
-/// length-prefixed.
+/// agents, run ids and tool use, the status, the output's digest, the tree cost and the
+/// subtree's spend of its tree budget (a presence byte, then runs and tokens), length-prefixed.
 pub fn reply_canonical_bytes(reply: &ReplyEnvelope) -> Vec<u8> {
     let mut out = Canonical::new(REPLY_DOMAIN);
     out.field(&reply.version.to_be_bytes());
@@ -617,6 +653,15 @@ pub fn reply_canonical_bytes(reply: &ReplyEnvelope) -> Vec<u8> {
         c.output_tokens,
     ] {
         out.field(&count.to_be_bytes());
+    }
+    match reply.tree_spent {
+        Some(spent) => {
+            let mut field = vec![1u8];
+            field.extend_from_slice(&spent.runs.to_be_bytes());
+            field.extend_from_slice(&spent.tokens.to_be_bytes());
+            out.field(&field);
+        }
+        None => out.field(&[0u8]),
     }
     out.finish()
 }

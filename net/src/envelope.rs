@@ -7,7 +7,9 @@
 //! where a chain crosses hosts. The first hop carries the origin of the call tree (who started
 //! its root run), signed with it by the root run's host; later hops carry none, so every
 //! receiver reads the origin from the first hop and no host on the way can change it. Every
-//! hop carries the trace context of the span that placed it, when there is one, also signed.
+//! hop carries the trace context of the span that placed it, when there is one, also signed,
+//! and, in a call tree with a budget, the share of it the call was handed (its allowance, the
+//! child run's budget), signed too: no host on the way can widen it.
 //!
 //! A host signs what leaves it for one peer host at once as one batch: one ed25519 signature
 //! over the Merkle root of the batch's hops and replies. Each [`HopSignature`] carries that
@@ -18,14 +20,17 @@ use serde::{Deserialize, Serialize};
 
 use consort_core::step::CostDelta;
 use consort_core::visibility::Origin;
+use consort_core::{TreeBudget, TreeSpend};
 
 use crate::RunId;
 use crate::trace_context::TraceContext;
 
 /// Current format version of envelopes and replies (2: replies carry the child's tree cost;
 /// 3: the first hop carries the origin; 4: signatures cover a batch's Merkle root, and each
-/// carries its inclusion proof; 5: each hop carries the caller's trace context, signed).
-pub const ENVELOPE_VERSION: u16 = 5;
+/// carries its inclusion proof; 5: each hop carries the caller's trace context, signed; 6: each
+/// hop carries its allowance of the tree budget and each reply what its subtree spent of it,
+/// both signed).
+pub const ENVELOPE_VERSION: u16 = 6;
 
 /// One hop of a call chain: `caller` (running `parent_run`) asked `callee` to run
 /// `child_run`, through the tool use `tool_use_id`.
@@ -61,6 +66,12 @@ pub struct Hop {
     /// is a child of this span. Chains stored before trace contexts read `None`.
     #[serde(default)]
     pub trace: Option<TraceContext>,
+    /// The share of the call tree's budget this call hands the child run (part of the signed
+    /// bytes): the child's own budget. `None` in a tree without a budget, and in chains stored
+    /// before budgets. Set by the caller's host on the hop it builds, before it is signed (its
+    /// signature and the next hop's link cover it).
+    #[serde(default)]
+    pub budget: Option<TreeBudget>,
     /// The signature of the host serving `caller`; `None` while the hop has not left its host.
     pub signature: Option<HopSignature>,
 }
@@ -157,6 +168,10 @@ pub struct ReplyEnvelope {
     pub output: String,
     /// The child's tree cost when it settled: its own work and its descendants'.
     pub tree_cost: CostDelta,
+    /// What the child's subtree spent of the tree budget its call handed it (what its own
+    /// calls still out held included), which the caller's budget is charged; `None` when it ran
+    /// without one.
+    pub tree_spent: Option<TreeSpend>,
     /// The signature of the host serving `callee`; `None` inside one host.
     pub signature: Option<HopSignature>,
 }

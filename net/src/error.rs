@@ -228,6 +228,13 @@ pub enum ChainError {
         /// The hop.
         hop: usize,
     },
+    /// A hop hands its child more of the tree budget than the hop before it was handed (or
+    /// none where the hop before had one).
+    #[error("hop {hop} hands on more of the tree budget than the hop before it carries")]
+    BudgetWidened {
+        /// The hop.
+        hop: usize,
+    },
     /// A hop's child run id is not derived from its parent run id and tool-use id.
     #[error("hop {hop}: child run id is not derived from its parent run and tool use")]
     BadRunId {

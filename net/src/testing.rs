@@ -6,8 +6,8 @@ use crate::chain::{NextHop, extend, new_call, sign_pending_hops};
 use crate::envelope::CallEnvelope;
 use crate::keys::{HostKey, KeyRing};
 use crate::trace_context::TraceContext;
-use consort_core::RunId;
 use consort_core::visibility::{Origin, Principal};
+use consort_core::{RunId, TreeBudget};
 
 /// A fixed clock for chain tests, Unix milliseconds.
 pub(crate) const NOW_MS: u64 = 1_700_000_000_000;
@@ -75,6 +75,17 @@ impl Fleet {
         agents: &[&str],
         trace: impl Fn(usize) -> Option<TraceContext>,
     ) -> CallEnvelope {
+        self.unsigned_chain_with(agents, trace, |_| None)
+    }
+
+    /// As [`Fleet::unsigned_chain`], hop i carrying the trace context `trace(i)` and the tree
+    /// budget allowance `budget(i)`.
+    pub(crate) fn unsigned_chain_with(
+        &self,
+        agents: &[&str],
+        trace: impl Fn(usize) -> Option<TraceContext>,
+        budget: impl Fn(usize) -> Option<TreeBudget>,
+    ) -> CallEnvelope {
         let root = RunId::random();
         let mut envelope: Option<CallEnvelope> = None;
         for (index, pair) in agents.windows(2).enumerate() {
@@ -94,12 +105,23 @@ impl Fleet {
                 expires_at_ms: NOW_MS + TTL_MS,
                 trace: trace(index),
             };
-            envelope = Some(match &envelope {
+            let mut chain = match &envelope {
                 None => new_call(&alice(), next),
                 Some(chain) => extend(chain, next).unwrap(),
-            });
+            };
+            chain.hops.last_mut().unwrap().budget = budget(index);
+            envelope = Some(chain);
         }
         envelope.unwrap()
+    }
+
+    /// A chain through `agents` whose hop i carries the allowance `budget_of_hop(i)`, signed by
+    /// every host on it.
+    pub(crate) fn budgeted_chain(&self, agents: &[&str]) -> CallEnvelope {
+        let mut envelope =
+            self.unsigned_chain_with(agents, |_| None, |index| Some(budget_of_hop(index)));
+        self.sign_all(&mut envelope);
+        envelope
     }
 
     /// A chain through `agents` whose hop i carries [`trace_of_hop`]`(i)`, signed by every
@@ -115,6 +137,17 @@ impl Fleet {
         let mut envelope = self.unsigned_chain(agents);
         self.sign_all(&mut envelope);
         envelope
+    }
+}
+
+/// A tree of 10 runs, 5,000 tokens and a deadline a minute from [`NOW_MS`], each hop handing on
+/// a little less.
+pub(crate) fn budget_of_hop(index: usize) -> TreeBudget {
+    let index = index as u64;
+    TreeBudget {
+        max_runs: Some(9 - 2 * index),
+        max_tokens: Some(5_000 - 1_000 * index),
+        deadline_ms: Some(NOW_MS + 60_000),
     }
 }
 

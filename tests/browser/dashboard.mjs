@@ -220,5 +220,18 @@ async function devChecks(page) {
   check(true, "the run left the approvals list");
   const settled = await api(`/runs/${started.id}`);
   check(settled.status === "succeeded", `the host says the run succeeded (${settled.status})`);
+
+  // A run started with a tree budget: its view says what its tree spent against it.
+  const budgeted = await api("/runs", {
+    method: "POST",
+    body: JSON.stringify({ agent: "cmo", input: "2026-08", budget: { max_runs: 5, max_wall_s: 600 } }),
+  });
+  await page.locator(`#runs tr[data-run-id="${budgeted.id}"][data-status="succeeded"]`).click();
+  await page.locator("#detail-budget", { hasText: "budget: runs 2/5, tokens 0 (no limit), wall " }).waitFor();
+  check((await page.locator("#detail-budget").textContent()).endsWith("/600 s"),
+    "the run's view shows its tree's spend against its budget");
+  await page.locator('#runs tr[data-agent="auditor"]').first().click();
+  await page.waitForFunction(() => document.querySelector("#detail-budget")?.textContent === "");
+  check(true, "a run without a budget shows none");
   check(await page.evaluate(() => window.__consortNotReloaded === true), "the page never reloaded");
 }

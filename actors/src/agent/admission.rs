@@ -8,10 +8,10 @@
 //! the run's place meanwhile, and the job's outcome settles the reservation
 //! (`AgentMachine::call_admitted`, from the actor's commits).
 
-use consort_core::Refusal;
 use consort_core::guards;
 use consort_core::machine::{CallAdmission, InboundGate};
 use consort_core::step::CallOutcome;
+use consort_core::{Refusal, TreeBudget, TreeLimits};
 use consort_net::{CallEnvelope, RunId, TraceContext};
 use ractor::{ActorRef, RpcReplyPort};
 use tracing::{info, info_span, warn};
@@ -35,7 +35,7 @@ impl AgentActor {
         state: &mut AgentState,
         input: String,
         channel: Channel,
-        (identity, trace): (Identity, Option<TraceContext>),
+        (identity, trace, budget): (Identity, Option<TraceContext>, Option<TreeLimits>),
         reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
     ) -> Result<(), ActorsError> {
         // A root run started the call tree: it is its own origin.
@@ -47,7 +47,7 @@ impl AgentActor {
             input,
             channel,
             (identity, origin),
-            trace,
+            (trace, budget),
             reply,
         )
         .await
@@ -55,7 +55,8 @@ impl AgentActor {
 
     /// [`AgentActor::start`] with the run id and origin given (a delivery's run id is derived
     /// from its sender and delivery id, so a repeated delivery finds its run; its origin is not
-    /// its own).
+    /// its own). The run is the root of its call tree: its tree budget is the agent's
+    /// `limits.tree` narrowed by the request's `budget`.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn start_as(
         &self,
@@ -65,7 +66,7 @@ impl AgentActor {
         input: String,
         channel: Channel,
         (identity, origin): (Identity, Origin),
-        trace: Option<TraceContext>,
+        (trace, budget): (Option<TraceContext>, Option<TreeLimits>),
         reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
     ) -> Result<(), ActorsError> {
         let principal = crate::run::identity_text(&identity).0;
@@ -89,6 +90,7 @@ impl AgentActor {
             input,
             identity,
             origin,
+            budget: TreeBudget::for_root(state.config.limits.tree, budget, now_ms()),
         };
         state.chains.insert(id.clone(), Vec::new());
         let record = new.record(now_ms());
@@ -169,6 +171,7 @@ impl AgentActor {
             envelope.depth(),
             &state.config.accept_from,
             state.config.limits,
+            (hop.budget, now_ms()),
         );
         let new = NewRun {
             id: hop.child_run.clone(),
@@ -186,6 +189,8 @@ impl AgentActor {
                 .catalog
                 .peer_identity(&hop.caller, &origin, &state.options.host_grants),
             origin,
+            // The child's budget is the allowance its call's hop carries.
+            budget: hop.budget,
         };
         state.chains.insert(hop.child_run.clone(), envelope.hops);
         let ticket = state.machine.job_ticket();

@@ -134,7 +134,7 @@ impl AgentActor {
             text,
             Channel::Delivery(from),
             (identity, origin),
-            None,
+            (None, None),
             port.into(),
         )
         .await?;

@@ -9,6 +9,7 @@
 
 use std::time::Instant;
 
+use consort_core::TreeBudget;
 use consort_core::event::ReplyOutcome;
 use consort_core::machine::SettledRun;
 use consort_core::step::{self, CallOutcome, Effect, Input, ModelAnswer, ReplyIn, TurnAsked};
@@ -152,11 +153,13 @@ impl AgentActor {
         myself: &ActorRef<AgentMsg>,
         state: &mut AgentState,
         record: &RunRecord,
-        tool_use_id: String,
-        callee: String,
-        input: String,
+        (tool_use_id, callee, input, allowance): (String, String, String, Option<TreeBudget>),
     ) -> Result<(), ActorsError> {
-        let envelope = build_envelope(state, record, &callee, &tool_use_id, input).await?;
+        let mut envelope = build_envelope(state, record, &callee, &tool_use_id, input).await?;
+        // The new hop (not signed yet) hands the child run its share of the tree budget.
+        if let Some(hop) = envelope.hops.last_mut() {
+            hop.budget = allowance;
+        }
         state.machine.task_out(&record.id, &tool_use_id);
         let (supervisor, me, run) = (state.supervisor.clone(), myself.clone(), record.id.clone());
         let depth = state.metrics.host().mailbox().clone();
@@ -359,9 +362,10 @@ impl AgentActor {
                 tool_use_id,
                 callee,
                 input,
+                allowance,
             } => {
-                self.place_call(myself, state, record, tool_use_id, callee, input)
-                    .await?;
+                let call = (tool_use_id, callee, input, allowance);
+                self.place_call(myself, state, record, call).await?;
             }
             Effect::CheckRun {
                 tool_use_id,
@@ -435,6 +439,7 @@ fn reply_in(reply: ReplyEnvelope) -> ReplyIn {
         },
         output: reply.output,
         tree_cost: reply.tree_cost,
+        tree_spent: reply.tree_spent,
     }
 }
 
@@ -489,6 +494,7 @@ pub(super) fn report_settled(state: &AgentState, record: &RunRecord) {
             },
             output: reply.output,
             tree_cost: reply.tree_cost,
+            tree_spent: reply.tree_spent,
             signature: None,
         }
     });

@@ -116,6 +116,8 @@ pub(crate) enum AgentMsg {
         identity: Identity,
         /// The starter's trace (an HTTP `traceparent`): the run's span becomes its child.
         trace: Option<consort_net::TraceContext>,
+        /// The request's tree budget (it narrows the agent's `limits.tree`).
+        budget: Option<consort_core::TreeLimits>,
         reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
     },
     /// A decision on a gate of a run (the one named, else the one waiting), and who made it.
@@ -254,6 +256,7 @@ fn policy<'a>(
         limits: config.limits,
         reply_cap: options.reply_cap,
         immediate_model,
+        now_ms: crate::run::now_ms(),
     };
     if crate::fault::skip_outbound_checks() {
         // Test-only (the `fault-injection` feature): a sending host with its own checks off,
@@ -473,9 +476,11 @@ impl AgentActor {
                 channel,
                 identity,
                 trace,
+                budget,
                 reply,
             } => {
-                self.start(myself, state, input, channel, (identity, trace), reply)
+                let asked = (identity, trace, budget);
+                self.start(myself, state, input, channel, asked, reply)
                     .await?;
             }
             AgentMsg::Decide {

@@ -30,7 +30,7 @@ use consort_net::{Hop, RunId};
 use crate::ActorsError;
 use consort_core::event::Created;
 use consort_core::step::CostDelta;
-use consort_core::{RunEvent, Transition};
+use consort_core::{RunEvent, Transition, TreeBudget};
 
 use crate::run::{Channel, Cost, EventRecord, RunRecord, RunStatus, now_ms};
 use crate::visibility::{Identity, Origin};
@@ -80,6 +80,9 @@ pub struct NewRun {
     /// Who started the run's call tree (see [`RunRecord::origin`]): a root run's own identity,
     /// a called run's the first hop of its chain.
     pub origin: Origin,
+    /// The tree budget the run holds (see [`Created::budget`]): a root run's own, a called
+    /// run's the allowance its hop carried; `None` without one.
+    pub budget: Option<TreeBudget>,
 }
 
 impl NewRun {
@@ -91,6 +94,7 @@ impl NewRun {
             parent_run: self.parent_run.clone(),
             hop_depth: self.chain.len() as u32,
             principal: crate::run::identity_text(&self.identity).0,
+            budget: self.budget,
         })
     }
 

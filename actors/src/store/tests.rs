@@ -15,6 +15,7 @@ fn new_run(id: RunId) -> NewRun {
         input: "August".into(),
         identity: Identity::Absent,
         origin: Origin::Absent,
+        budget: None,
     }
 }
 

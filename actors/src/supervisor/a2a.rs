@@ -140,6 +140,7 @@ fn reply_for(
         output,
         // The remote agent's own cost is not known to this host.
         tree_cost: CostDelta::default(),
+        tree_spent: None,
         signature: None,
     }
 }

@@ -1,9 +1,10 @@
 //! The `limits:` section of agent.yaml: how deep a call chain and how many calls per run this
-//! agent allows, and how far one run may go on its own (model turns, tokens, the same tool use
-//! repeated).
+//! agent allows, how far one run may go on its own (model turns, tokens, the same tool use
+//! repeated), and the budget over a whole call tree its root runs start with (`limits.tree`).
 //!
-//! This module owns [`Limits`], its defaults and bounds, and the conversion of the raw section
-//! with its range checks. It only reads numbers: enforcing them on a call or a run is
+//! This module owns [`Limits`] and [`TreeLimits`], their defaults and bounds, and the conversion
+//! of the raw section with its range checks (a request's tree budget is checked against the same
+//! bounds, [`TreeLimits::check`]). It only reads numbers: enforcing them on a call or a run is
 //! consort-core's job (its guards and its run state machine), so nothing here may know about
 //! runs or calls in flight.
 
@@ -14,7 +15,7 @@ use crate::error::ConfigError;
 use crate::yaml::{Ctx, KeyPath, Pos};
 
 /// The loop guards of one agent (`limits: {max_depth, max_calls_per_run, max_turns,
-/// max_tokens, max_repeats}` in agent.yaml).
+/// max_tokens, max_repeats, tree}` in agent.yaml).
 ///
 /// The caller's limits bound the calls its runs place; the callee's bound the calls it
 /// accepts, so each side enforces its own. The run limits (`max_turns`, `max_tokens`,
@@ -36,6 +37,82 @@ pub struct Limits {
     /// input is refused that use, and one more such turn fails the run.
     #[serde(default = "default_max_repeats")]
     pub max_repeats: u32,
+    /// The budget over the whole call tree of each root run of this agent (`limits.tree`);
+    /// every field `None` (the default) is no tree budget.
+    #[serde(default)]
+    pub tree: TreeLimits,
+}
+
+/// A budget over a whole call tree, as agent.yaml's `limits.tree` or a request that starts a
+/// run states it: every run of the tree (the root included) counts against `max_runs`, every
+/// token any of its model turns used against `max_tokens`, and no run of it asks its model or
+/// places a call once `max_wall_s` seconds have passed since the root run was created. `None`
+/// is no limit on that count. (No field is skipped when absent: the agent-set snapshot
+/// encodes it with bincode, which cannot skip a field.)
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TreeLimits {
+    /// The most runs the tree may hold, the root run included (1: the root places no call).
+    #[serde(default)]
+    pub max_runs: Option<u64>,
+    /// The most tokens (read and written) all the tree's model turns may use.
+    #[serde(default)]
+    pub max_tokens: Option<u64>,
+    /// The most seconds the tree may work, from the root run's creation.
+    #[serde(default)]
+    pub max_wall_s: Option<u64>,
+}
+
+impl TreeLimits {
+    /// The largest `max_runs` a tree budget may set.
+    pub const MAX_RUNS_BOUND: u64 = 100_000;
+    /// The largest `max_tokens` a tree budget may set.
+    pub const MAX_TOKENS_BOUND: u64 = 1_000_000_000;
+    /// The largest `max_wall_s` a tree budget may set (a week).
+    pub const MAX_WALL_S_BOUND: u64 = 7 * 24 * 3600;
+
+    /// Whether no field is set (no tree budget).
+    pub fn is_unbounded(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// The tighter of two budgets, field by field: a request's budget can only narrow the
+    /// agent's, never widen it.
+    #[must_use]
+    pub fn tightened(self, other: Self) -> Self {
+        fn min(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+            match (a, b) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
+        }
+        Self {
+            max_runs: min(self.max_runs, other.max_runs),
+            max_tokens: min(self.max_tokens, other.max_tokens),
+            max_wall_s: min(self.max_wall_s, other.max_wall_s),
+        }
+    }
+
+    /// Checks every field set against its bound (at least 1, at most the bound); the error
+    /// names the field and says the range, as agent.yaml's errors do.
+    pub fn check(&self) -> Result<(), String> {
+        for (key, value, max) in self.fields() {
+            if let Some(v) = value
+                && !(1..=max).contains(&v)
+            {
+                return Err(format!("{key} must be between 1 and {max} (got {v})"));
+            }
+        }
+        Ok(())
+    }
+
+    fn fields(&self) -> [(&'static str, Option<u64>, u64); 3] {
+        [
+            ("max_runs", self.max_runs, Self::MAX_RUNS_BOUND),
+            ("max_tokens", self.max_tokens, Self::MAX_TOKENS_BOUND),
+            ("max_wall_s", self.max_wall_s, Self::MAX_WALL_S_BOUND),
+        ]
+    }
 }
 
 impl Limits {
@@ -69,6 +146,7 @@ impl Default for Limits {
             max_turns: Self::DEFAULT_MAX_TURNS,
             max_tokens: None,
             max_repeats: Self::DEFAULT_MAX_REPEATS,
+            tree: TreeLimits::default(),
         }
     }
 }
@@ -89,6 +167,15 @@ pub(super) struct RawLimits {
     max_turns: Option<Spanned<u64>>,
     max_tokens: Option<Spanned<u64>>,
     max_repeats: Option<Spanned<u64>>,
+    tree: Option<RawTreeLimits>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTreeLimits {
+    max_runs: Option<Spanned<u64>>,
+    max_tokens: Option<Spanned<u64>>,
+    max_wall_s: Option<Spanned<u64>>,
 }
 
 /// Reads `limits:` (absent means the defaults); a value outside its bound names its key.
@@ -143,6 +230,23 @@ pub(super) fn convert_limits(
         Limits::MAX_REPEATS_BOUND.into(),
     )? {
         limits.max_repeats = repeats as u32;
+    }
+    if let Some(tree) = raw.tree {
+        let at = root.key("limits").key("tree");
+        let bounded = |value: Option<Spanned<u64>>, key: &str, max: u64| match value {
+            None => Ok(None),
+            Some(v) if (1..=max).contains(&v.value) => Ok(Some(v.value)),
+            Some(v) => Err(ctx.invalid(
+                Pos::of(&v),
+                &at.key(key),
+                format!("must be between 1 and {max} (got {})", v.value),
+            )),
+        };
+        limits.tree = TreeLimits {
+            max_runs: bounded(tree.max_runs, "max_runs", TreeLimits::MAX_RUNS_BOUND)?,
+            max_tokens: bounded(tree.max_tokens, "max_tokens", TreeLimits::MAX_TOKENS_BOUND)?,
+            max_wall_s: bounded(tree.max_wall_s, "max_wall_s", TreeLimits::MAX_WALL_S_BOUND)?,
+        };
     }
     Ok(limits)
 }

@@ -37,7 +37,7 @@ use crate::yaml::{Ctx, KeyPath, Pos, SpannedPairs, load_file};
 
 pub use a2a::{A2aAgentConfig, DEFAULT_A2A_TIMEOUT_MS, MAX_A2A_TIMEOUT_MS, MIN_A2A_TIMEOUT_MS};
 use a2a::{RawA2aAgent, convert_a2a_agents};
-pub use limits::Limits;
+pub use limits::{Limits, TreeLimits};
 use limits::{RawLimits, convert_limits};
 pub use model::{
     CallStep, CommandModel, MAX_WAIT_S, ModelConfig, OpenAiModel, ScriptStep, ToolChoice, ToolStep,

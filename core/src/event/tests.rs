@@ -164,6 +164,7 @@ fn fields_older_logs_lack_read_with_their_documented_meaning() {
             seen_seq: None,
             input_tokens: 0,
             output_tokens: 0,
+            allowances: Default::default(),
         })
     );
     // A turn's tokens are written only when it reported some.
@@ -173,6 +174,7 @@ fn fields_older_logs_lack_read_with_their_documented_meaning() {
         seen_seq: Some(3),
         input_tokens: 120,
         output_tokens: 0,
+        allowances: Default::default(),
     });
     assert_eq!(
         counted.data(),
@@ -214,5 +216,60 @@ proptest! {
         let text = event.data().to_string();
         let data: Value = serde_json::from_str(&text).unwrap();
         prop_assert_eq!(RunEvent::decode(event.kind(), data), Ok(event));
+    }
+}
+
+#[test]
+fn tree_budget_fields_are_written_only_when_there_is_a_budget_and_read_back() {
+    let budget = TreeBudget {
+        max_runs: Some(3),
+        max_tokens: None,
+        deadline_ms: Some(1_700_000_300_000),
+    };
+    let created = RunEvent::Created(Created {
+        channel: Channel::Api,
+        input: "q".into(),
+        parent_run: None,
+        hop_depth: 0,
+        principal: "anonymous".into(),
+        budget: Some(budget),
+    });
+    let data = created.data();
+    assert_eq!(
+        data["budget"],
+        json!({"max_runs": 3, "max_tokens": null, "deadline_ms": 1_700_000_300_000u64})
+    );
+    assert_eq!(RunEvent::decode("created", data).unwrap(), created);
+    let turn = RunEvent::ModelTurn(ModelTurn {
+        step: ModelStep::Wait,
+        pending_calls: 0,
+        seen_seq: Some(1),
+        input_tokens: 0,
+        output_tokens: 0,
+        allowances: [("tu_0_0".to_owned(), budget)].into(),
+    });
+    assert_eq!(RunEvent::decode("model_turn", turn.data()).unwrap(), turn);
+    let reply = RunEvent::ReplyReceived(ReplyReceived {
+        child_run: RunId::random(),
+        agent: "cfo".into(),
+        status: ReplyOutcome::Succeeded,
+        output: "42".into(),
+        in_turn: false,
+        tree_cost: CostDelta::default(),
+        tree_spent: Some(TreeSpend { runs: 2, tokens: 9 }),
+    });
+    assert_eq!(reply.data()["tree_spent"], json!({"runs": 2, "tokens": 9}));
+    assert_eq!(
+        RunEvent::decode("reply_received", reply.data()).unwrap(),
+        reply
+    );
+    // Logs written before tree budgets read none.
+    for (kind, data) in stored_format_1() {
+        match RunEvent::decode(kind, data).unwrap() {
+            RunEvent::Created(c) => assert_eq!(c.budget, None),
+            RunEvent::ModelTurn(t) => assert!(t.allowances.is_empty()),
+            RunEvent::ReplyReceived(r) => assert_eq!(r.tree_spent, None),
+            _ => {}
+        }
     }
 }

@@ -96,6 +96,8 @@ fn inbound(accept: &[String], depth: usize, children: u64, active: usize) -> Res
         active_runs: active,
         admission_limit: 8,
         limits: Limits::default(),
+        budget: None,
+        now_ms: 0,
     })
 }
 
@@ -222,6 +224,8 @@ proptest! {
             caller, callee, accept_from: &accept_from, chain_depth: depth + 1,
             children_accepted: children, active_runs: 0, admission_limit: 1,
             limits: callee_limits,
+            budget: None,
+            now_ms: 0,
         });
         let graph = ConsentGraph::from_declarations([
             (caller.to_owned(), can_call.clone(), Vec::new()),
@@ -259,6 +263,8 @@ proptest! {
             caller: "a", callee: "b", accept_from: &back, chain_depth: depth,
             children_accepted: children, active_runs: 0, admission_limit: 1,
             limits: callee_limits,
+            budget: None,
+            now_ms: 0,
         });
         if inn.is_ok() {
             prop_assert!((1..=callee_limits.max_depth as usize).contains(&depth));
@@ -268,4 +274,59 @@ proptest! {
             prop_assert!(!refusal.code().is_empty());
         }
     }
+}
+
+#[test]
+fn inbound_refuses_a_call_whose_tree_budget_is_spent_after_depth_and_before_the_cap() {
+    use crate::TreeBudget;
+    use crate::budget::TreeResource;
+    let accept = names(&["cmo"]);
+    let facts = |budget: Option<TreeBudget>, depth: usize, children: u64| InboundFacts {
+        caller: "cmo",
+        callee: "cfo",
+        accept_from: &accept,
+        chain_depth: depth,
+        children_accepted: children,
+        active_runs: 0,
+        admission_limit: 8,
+        limits: Limits::default(),
+        budget,
+        now_ms: 1_000,
+    };
+    let live = TreeBudget {
+        max_runs: Some(1),
+        max_tokens: Some(1),
+        deadline_ms: Some(1_001),
+    };
+    assert_eq!(check_inbound(&facts(Some(live), 1, 0)), Ok(()));
+    assert_eq!(check_inbound(&facts(None, 1, 0)), Ok(()));
+    let late = TreeBudget {
+        deadline_ms: Some(1_000),
+        ..live
+    };
+    assert_eq!(
+        check_inbound(&facts(Some(late), 1, 0)),
+        Err(Refusal::TreeBudgetExhausted {
+            what: TreeResource::Wall,
+            limit: 1_000,
+            spent: 1_000,
+        })
+    );
+    let empty = TreeBudget {
+        max_runs: Some(0),
+        ..live
+    };
+    assert_eq!(
+        check_inbound(&facts(Some(empty), 1, 0)).map_err(|r| r.code()),
+        Err("budget_exhausted")
+    );
+    // Depth first, the cap after.
+    assert!(matches!(
+        check_inbound(&facts(Some(empty), 5, 0)),
+        Err(Refusal::DepthLimit { .. })
+    ));
+    assert!(matches!(
+        check_inbound(&facts(Some(empty), 1, 25)),
+        Err(Refusal::TreeBudgetExhausted { .. })
+    ));
 }

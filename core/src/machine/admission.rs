@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use consort_config::Limits;
 
 use crate::guards::{self, InboundFacts};
-use crate::{Refusal, RunId};
+use crate::{Refusal, RunId, TreeBudget};
 
 /// The most parents whose children count is kept in memory: the store is the truth, and
 /// forgetting the counts only costs one query per parent.
@@ -262,6 +262,8 @@ pub struct InboundGate {
     admission_limit: usize,
     limits: Limits,
     known_children: Option<u64>,
+    budget: Option<TreeBudget>,
+    now_ms: u64,
 }
 
 /// What a call's admission decided, on the store's side.
@@ -302,7 +304,16 @@ impl InboundGate {
             admission_limit,
             limits,
             known_children: reservation.known_children,
+            budget: None,
+            now_ms: 0,
         }
+    }
+
+    /// The call's share of a tree budget (its hop's allowance), checked at `now_ms`.
+    pub(crate) fn with_budget(mut self, budget: Option<TreeBudget>, now_ms: u64) -> Self {
+        self.budget = budget;
+        self.now_ms = now_ms;
+        self
     }
 
     /// The order of a call's admission: a child run that exists is a replay (never refused,
@@ -329,6 +340,8 @@ impl InboundGate {
             active_runs: self.active_runs,
             admission_limit: self.admission_limit,
             limits: self.limits,
+            budget: self.budget,
+            now_ms: self.now_ms,
         });
         Ok(match checked {
             Ok(()) => CallAdmission::Insert {

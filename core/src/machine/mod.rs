@@ -34,7 +34,7 @@ use consort_config::Limits;
 
 use crate::event::ReplyOutcome;
 use crate::step::{CallOutcome, CostDelta, Input, ReplyIn, Verdict, cap_output};
-use crate::{Refusal, RunId, RunStatus, RunView};
+use crate::{Refusal, RunId, RunStatus, RunView, TreeBudget};
 
 use admission::Admission;
 pub use admission::{AdmissionLimits, CallAdmission, CallAdmitted, CallReservation, InboundGate};
@@ -159,13 +159,15 @@ impl AgentMachine {
     /// Reserves the place of a call from `caller` for `parent`, whose chain is `chain_depth`
     /// hops deep; returns the reservation (given back with [`AgentMachine::call_admitted`])
     /// and the gate the store job admits it with. `accept_from` and `limits` are the agent's
-    /// current config.
+    /// current config; `budget` is the allowance of the tree budget the call's hop carries,
+    /// checked at `now_ms`.
     pub fn reserve_call(
         &mut self,
         (caller, parent): (&str, &RunId),
         chain_depth: usize,
         accept_from: &[String],
         limits: Limits,
+        (budget, now_ms): (Option<TreeBudget>, u64),
     ) -> (CallReservation, InboundGate) {
         let admission_limit = self.admission_limit();
         let (reservation, active) = self.admission.reserve_call(parent);
@@ -175,7 +177,8 @@ impl AgentMachine {
             chain_depth,
             (&reservation, active),
             (admission_limit, limits),
-        );
+        )
+        .with_budget(budget, now_ms);
         (reservation, gate)
     }
 
@@ -357,6 +360,10 @@ impl AgentMachine {
                 outcome,
                 output: self.capped(text),
                 tree_cost: run.tree_cost,
+                // What the run's tree committed of its budget, its open calls' holds included,
+                // read from the view kept until the run's drive ends (a reply sent again after
+                // a restart carries none).
+                tree_spent: self.views.get(run.id).and_then(crate::budget::tree_spent),
             },
         })
     }

@@ -2,7 +2,8 @@
 //! end writes, and a blocking call's wait running out.
 //!
 //! [`place_call`] checks the input's shape, a call recorded already (a replay), then consent,
-//! depth and the call cap through [`guards::check_outbound`] with the caller's current config.
+//! depth and the call cap through [`guards::check_outbound`] with the caller's current config,
+//! then the call's share of the tree budget ([`budget::refused_call`]).
 //! [`call_ended`] records an accepted call (counting it in the run's cost) or a refused one.
 //! This module must not take replies: a reply may beat its call's acceptance, and `reply`
 //! alone decides what happens then.
@@ -13,6 +14,7 @@ use super::effect::{Effect, Step};
 use super::input::{CallOutcome, Policy};
 use super::transition::{CostDelta, Transition};
 use super::{CALL_AGENT, settled};
+use crate::budget;
 use crate::event::{CallPlaced, CallRefused};
 use crate::guards::{self, OutboundFacts};
 use crate::{ModelStep, Refusal, RunEvent, RunId, RunView, ToolUse};
@@ -67,10 +69,14 @@ pub(super) fn place_call(
         calls_placed: view.calls_counted() + placing,
         limits: policy.limits,
     };
-    match guards::check_outbound(&facts) {
-        Ok(()) => CallDecision::Place { callee, input },
-        Err(refusal) => CallDecision::Write(refused_call(&tool_use.id, &callee, refusal)),
+    if let Err(refusal) = guards::check_outbound(&facts) {
+        return CallDecision::Write(refused_call(&tool_use.id, &callee, refusal));
     }
+    // The tree budget last: a call the guards refuse is refused for what it is.
+    if let Some(refusal) = budget::refused_call(view, &tool_use.id, policy.now_ms) {
+        return CallDecision::Write(refused_call(&tool_use.id, &callee, refusal));
+    }
+    CallDecision::Place { callee, input }
 }
 
 pub(super) fn refused_call(tool_use_id: &str, callee: &str, refusal: Refusal) -> Transition {

@@ -8,7 +8,7 @@
 
 use super::input::TurnAsked;
 use super::transition::Transition;
-use crate::{Refusal, RunId, ToolUse};
+use crate::{Refusal, RunId, ToolUse, TreeBudget};
 
 /// What to do once a step's transition is durable.
 #[derive(Clone, Debug, PartialEq)]
@@ -27,6 +27,8 @@ pub enum Effect {
         callee: String,
         /// What the callee is asked.
         input: String,
+        /// The call's share of the run's tree budget, for its hop (`None`: the run has none).
+        allowance: Option<TreeBudget>,
     },
     /// Read a call's run; answer with [`Input::ToolFinished`](super::Input::ToolFinished).
     CheckRun {

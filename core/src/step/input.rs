@@ -13,7 +13,7 @@ use consort_config::Limits;
 use super::gate::Decision;
 use super::transition::CostDelta;
 use crate::event::ReplyOutcome;
-use crate::{ModelStep, Refusal, RunId};
+use crate::{ModelStep, Refusal, RunId, TreeSpend};
 
 /// What the agent's current config and host say, for one step.
 #[derive(Clone, Copy, Debug)]
@@ -32,6 +32,9 @@ pub struct Policy<'a> {
     /// The agent's model answers at once (the script model): its turns after a run's first
     /// are asked and answered within one drive, and record no `model_turn_started`.
     pub immediate_model: bool,
+    /// The host's clock when the step is taken, Unix milliseconds: what a tree budget's
+    /// deadline is compared with (this crate reads no clock).
+    pub now_ms: u64,
 }
 
 /// What the engine knew when it asked the model for a turn; recorded with the answer.
@@ -88,6 +91,9 @@ pub struct ReplyIn {
     pub output: String,
     /// The child's tree cost (its own and its descendants').
     pub tree_cost: CostDelta,
+    /// What the child's subtree spent of the tree budget it was handed (see
+    /// [`budget`](crate::budget)); `None` when it ran without one.
+    pub tree_spent: Option<TreeSpend>,
 }
 
 /// What just happened to a run.

@@ -44,6 +44,7 @@ pub(super) fn take_reply(view: &RunView, reply: ReplyIn, placing: bool, cap: usi
         output: output.clone(),
         in_turn,
         tree_cost: reply.tree_cost,
+        tree_spent: reply.tree_spent,
     }));
     write.descendants = reply.tree_cost;
     if in_turn {

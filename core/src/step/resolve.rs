@@ -55,6 +55,7 @@ pub(super) fn resolve_tool_uses(
                         tool_use_id: tool_use.id.clone(),
                         callee,
                         input,
+                        allowance: view.budget.and(view.allowances.get(&tool_use.id).copied()),
                     });
                 }
             },

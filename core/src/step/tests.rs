@@ -30,6 +30,7 @@ fn policy<'a>(can_call: &'a [String], fleet: &'a [String], limits: Limits) -> Po
         limits,
         reply_cap: 64,
         immediate_model: false,
+        now_ms: 0,
     }
 }
 
@@ -52,6 +53,7 @@ impl Run {
             parent_run: None,
             hop_depth,
             principal: "anonymous".into(),
+            budget: None,
         });
         let mut run = Self {
             status: RunStatus::Queued,
@@ -326,6 +328,7 @@ fn replies_are_taken_once_held_when_early_and_dropped_when_foreign() {
         outcome: ReplyOutcome::Succeeded,
         output: "x".repeat(500),
         tree_cost: CostDelta::default(),
+        tree_spent: None,
     };
     let early = run.step(
         Input::Reply {
@@ -537,7 +540,7 @@ proptest! {
                 }
                 Event::Reply(i) => {
                     let id = format!("u{i}");
-                    Input::Reply { placing: busy.contains(&id), reply: ReplyIn { parent_run: root(), child_run: RunId::child_of(&root(), &id), callee: "cfo".into(), tool_use_id: id, outcome: ReplyOutcome::Succeeded, output: "r".into(), tree_cost: CostDelta::default() } }
+                    Input::Reply { placing: busy.contains(&id), reply: ReplyIn { parent_run: root(), child_run: RunId::child_of(&root(), &id), callee: "cfo".into(), tool_use_id: id, outcome: ReplyOutcome::Succeeded, output: "r".into(), tree_cost: CostDelta::default(), tree_spent: None } }
                 }
             };
             let mut pending = vec![input];
@@ -846,3 +849,4 @@ mod budget;
 mod cancel;
 mod gate;
 mod started;
+mod tree_budget;

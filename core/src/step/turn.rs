@@ -4,8 +4,10 @@
 //! [`advance`] is what a run does when nothing new arrived: it hands a turn's open tool uses to
 //! `resolve` (or fails the run when one repeats a use the loop guard refused already,
 //! `repeat`), waits while calls are out, and before asking the model again enforces the turn
-//! limit (`limits.max_turns`) and the token budget (`limits.max_tokens`). [`model_answered`]
-//! records a turn (with its cost and tokens) and rejects one that reuses tool-use ids. Neither
+//! limit (`limits.max_turns`), the token budget (`limits.max_tokens`) and the tree budget
+//! (`budget::before_turn`). [`model_answered`] records a turn (with its cost, its tokens and,
+//! under a tree budget, the allowance of each call it asks for) and rejects one that reuses
+//! tool-use ids. Neither
 //! may place calls or take replies itself: those belong to `call` and `reply`, so a rule about
 //! them lives in one place only.
 //!
@@ -37,6 +39,7 @@ use super::repeat::over_repeated;
 use super::resolve::resolve_tool_uses;
 use super::settled;
 use super::transition::{CostDelta, Transition};
+use crate::budget::{self, BeforeTurn};
 use crate::event::{ModelTurn, ModelTurnStarted};
 use crate::{ModelStep, RunEvent, RunStatus, RunView};
 
@@ -80,6 +83,15 @@ pub(super) fn advance(
     }
     if let Some(error) = spent(view, policy) {
         return settle(Err(error));
+    }
+    match budget::before_turn(view, policy.now_ms) {
+        BeforeTurn::Ask => {}
+        BeforeTurn::Spent(error) => return settle(Err(error)),
+        // Its tokens are handed out to calls still out: their replies give back the rest.
+        BeforeTurn::Wait if status == RunStatus::Waiting => return Step::default(),
+        BeforeTurn::Wait => {
+            return Step::write(Transition::default().status(RunStatus::Waiting), vec![]);
+        }
     }
     if thinking {
         // A turn is already being asked for; its answer will advance the run.
@@ -170,6 +182,11 @@ pub(super) fn model_answered(
         ..Transition::default()
     }
     .event(RunEvent::ModelTurn(ModelTurn {
+        allowances: budget::allowances(
+            view,
+            &answer.step,
+            answer.input_tokens.saturating_add(answer.output_tokens),
+        ),
         step: answer.step.clone(),
         pending_calls: asked.pending,
         seen_seq: Some(asked.seen_seq),

@@ -12,6 +12,7 @@ fn created(input: &str) -> RunEvent {
         parent_run: None,
         hop_depth: 0,
         principal: "anonymous".into(),
+        budget: None,
     })
 }
 
@@ -22,6 +23,7 @@ fn turn(step: ModelStep, seen: Option<u64>) -> RunEvent {
         seen_seq: seen,
         input_tokens: 0,
         output_tokens: 0,
+        allowances: Default::default(),
     })
 }
 
@@ -59,6 +61,7 @@ fn reply(child: &RunId, output: &str) -> RunEvent {
         output: output.into(),
         in_turn: false,
         tree_cost: Default::default(),
+        tree_spent: None,
     })
 }
 
@@ -200,6 +203,7 @@ fn turns_fold_their_tokens_and_the_loop_guards_count() {
             seen_seq: None,
             input_tokens: tokens.0,
             output_tokens: tokens.1,
+            allowances: Default::default(),
         })
     };
     let mut view = RunView::from_events(&[

@@ -63,6 +63,7 @@ impl World {
             limits: spec.limits,
             reply_cap: REPLY_CAP,
             immediate_model: spec.immediate_model,
+            now_ms: 0,
         };
         let step = step::step(view, input, &policy);
         let hop_depth = stored.hop_depth;
@@ -118,6 +119,7 @@ impl World {
                     tool_use_id,
                     callee,
                     input,
+                    allowance: _,
                 } => {
                     let placed = self.placed_under(agent_name, id, &tool_use_id, &callee);
                     let clock = self.clock(h);
@@ -332,6 +334,7 @@ impl World {
             outcome,
             output: step::cap_output(&text.unwrap_or_default(), REPLY_CAP),
             tree_cost: Default::default(),
+            tree_spent: None,
         };
         self.send(
             h,

@@ -251,6 +251,8 @@ impl World {
             active_runs: store.unsettled,
             admission_limit: spec.admission_limit,
             limits: spec.limits,
+            budget: None,
+            now_ms: 0,
         };
         if spec.version > 0 {
             self.stats

@@ -406,6 +406,7 @@ impl World {
             principal: parent
                 .as_ref()
                 .map_or_else(|| "anonymous".to_owned(), |p| p.agent.clone()),
+            budget: None,
         });
         self.agent(agent).store.insert(
             id,

@@ -166,6 +166,48 @@ pub(crate) struct RunDoc {
     /// The gate a blocked run waits on (`GET /runs/{id}` only; absent otherwise).
     #[schema(required = false)]
     gate: Option<GateDoc>,
+    /// The budget of the run's call tree and what the tree spent of it (`GET /runs/{id}` only,
+    /// for a run with a budget: a root run's own, a called run's the share its call handed it).
+    #[schema(required = false)]
+    budget: Option<BudgetDoc>,
+}
+
+/// A call tree's budget and what the tree spent of it. A limit that is null is not set.
+#[derive(Serialize, ToSchema)]
+#[schema(as = Budget)]
+pub(crate) struct BudgetDoc {
+    /// The most runs of the tree, this run included.
+    max_runs: Option<u64>,
+    /// The most tokens of the tree's model turns.
+    max_tokens: Option<u64>,
+    /// Seconds from this run's creation to the tree's deadline.
+    max_wall_s: Option<u64>,
+    /// The tree's deadline, Unix milliseconds.
+    deadline_ms: Option<u64>,
+    /// What the tree spent so far.
+    spent: BudgetSpentDoc,
+    /// What calls still out hold beyond what they spent (given back when they reply).
+    held: BudgetHeldDoc,
+}
+
+/// What a call tree spent of its budget.
+#[derive(Serialize, ToSchema)]
+#[schema(as = BudgetSpent)]
+pub(crate) struct BudgetSpentDoc {
+    /// This run, every call it placed that was accepted, and what replied subtrees charged.
+    runs: u64,
+    /// Tokens of this run's turns and of replied subtrees.
+    tokens: u64,
+    /// Whole seconds since this run's creation (until it settled).
+    wall_s: u64,
+}
+
+/// What calls still out hold of a budget.
+#[derive(Serialize, ToSchema)]
+#[schema(as = BudgetHeld)]
+pub(crate) struct BudgetHeldDoc {
+    runs: u64,
+    tokens: u64,
 }
 
 /// The gate a blocked run waits on.
@@ -358,6 +400,14 @@ mod tests {
         let down = serde_json::to_value(&agent).unwrap()["down"].clone();
         assert_mirrors::<DownDoc>(&down, "a down agent");
         assert_mirrors::<ReloadedDoc>(&Reloaded::default(), "a reload");
+        let budget: consort_core::budget::BudgetReport = serde_json::from_value(serde_json::json!({
+            "max_runs": 10, "max_tokens": null, "max_wall_s": 300, "deadline_ms": 301_000,
+            "spent": {"runs": 3, "tokens": 1_234, "wall_s": 12}, "held": {"runs": 2, "tokens": 0}
+        }))
+        .unwrap();
+        assert_mirrors::<BudgetDoc>(&budget, "a budget");
+        assert_mirrors::<BudgetSpentDoc>(&budget.spent, "a budget's spend");
+        assert_mirrors::<BudgetHeldDoc>(&budget.held, "a budget's holds");
     }
 
     #[test]

@@ -50,6 +50,37 @@ pub(crate) struct StartRun {
     /// `api` (default) or `cli`.
     #[serde(default)]
     pub channel: Option<String>,
+    /// A budget over the run's whole call tree. It narrows the agent's own `limits.tree`
+    /// field by field (it can never widen it); every run of the tree is counted against it,
+    /// on every host the tree reaches.
+    #[serde(default)]
+    pub budget: Option<RunBudget>,
+}
+
+/// A budget over a run's whole call tree, as a request states it (`POST /runs`). Each field
+/// is optional; a field set is between 1 and its bound.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RunBudget {
+    /// The most runs of the tree, the root run included (1 to 100000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_runs: Option<u64>,
+    /// The most tokens all the tree's model turns may use (1 to 1000000000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    /// The most seconds the tree may work, from the root run's creation (1 to 604800).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_wall_s: Option<u64>,
+}
+
+impl From<RunBudget> for consort_core::TreeLimits {
+    fn from(b: RunBudget) -> Self {
+        Self {
+            max_runs: b.max_runs,
+            max_tokens: b.max_tokens,
+            max_wall_s: b.max_wall_s,
+        }
+    }
 }
 
 /// The body of `POST /runs/{id}/cancel` (optional: no body cancels without a reason).
@@ -150,11 +181,19 @@ pub(super) async fn start_run(
             ));
         }
     };
+    let budget = body.budget.map(consort_core::TreeLimits::from);
+    if let Some(Err(message)) = budget.map(|b| b.check()) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_budget",
+            format!("budget: {message}"),
+        ));
+    }
     let (identity, who) = requester(&auth, &headers).await;
     access::authorize(&who, auth.anonymous(), Action::StartRun)?;
     let trace = crate::trace_header::incoming_trace(&headers);
     let run = host
-        .start_run_traced(&body.agent, &body.input, channel, identity, trace)
+        .start_run_budgeted(&body.agent, &body.input, channel, identity, trace, budget)
         .await?;
     Ok((StatusCode::CREATED, Json(run)).into_response())
 }
@@ -194,16 +233,21 @@ pub(super) async fn get_run(
     } else {
         None
     };
-    Ok(Json(RunRead { run, gate }).into_response())
+    let asked = run.clone();
+    let budget = blocking(&host, move |h| h.tree_budget(&asked)).await?;
+    Ok(Json(RunRead { run, gate, budget }).into_response())
 }
 
-/// A run as `GET /runs/{id}` answers it: with the gate it waits on, when it is blocked.
+/// A run as `GET /runs/{id}` answers it: with the gate it waits on, when it is blocked, and
+/// its call tree's budget with what the tree spent of it, when it has one.
 #[derive(Serialize)]
 struct RunRead {
     #[serde(flatten)]
     run: RunRecord,
     #[serde(skip_serializing_if = "Option::is_none")]
     gate: Option<WaitingGate>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    budget: Option<consort_core::budget::BudgetReport>,
 }
 
 /// The gate a blocked run waits on, as `GET /runs/{id}` shows it.

@@ -351,6 +351,7 @@ mod tests {
                     model_turns: turns,
                     ..CostDelta::default()
                 },
+                tree_spent: None,
             }),
         )
     }

@@ -357,6 +357,11 @@ mod tests {
             },
             Refusal::DeliveryNotYourRun { run: s("run_1") },
             Refusal::Draining { host: s("beta") },
+            Refusal::TreeBudgetExhausted {
+                what: consort_core::budget::TreeResource::Wall,
+                limit: 1_700_000_000_000,
+                spent: 1_700_000_004_000,
+            },
         ]
     }
 

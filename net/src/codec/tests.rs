@@ -4,19 +4,26 @@ use crate::chain::operator::{
     OPERATOR_FORMAT, OperatorAnswer, OperatorCommand, OperatorRefusal, OperatorRequest,
 };
 use crate::envelope::ReplyStatus;
-use crate::testing::Fleet;
+use crate::testing::{Fleet, budget_of_hop, trace_of_hop};
 
 fn sample_frames() -> Vec<Frame> {
     let fleet = Fleet::standard();
-    let envelope = fleet.traced_chain(&["cmo", "cfo", "cdo"]);
+    // Every optional part of a hop set: a trace context and an allowance of a tree budget.
+    let mut envelope = fleet.unsigned_chain_with(
+        &["cmo", "cfo", "cdo"],
+        |index| Some(trace_of_hop(index)),
+        |index| Some(budget_of_hop(index)),
+    );
+    fleet.sign_all(&mut envelope);
     let last = envelope.hops.last().unwrap().clone();
+    let mut reply = new_reply(&last, ReplyStatus::Succeeded, "August spend: 12 400 EUR");
+    reply.tree_spent = Some(consort_core::TreeSpend {
+        runs: 2,
+        tokens: 1_234,
+    });
     vec![
         Frame::Call(envelope),
-        Frame::Reply(new_reply(
-            &last,
-            ReplyStatus::Succeeded,
-            "August spend: 12 400 EUR",
-        )),
+        Frame::Reply(reply),
         Frame::Accepted {
             child_run: last.child_run.clone(),
             existing: true,
@@ -414,6 +421,105 @@ fn a_version_4_envelope_is_refused_as_its_version_not_as_garbage() {
     };
     assert_eq!(decode_frame(&bytes), Err(wrong.clone()));
     assert_eq!(decode_call(&bytes[4..]), Err(wrong));
+}
+
+/// A call frame exactly as a version 5 build encoded it: trace contexts, no allowances.
+fn version_5_call_frame(envelope: &CallEnvelope) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct V5Hop<'a> {
+        caller: &'a str,
+        callee: &'a str,
+        parent_run: &'a RunId,
+        child_run: &'a RunId,
+        tool_use_id: &'a str,
+        issued_at_ms: u64,
+        expires_at_ms: u64,
+        #[serde(with = "serde_bytes")]
+        input_digest: [u8; 32],
+        #[serde(with = "serde_bytes")]
+        prev_digest: [u8; 32],
+        origin: &'a Option<consort_core::visibility::Origin>,
+        trace: &'a Option<crate::trace_context::TraceContext>,
+        signature: &'a Option<crate::envelope::HopSignature>,
+    }
+    #[derive(Serialize)]
+    enum V5Frame<'a> {
+        Call {
+            version: u16,
+            hops: Vec<V5Hop<'a>>,
+            input: &'a str,
+        },
+    }
+    let hops = envelope
+        .hops
+        .iter()
+        .map(|hop| V5Hop {
+            caller: &hop.caller,
+            callee: &hop.callee,
+            parent_run: &hop.parent_run,
+            child_run: &hop.child_run,
+            tool_use_id: &hop.tool_use_id,
+            issued_at_ms: hop.issued_at_ms,
+            expires_at_ms: hop.expires_at_ms,
+            input_digest: hop.input_digest,
+            prev_digest: hop.prev_digest,
+            origin: &hop.origin,
+            trace: &hop.trace,
+            signature: &hop.signature,
+        })
+        .collect();
+    bincode::serde::encode_to_vec(
+        V5Frame::Call {
+            version: 5,
+            hops,
+            input: &envelope.input,
+        },
+        WIRE_CONFIG,
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_version_5_envelope_is_refused_as_its_version_not_as_garbage() {
+    let envelope = Fleet::standard().traced_chain(&["cmo", "cfo"]);
+    let bytes = version_5_call_frame(&envelope);
+    let wrong = CodecError::WrongVersion {
+        found: 5,
+        expected: ENVELOPE_VERSION,
+    };
+    assert_eq!(decode_frame(&bytes), Err(wrong.clone()));
+    assert_eq!(decode_call(&bytes[4..]), Err(wrong));
+}
+
+#[test]
+fn an_allowance_and_a_trees_spend_survive_the_wire() {
+    let envelope = Fleet::standard().budgeted_chain(&["cmo", "cfo", "cdo"]);
+    let decoded = decode_call(&encode_call(&envelope).unwrap()).unwrap();
+    assert_eq!(decoded, envelope);
+    assert_eq!(
+        decoded
+            .hops
+            .iter()
+            .map(|hop| hop.budget)
+            .collect::<Vec<_>>(),
+        [Some(budget_of_hop(0)), Some(budget_of_hop(1))]
+    );
+    // A budget with counts left open encodes each one (bincode skips nothing).
+    let mut open = Fleet::standard().unsigned_chain_with(
+        &["cmo", "cfo"],
+        |_| None,
+        |_| {
+            Some(consort_core::TreeBudget {
+                max_runs: Some(3),
+                ..Default::default()
+            })
+        },
+    );
+    Fleet::standard().sign_all(&mut open);
+    assert_eq!(decode_call(&encode_call(&open).unwrap()).unwrap(), open);
+    let mut reply = new_reply(&envelope.hops[1], ReplyStatus::Failed, "spent");
+    reply.tree_spent = Some(consort_core::TreeSpend { runs: 1, tokens: 7 });
+    assert_eq!(decode_reply(&encode_reply(&reply).unwrap()).unwrap(), reply);
 }
 
 #[test]

@@ -29,6 +29,7 @@ fn new_run(agent: &str, id: &RunId) -> NewRun {
         input: "August".into(),
         identity: Identity::Absent,
         origin: Origin::Absent,
+        budget: None,
     }
 }
 

@@ -23,6 +23,7 @@ fn new_run(id: &RunId) -> NewRun {
         input: "August".into(),
         identity: Identity::Absent,
         origin: crate::visibility::Origin::Absent,
+        budget: None,
     }
 }
 

@@ -6,7 +6,7 @@ use std::fs;
 use super::{CFO, agent_dir, err, load_text, simple};
 use crate::agent::{
     AGENT_FILE, AgentConfig, Approval, CallStep, DEFAULT_SQL_TIMEOUT_MS, Limits, ModelConfig,
-    ScriptStep, ToolConfig, ToolKind, ToolStep,
+    ScriptStep, ToolConfig, ToolKind, ToolStep, TreeLimits,
 };
 use crate::error::ConfigError;
 
@@ -245,4 +245,105 @@ fn limits_serialized_before_the_run_limits_still_read() {
     };
     let text = serde_json::to_string(&limits).unwrap();
     assert_eq!(serde_json::from_str::<Limits>(&text).unwrap(), limits);
+}
+
+#[test]
+fn tree_limits_default_to_none_and_are_bounded() {
+    let plain = load_text(simple("x", &[], &[]).as_bytes()).unwrap();
+    assert!(plain.limits.tree.is_unbounded());
+    let set = load_text(
+        b"name: x\nlimits:\n  tree:\n    max_runs: 10\n    max_tokens: 50000\n    max_wall_s: 300\nmodel:\n  script: []\n",
+    )
+    .unwrap();
+    assert_eq!(
+        set.limits.tree,
+        TreeLimits {
+            max_runs: Some(10),
+            max_tokens: Some(50_000),
+            max_wall_s: Some(300),
+        }
+    );
+    let one = load_text(b"name: x\nlimits: {tree: {max_runs: 1}}\nmodel:\n  script: []\n").unwrap();
+    assert_eq!(
+        one.limits.tree,
+        TreeLimits {
+            max_runs: Some(1),
+            ..TreeLimits::default()
+        }
+    );
+    for (yaml, line, key, message) in [
+        (
+            "name: x\nlimits:\n  tree:\n    max_runs: 0\nmodel:\n  script: []\n",
+            4,
+            "limits.tree.max_runs",
+            "must be between 1 and 100000 (got 0)",
+        ),
+        (
+            "name: x\nlimits:\n  max_turns: 3\n  tree:\n    max_tokens: 1000000001\nmodel:\n  script: []\n",
+            5,
+            "limits.tree.max_tokens",
+            "must be between 1 and 1000000000 (got 1000000001)",
+        ),
+        (
+            "name: x\nlimits:\n  tree:\n    max_runs: 2\n    max_wall_s: 604801\nmodel:\n  script: []\n",
+            5,
+            "limits.tree.max_wall_s",
+            "must be between 1 and 604800 (got 604801)",
+        ),
+    ] {
+        let (kind, at, _, at_key, said) = err(yaml);
+        assert_eq!(
+            (kind, at, at_key.as_str(), said.as_str()),
+            ("invalid", line, key, message),
+            "{yaml}"
+        );
+    }
+    let (_, line, _, key, message) =
+        err("name: x\nlimits:\n  tree:\n    max_calls: 3\nmodel:\n  script: []\n");
+    assert!(message.contains("unknown key `max_calls`"), "{message}");
+    assert_eq!(line, 4, "{key}");
+}
+
+#[test]
+fn a_request_budget_only_tightens_and_is_checked_against_the_same_bounds() {
+    let agent = TreeLimits {
+        max_runs: Some(10),
+        max_tokens: None,
+        max_wall_s: Some(300),
+    };
+    let request = TreeLimits {
+        max_runs: Some(50),
+        max_tokens: Some(2_000),
+        max_wall_s: Some(60),
+    };
+    assert_eq!(
+        agent.tightened(request),
+        TreeLimits {
+            max_runs: Some(10),
+            max_tokens: Some(2_000),
+            max_wall_s: Some(60),
+        }
+    );
+    assert_eq!(agent.tightened(TreeLimits::default()), agent);
+    assert_eq!(TreeLimits::default().tightened(request), request);
+    assert_eq!(request.check(), Ok(()));
+    assert_eq!(
+        TreeLimits {
+            max_runs: Some(0),
+            ..TreeLimits::default()
+        }
+        .check(),
+        Err("max_runs must be between 1 and 100000 (got 0)".to_owned())
+    );
+    assert_eq!(
+        TreeLimits {
+            max_wall_s: Some(TreeLimits::MAX_WALL_S_BOUND + 1),
+            ..TreeLimits::default()
+        }
+        .check(),
+        Err("max_wall_s must be between 1 and 604800 (got 604801)".to_owned())
+    );
+    // Limits serialized before `tree` existed read no tree budget.
+    let old: Limits = serde_json::from_str(r#"{"max_depth":2,"max_calls_per_run":7}"#).unwrap();
+    assert!(old.tree.is_unbounded());
 }

@@ -31,6 +31,7 @@ fn with_policy<T>(f: impl FnOnce(&Policy<'_>) -> T) -> T {
         limits: Limits::default(),
         reply_cap: 64,
         immediate_model: true,
+        now_ms: 0,
     })
 }
 
@@ -41,6 +42,7 @@ fn created() -> RunEvent {
         parent_run: None,
         hop_depth: 0,
         principal: "api:alice".into(),
+        budget: None,
     })
 }
 
@@ -439,6 +441,7 @@ fn cfo_reply(run: &RunId) -> crate::step::ReplyIn {
         outcome: crate::event::ReplyOutcome::Succeeded,
         output: "48250".into(),
         tree_cost: crate::step::CostDelta::default(),
+        tree_spent: None,
     }
 }
 

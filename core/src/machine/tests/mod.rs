@@ -22,6 +22,7 @@ fn reply(parent: &RunId, tool_use_id: &str) -> ReplyIn {
         outcome: ReplyOutcome::Succeeded,
         output: "done".into(),
         tree_cost: CostDelta::default(),
+        tree_spent: None,
     }
 }
 

@@ -143,6 +143,7 @@ fn late_inputs(turn: &TurnAsked) -> Vec<Input> {
                 model_turns: 1,
                 ..CostDelta::default()
             },
+            tree_spent: None,
         },
         placing,
     };
@@ -260,6 +261,7 @@ fn a_reply_to_a_canceled_run_is_taken_so_its_sender_stops_and_a_decision_is_refu
                 outcome: ReplyOutcome::Succeeded,
                 output: "x".into(),
                 tree_cost: CostDelta::default(),
+                tree_spent: None,
             },
             placing: false,
         },

@@ -231,6 +231,7 @@ fn a_waiting_run_that_takes_a_reply_records_the_ask_that_reads_it() {
             outcome: ReplyOutcome::Succeeded,
             output: "42".into(),
             tree_cost: CostDelta::default(),
+            tree_spent: None,
         },
         placing: false,
     };

@@ -22,6 +22,7 @@ const state = {
   feeds: new AbortController(), // aborts every loop when the token changes
   detail: null, // AbortController of the selected run's event feed
   treeDue: false,
+  budgetDue: false,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -379,8 +380,10 @@ function select(runId) {
   if (state.detail) state.detail.abort();
   state.detail = new AbortController();
   fillBody("#events", []);
+  $("#detail-budget").textContent = "";
   eventsFeed(runId, state.detail.signal);
   scheduleTree();
+  scheduleBudget();
 }
 
 function eventSummary(e) {
@@ -414,6 +417,10 @@ function appendEvents(events) {
   const body = $("#events").tBodies[0];
   for (const e of events) {
     if (body.querySelector(`tr[data-seq="${e.seq}"]`)) continue;
+    // What the tree spent moves with the log: its turns, calls and replies.
+    if (["model_turn", "call_placed", "call_refused", "reply_received", "status"].includes(e.kind)) {
+      scheduleBudget();
+    }
     body.append(el("tr", { "data-seq": e.seq, "data-kind": e.kind },
       el("td", {}, e.seq),
       el("td", {}, when(e.at_ms)),
@@ -472,6 +479,32 @@ async function eventsFeed(runId, signal) {
   } catch (e) {
     if (!signal.aborted) say(explain(e));
   }
+}
+
+// The selected run's tree budget, as `GET /runs/{id}` reports it (absent without one), in the
+// words `consort runs show` uses: "budget: runs 3/10, tokens 1,234/50,000, wall 12 s/300 s".
+function budgetText(b) {
+  const n = (x) => Number(x).toLocaleString("en-US");
+  const of = (spent, max, unit = "") =>
+    max === null || max === undefined ? `${n(spent)}${unit} (no limit)` : `${n(spent)}${unit}/${n(max)}${unit}`;
+  return `budget: runs ${of(b.spent.runs, b.max_runs)}, tokens ${of(b.spent.tokens, b.max_tokens)}, wall ${of(b.spent.wall_s, b.max_wall_s, " s")}`;
+}
+
+function scheduleBudget() {
+  if (state.budgetDue) return;
+  state.budgetDue = true;
+  setTimeout(async () => {
+    state.budgetDue = false;
+    const selected = state.selected;
+    if (!selected) return;
+    try {
+      const run = await api(`/runs/${selected}`);
+      if (state.selected !== selected) return;
+      $("#detail-budget").textContent = run.budget ? budgetText(run.budget) : "";
+    } catch (e) {
+      if (state.selected === selected) $("#detail-budget").textContent = explain(e);
+    }
+  }, 250);
 }
 
 function scheduleTree() {

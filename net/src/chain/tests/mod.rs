@@ -2,8 +2,9 @@
 
 use super::*;
 use crate::envelope::{BatchProof, HopSignature};
-use crate::testing::{Fleet, NOW_MS, TTL_MS, alice, trace_of_hop};
+use crate::testing::{Fleet, NOW_MS, TTL_MS, alice, budget_of_hop, trace_of_hop};
 use consort_core::visibility::Principal;
+use consort_core::{TreeBudget, TreeSpend};
 
 const SKEW_MS: u64 = 5_000;
 /// The receiving host's limits in these tests.
@@ -342,6 +343,137 @@ fn a_tampered_trace_context_is_refused_like_any_tampered_hop() {
         verify(&fleet, &untraced),
         Err(ChainError::ProofMismatch { hop: 0 })
     );
+}
+
+#[test]
+fn a_budgeted_chain_verifies_and_hands_the_callee_its_allowance() {
+    let fleet = Fleet::standard();
+    let envelope = fleet.budgeted_chain(&["cmo", "cfo", "cdo"]);
+    let verified = verify(&fleet, &envelope).unwrap();
+    assert_eq!(verified.last_hop().budget, Some(budget_of_hop(1)));
+    assert_eq!(envelope.hops[0].budget, Some(budget_of_hop(0)));
+}
+
+#[test]
+fn a_tampered_allowance_is_refused_like_any_tampered_hop() {
+    let fleet = Fleet::standard();
+    let forgeries: [fn(&mut Option<TreeBudget>); 5] = [
+        |b| b.as_mut().unwrap().max_runs = Some(100),
+        |b| b.as_mut().unwrap().max_tokens = None,
+        |b| b.as_mut().unwrap().deadline_ms = Some(u64::MAX),
+        |b| *b = None,
+        |b| *b = Some(TreeBudget::default()),
+    ];
+    for (case, forge) in forgeries.iter().enumerate() {
+        let mut one_hop = fleet.budgeted_chain(&["cmo", "cfo"]);
+        forge(&mut one_hop.hops[0].budget);
+        assert_eq!(
+            verify(&fleet, &one_hop),
+            Err(ChainError::ProofMismatch { hop: 0 }),
+            "forgery {case}"
+        );
+        // An earlier hop: the next hop binds its digest, so the link breaks first.
+        let mut two_hops = fleet.budgeted_chain(&["cmo", "cfo", "cdo"]);
+        forge(&mut two_hops.hops[0].budget);
+        assert_eq!(
+            verify(&fleet, &two_hops),
+            Err(ChainError::BrokenLink { hop: 1 }),
+            "forgery {case}"
+        );
+    }
+    // An allowance added to a hop signed without one is refused the same way.
+    let mut open = fleet.chain(&["cmo", "cfo"]);
+    open.hops[0].budget = Some(budget_of_hop(0));
+    assert_eq!(
+        verify(&fleet, &open),
+        Err(ChainError::ProofMismatch { hop: 0 })
+    );
+}
+
+#[test]
+fn a_host_on_the_way_cannot_widen_the_allowance_it_hands_on_even_signing_it_itself() {
+    let fleet = Fleet::standard();
+    let widened = |second: Option<TreeBudget>| {
+        let mut envelope = fleet.unsigned_chain_with(
+            &["cmo", "cfo", "cdo"],
+            |_| None,
+            |index| match index {
+                0 => Some(budget_of_hop(0)),
+                _ => second,
+            },
+        );
+        fleet.sign_all(&mut envelope);
+        verify(&fleet, &envelope)
+    };
+    let first = budget_of_hop(0);
+    for second in [
+        // cfo's run may not hand on its own run, nor more tokens, nor a later deadline.
+        Some(first),
+        Some(TreeBudget {
+            max_runs: Some(8),
+            max_tokens: Some(5_001),
+            ..first
+        }),
+        Some(TreeBudget {
+            max_runs: Some(1),
+            deadline_ms: first.deadline_ms.map(|d| d + 1),
+            ..first
+        }),
+        Some(TreeBudget {
+            max_runs: None,
+            ..first
+        }),
+        None,
+    ] {
+        assert_eq!(
+            widened(second),
+            Err(ChainError::BudgetWidened { hop: 1 }),
+            "{second:?}"
+        );
+    }
+    let narrower = TreeBudget {
+        max_runs: Some(8),
+        max_tokens: Some(0),
+        deadline_ms: Some(NOW_MS),
+    };
+    assert!(widened(Some(narrower)).is_ok());
+    // A tree without a budget at its root may start one on the way: it only narrows.
+    let mut late = fleet.unsigned_chain_with(
+        &["cmo", "cfo", "cdo"],
+        |_| None,
+        |index| (index == 1).then(|| budget_of_hop(1)),
+    );
+    fleet.sign_all(&mut late);
+    assert!(verify(&fleet, &late).is_ok());
+}
+
+#[test]
+fn a_replys_tree_spend_is_signed() {
+    let fleet = Fleet::standard();
+    let envelope = fleet.budgeted_chain(&["cmo", "cfo"]);
+    let hop = envelope.hops[0].clone();
+    let mut reply = new_reply(&hop, ReplyStatus::Succeeded, "42");
+    reply.tree_spent = Some(TreeSpend {
+        runs: 2,
+        tokens: 40,
+    });
+    sign_reply(&mut reply, "beta", &fleet.keys["beta"]);
+    assert!(verify_reply(&reply, &fleet.ring, &fleet.placements).is_ok());
+    for forged in [
+        Some(TreeSpend {
+            runs: 1,
+            tokens: 40,
+        }),
+        Some(TreeSpend { runs: 2, tokens: 0 }),
+        None,
+    ] {
+        let mut tampered = reply.clone();
+        tampered.tree_spent = forged;
+        assert!(
+            verify_reply(&tampered, &fleet.ring, &fleet.placements).is_err(),
+            "{forged:?}"
+        );
+    }
 }
 
 #[test]
