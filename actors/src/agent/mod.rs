@@ -1,14 +1,15 @@
 //! The agent actor: one per agent, owning that agent's run store, model and tools.
 //!
-//! The actor decides nothing about a run itself. Every message that concerns a run becomes an
-//! [`Input`] to consort-core's [`step`](consort_core::step()); the actor hands the step's
-//! transition to the store writer, folds it into the run's kept view, and executes the step's
-//! effects: ask the model, place a call, read a call's run, run a tool, ask callees for lost
-//! replies, report a settled run. Runs move one message at a time, so a run's log has one
-//! writer. The files: [`drive`] (the loop over `step`), [`commits`] (tickets, suspended drives
-//! and answers held until their writes are durable), [`admission`] (new runs and accepted
-//! calls), [`engine`] (executing effects), [`tool_use`] (tools and meta-tools) and [`state`]
-//! (what the actor keeps between messages). Each run's span is made by
+//! The actor is the driver of the agent's [`AgentMachine`] (consort-core), which decides
+//! everything: every message that concerns a run becomes an input to the machine, and the
+//! actor executes the machine's commands (read a run's log, append to it, run an effect,
+//! answer whoever asked). The files: [`drive`] (the loop over the machine's commands),
+//! [`commits`] (store jobs, their commits, and the askers waiting for verdicts),
+//! [`admission`] (new runs and accepted calls), [`engine`] (executing effects), [`model_turn`]
+//! (asking the model), [`calls`] (placing calls, replies both ways), [`tool_use`] (tools and
+//! meta-tools), [`peers`] (the directory's tools), [`delivery`] (deliveries into the agent),
+//! [`messages`] (what the actor is told), [`options`] (its settings and the step's policy) and
+//! [`state`] (what the actor keeps between messages). Each run's span is made by
 //! [`run_span`](crate::run_span).
 //!
 //! The actor never awaits another actor inside its handler, nor a commit: a call or a
@@ -20,19 +21,26 @@
 //! from its log.
 
 mod admission;
+mod calls;
 mod commits;
 mod delivery;
 mod drive;
 mod engine;
+mod messages;
+mod model_turn;
+mod options;
 mod peers;
 mod state;
 mod tool_use;
 
+pub(crate) use messages::AgentMsg;
+pub use options::AgentOptions;
+use options::policy;
 pub(crate) use state::AgentState;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use metrics::Gauge;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -40,177 +48,20 @@ use tracing::{debug, info, warn};
 
 use consort_config::AgentConfig;
 use consort_core::Refusal;
-use consort_core::machine::{AdmissionLimits, AgentMachine};
-use consort_core::step::{CallOutcome, Decision, Input, Policy, TurnAsked};
-use consort_net::{CallEnvelope, ReplyEnvelope, RunId};
+use consort_core::machine::AgentMachine;
+use consort_core::step::Input;
 
+use crate::ActorsError;
 use crate::meta_tools::AgentCatalog;
+use crate::model::Model;
 use crate::model::UnusableModel;
 use crate::model::command::CommandAdapter;
 use crate::model::openai::OpenAiAdapter;
-use crate::model::{Model, ModelError, ModelReply};
 use crate::routing::SupervisorMsg;
-use crate::run::{Channel, RunRecord};
 use crate::script::ScriptModel;
-use crate::store::{Durability, StoreWriter};
+use crate::store::StoreWriter;
 use crate::tools::{ServerSlots, Tool, ToolError, ToolServers};
-use crate::visibility::{Identity, ProbeCache, RoleGrants};
-use crate::{ActorsError, Decided};
-
-/// Settings of one agent actor.
-#[derive(Clone, Debug)]
-pub struct AgentOptions {
-    /// Largest reply output handed back to a caller, in bytes.
-    pub reply_cap: usize,
-    /// Most unsettled runs the agent holds before refusing new work.
-    pub admission_limit: usize,
-    /// Most unsettled root runs one principal may hold on the agent (anonymous callers count
-    /// as one principal), so that no caller can fill the agent on its own.
-    pub per_principal_limit: usize,
-    /// How hard each commit is pushed to disk.
-    pub durability: Durability,
-    /// How long an envelope stays valid after it is issued.
-    pub call_ttl: Duration,
-    /// The roles this host grants principals (`api:<token-name>` from its auth file): what
-    /// the origin of a called run holds here, which bounds the roles the caller lends it.
-    pub host_grants: RoleGrants,
-    /// How long an agent's actor stays up with nothing to do before it is retired (its
-    /// agent sleeps, holding no actor and no file, until a message needs it); `None` keeps
-    /// every woken actor up.
-    pub idle_after: Option<Duration>,
-}
-
-impl AgentOptions {
-    /// The admission limits of these options, as the agent machine takes them.
-    pub(crate) fn admission_limits(&self) -> AdmissionLimits {
-        AdmissionLimits {
-            admission_limit: self.admission_limit,
-            per_principal_limit: self.per_principal_limit,
-        }
-    }
-}
-
-impl Default for AgentOptions {
-    fn default() -> Self {
-        Self {
-            reply_cap: 16 * 1024,
-            admission_limit: 256,
-            per_principal_limit: 32,
-            durability: Durability::Normal,
-            call_ttl: Duration::from_secs(300),
-            host_grants: RoleGrants::new(),
-            idle_after: Some(Duration::from_secs(60)),
-        }
-    }
-}
-
-/// Messages an agent actor handles: requests from the API and the supervisor, the call
-/// protocol between agents, and completions of the tasks the actor spawned.
-pub(crate) enum AgentMsg {
-    // --- requests ---------------------------------------------------------------------------
-    /// Start a root run (API, CLI, embedding app).
-    Start {
-        input: String,
-        channel: Channel,
-        /// Who the run acts for (the HTTP layer's bearer check, or absent).
-        identity: Identity,
-        /// The starter's trace (an HTTP `traceparent`): the run's span becomes its child.
-        trace: Option<consort_net::TraceContext>,
-        /// The request's tree budget (it narrows the agent's `limits.tree`).
-        budget: Option<consort_core::TreeLimits>,
-        reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
-    },
-    /// A decision on a gate of a run (the one named, else the one waiting), and who made it.
-    Decide {
-        run: RunId,
-        gate: Option<String>,
-        decision: Decision,
-        by: String,
-        reply: RpcReplyPort<Result<Decided, ActorsError>>,
-    },
-    /// A cancel of a run, by someone the host checked, and why.
-    Cancel {
-        run: RunId,
-        by: String,
-        reason: Option<String>,
-        reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
-    },
-    /// A peer's (or an operator's) message: into one of this agent's runs, or a new run.
-    Deliver {
-        /// The sending agent, or `operator`.
-        from: String,
-        /// The run it goes into; `None` for a new run with channel `delivery:<from>`.
-        run: Option<RunId>,
-        /// The sender's idempotency key.
-        delivery_id: String,
-        /// The message.
-        text: String,
-        /// The receipt, once what it wrote is committed.
-        reply: RpcReplyPort<consort_core::directory::Receipt>,
-    },
-    /// The agent's config changed (re-read agent.yaml).
-    Config(Box<AgentConfig>),
-    /// Fold the WAL into the database (timer); report to the supervisor if the agent has
-    /// been idle for its idle time.
-    Checkpoint,
-    /// The supervisor retires the actor if it is still idle: answered `true`, the actor has
-    /// let its store go and stops; `false`, it has work again and stays.
-    Retire(RpcReplyPort<bool>),
-
-    // --- the call protocol --------------------------------------------------------------------
-    /// A call from a peer, already routed by the supervisor.
-    Accept {
-        envelope: CallEnvelope,
-        reply: RpcReplyPort<CallOutcome>,
-    },
-    /// A peer's reply to a call one of this agent's runs placed.
-    Reply(ReplyEnvelope),
-    /// A reply from another host; `taken` says whether it answers a call a run placed.
-    OfferReply {
-        reply: ReplyEnvelope,
-        taken: RpcReplyPort<bool>,
-    },
-    /// Send the reply of a settled child run again (a caller recovering after a restart).
-    ResendReply(RunId),
-
-    // --- the engine -----------------------------------------------------------------------------
-    /// Resume a run after a restart: ask again for its lost replies, then move it forward.
-    Resume(RunId),
-    /// The outcome of a call this agent placed.
-    CallDone {
-        run: RunId,
-        tool_use_id: String,
-        callee: String,
-        outcome: CallOutcome,
-    },
-    /// The outcome of a tool use run on a separate task (a tool, `check_run`).
-    ToolDone {
-        run: RunId,
-        tool_use_id: String,
-        /// The name its result is recorded under (`invoke_tool` for a use through it).
-        result_name: String,
-        /// The text the model reads, and whether it is an error.
-        content: String,
-        is_error: bool,
-    },
-    /// A blocking call's wait is over.
-    WaitElapsed { run: RunId, tool_use_id: String },
-    /// A model's answer for a turn asked for on a separate task.
-    ModelDone {
-        run: RunId,
-        asked: Box<TurnAsked>,
-        result: Result<ModelReply, ModelError>,
-    },
-    /// The store writer committed a job of this actor (or failed to).
-    Committed(Box<commits::Committed>),
-    /// What the agent's MCP servers listed (or why they could not), by entry name.
-    ToolsListed(Vec<engine::Listed>),
-    /// Ask a run's model turn again: it waited for a listing of the MCP servers.
-    AskAgain { run: RunId, asked: Box<TurnAsked> },
-    /// Step a run again: a tool use of it waited for a listing of the MCP servers (a use
-    /// resumed after a restart, before any turn listed them).
-    UseAgain(RunId),
-}
+use crate::visibility::ProbeCache;
 
 /// Everything needed to (re)start an agent actor.
 #[derive(Clone)]
@@ -238,38 +89,6 @@ pub(crate) struct AgentArgs {
     pub metrics: crate::metrics::HostMetrics,
     /// The goals this agent belongs to (it is offered `list_peers` when there are any).
     pub goals: Vec<String>,
-}
-
-/// The facts a step needs from the agent's current config and options: its `limits:` (the
-/// call guards, and its runs' turn limit, token budget and loop guard) come from agent.yaml;
-/// `immediate_model` says its model answers at once (`Model::is_immediate`).
-fn policy<'a>(
-    config: &'a AgentConfig,
-    fleet_agents: &'a [String],
-    options: &AgentOptions,
-    immediate_model: bool,
-) -> Policy<'a> {
-    let mut policy = Policy {
-        agent: &config.name,
-        can_call: &config.can_call,
-        fleet_agents,
-        limits: config.limits,
-        reply_cap: options.reply_cap,
-        immediate_model,
-        now_ms: crate::run::now_ms(),
-    };
-    if crate::fault::skip_outbound_checks() {
-        // Test-only (the `fault-injection` feature): a sending host with its own checks off,
-        // to prove the receiving host still enforces every rule.
-        warn!(agent = %config.name, "fault switch: outbound checks skipped (tests only)");
-        policy.can_call = fleet_agents;
-        policy.limits = consort_config::Limits {
-            max_depth: consort_config::Limits::MAX_DEPTH_BOUND,
-            max_calls_per_run: consort_config::Limits::MAX_CALLS_BOUND,
-            ..policy.limits
-        };
-    }
-    policy
 }
 
 /// Casts to an agent actor (from a spawned task, or from the supervisor). The actor may have
@@ -590,7 +409,7 @@ impl AgentActor {
                 if let Some(record) = state.store.run(&child).await?
                     && record.status.is_settled()
                 {
-                    engine::report_settled(state, &record);
+                    calls::report_settled(state, &record);
                 }
             }
             AgentMsg::Resume(run) => {
@@ -633,7 +452,7 @@ impl AgentActor {
             }
             AgentMsg::ModelDone { run, asked, result } => {
                 state.machine.answered(&run);
-                let input = engine::model_input(*asked, result);
+                let input = model_turn::model_input(*asked, result);
                 self.drive(myself, state, &run, input).await?;
             }
         }

@@ -55,7 +55,7 @@ fn wait_for_listing(
     }
     let due = state.servers.take_due(std::time::Instant::now());
     if !due.is_empty() {
-        super::engine::spawn_listing(state, myself, due);
+        super::model_turn::spawn_listing(state, myself, due);
     }
     if !state.servers.asking() {
         return false;

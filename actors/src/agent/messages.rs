@@ -1,0 +1,123 @@
+//! What an agent actor is told: requests from the API and the supervisor, the call protocol
+//! between agents, and the completions of the tasks it spawned. Plain data: what each message
+//! does is the handler's (`agent/mod.rs`).
+
+use ractor::RpcReplyPort;
+
+use consort_config::AgentConfig;
+use consort_core::step::{CallOutcome, Decision, TurnAsked};
+use consort_net::{CallEnvelope, ReplyEnvelope, RunId};
+
+use super::{commits, model_turn};
+use crate::model::{ModelError, ModelReply};
+use crate::run::{Channel, RunRecord};
+use crate::visibility::Identity;
+use crate::{ActorsError, Decided};
+
+/// Messages an agent actor handles: requests from the API and the supervisor, the call
+/// protocol between agents, and completions of the tasks the actor spawned.
+pub(crate) enum AgentMsg {
+    // --- requests ---------------------------------------------------------------------------
+    /// Start a root run (API, CLI, embedding app).
+    Start {
+        input: String,
+        channel: Channel,
+        /// Who the run acts for (the HTTP layer's bearer check, or absent).
+        identity: Identity,
+        /// The starter's trace (an HTTP `traceparent`): the run's span becomes its child.
+        trace: Option<consort_net::TraceContext>,
+        /// The request's tree budget (it narrows the agent's `limits.tree`).
+        budget: Option<consort_core::TreeLimits>,
+        reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
+    },
+    /// A decision on a gate of a run (the one named, else the one waiting), and who made it.
+    Decide {
+        run: RunId,
+        gate: Option<String>,
+        decision: Decision,
+        by: String,
+        reply: RpcReplyPort<Result<Decided, ActorsError>>,
+    },
+    /// A cancel of a run, by someone the host checked, and why.
+    Cancel {
+        run: RunId,
+        by: String,
+        reason: Option<String>,
+        reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
+    },
+    /// A peer's (or an operator's) message: into one of this agent's runs, or a new run.
+    Deliver {
+        /// The sending agent, or `operator`.
+        from: String,
+        /// The run it goes into; `None` for a new run with channel `delivery:<from>`.
+        run: Option<RunId>,
+        /// The sender's idempotency key.
+        delivery_id: String,
+        /// The message.
+        text: String,
+        /// The receipt, once what it wrote is committed.
+        reply: RpcReplyPort<consort_core::directory::Receipt>,
+    },
+    /// The agent's config changed (re-read agent.yaml).
+    Config(Box<AgentConfig>),
+    /// Fold the WAL into the database (timer); report to the supervisor if the agent has
+    /// been idle for its idle time.
+    Checkpoint,
+    /// The supervisor retires the actor if it is still idle: answered `true`, the actor has
+    /// let its store go and stops; `false`, it has work again and stays.
+    Retire(RpcReplyPort<bool>),
+
+    // --- the call protocol --------------------------------------------------------------------
+    /// A call from a peer, already routed by the supervisor.
+    Accept {
+        envelope: CallEnvelope,
+        reply: RpcReplyPort<CallOutcome>,
+    },
+    /// A peer's reply to a call one of this agent's runs placed.
+    Reply(ReplyEnvelope),
+    /// A reply from another host; `taken` says whether it answers a call a run placed.
+    OfferReply {
+        reply: ReplyEnvelope,
+        taken: RpcReplyPort<bool>,
+    },
+    /// Send the reply of a settled child run again (a caller recovering after a restart).
+    ResendReply(RunId),
+
+    // --- the engine -----------------------------------------------------------------------------
+    /// Resume a run after a restart: ask again for its lost replies, then move it forward.
+    Resume(RunId),
+    /// The outcome of a call this agent placed.
+    CallDone {
+        run: RunId,
+        tool_use_id: String,
+        callee: String,
+        outcome: CallOutcome,
+    },
+    /// The outcome of a tool use run on a separate task (a tool, `check_run`).
+    ToolDone {
+        run: RunId,
+        tool_use_id: String,
+        /// The name its result is recorded under (`invoke_tool` for a use through it).
+        result_name: String,
+        /// The text the model reads, and whether it is an error.
+        content: String,
+        is_error: bool,
+    },
+    /// A blocking call's wait is over.
+    WaitElapsed { run: RunId, tool_use_id: String },
+    /// A model's answer for a turn asked for on a separate task.
+    ModelDone {
+        run: RunId,
+        asked: Box<TurnAsked>,
+        result: Result<ModelReply, ModelError>,
+    },
+    /// The store writer committed a job of this actor (or failed to).
+    Committed(Box<commits::Committed>),
+    /// What the agent's MCP servers listed (or why they could not), by entry name.
+    ToolsListed(Vec<model_turn::Listed>),
+    /// Ask a run's model turn again: it waited for a listing of the MCP servers.
+    AskAgain { run: RunId, asked: Box<TurnAsked> },
+    /// Step a run again: a tool use of it waited for a listing of the MCP servers (a use
+    /// resumed after a restart, before any turn listed them).
+    UseAgain(RunId),
+}
