@@ -98,10 +98,6 @@ impl Admission {
         }
     }
 
-    pub(crate) fn set_limits(&mut self, limits: AdmissionLimits) {
-        self.limits = limits;
-    }
-
     pub(crate) fn limits(&self) -> AdmissionLimits {
         self.limits
     }

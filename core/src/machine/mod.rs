@@ -132,11 +132,6 @@ impl AgentMachine {
         }
     }
 
-    /// The agent's admission limits changed (its host's options).
-    pub fn set_admission_limits(&mut self, limits: AdmissionLimits) {
-        self.admission.set_limits(limits);
-    }
-
     // --- admission ------------------------------------------------------------------------
 
     /// Counts an unsettled run found in the store at start; `root_principal` is the principal
@@ -169,7 +164,7 @@ impl AgentMachine {
         limits: Limits,
         (budget, now_ms): (Option<TreeBudget>, u64),
     ) -> (CallReservation, InboundGate) {
-        let admission_limit = self.admission_limit();
+        let admission_limit = self.admission.limits().admission_limit;
         let (reservation, active) = self.admission.reserve_call(parent);
         let gate = InboundGate::new(
             (caller, &self.agent),
@@ -186,14 +181,6 @@ impl AgentMachine {
     /// back.
     pub fn call_admitted(&mut self, reservation: &CallReservation, found: &CallAdmitted) {
         self.admission.call_admitted(reservation, found);
-    }
-
-    fn admission_limit(&self) -> usize {
-        self.admission_limits().admission_limit
-    }
-
-    fn admission_limits(&self) -> AdmissionLimits {
-        self.admission.limits()
     }
 
     /// Run `run` settled: it no longer counts, and nothing of it is out any more.
