@@ -133,6 +133,13 @@ pub struct ModelTurn {
     /// a call placed again after a crash carries the same. Absent for a run without one.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub allowances: BTreeMap<String, TreeBudget>,
+    /// Whether this turn's `call_agent` uses were decided (consent, depth, cap, budget) as it
+    /// was recorded, a refused one's refusal written with it: a call of such a turn that is
+    /// not refused is placed (again, after a crash) without being decided again, under
+    /// whatever config is in force by then. Absent (false) in logs written before calls were
+    /// decided with their turn: those are decided when placed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub calls_decided: bool,
 }
 
 fn is_zero(n: &u64) -> bool {

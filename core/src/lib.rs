@@ -56,4 +56,4 @@ pub use ids::RunId;
 pub use refusal::Refusal;
 pub use run::{Channel, RunStatus};
 pub use step::{Effect, Input, Policy, Step, Transition, step};
-pub use view::{GateView, PlacedCall, RunView};
+pub use view::{GateDecided, GateView, PlacedCall, RunView};

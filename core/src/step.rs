@@ -53,7 +53,7 @@ pub const CHECK_RUN: &str = "check_run";
 pub fn step(view: &RunView, input: Input, policy: &Policy<'_>) -> Step {
     match input {
         Input::Advance { busy, thinking } => turn::advance(view, &busy, thinking, policy),
-        Input::ModelAnswered { asked, answer } => turn::model_answered(view, asked, answer),
+        Input::ModelAnswered { asked, answer } => turn::model_answered(view, asked, answer, policy),
         Input::ToolFinished {
             tool_use_id,
             name,

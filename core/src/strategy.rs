@@ -131,10 +131,12 @@ pub(crate) fn event() -> impl Strategy<Value = RunEvent> {
             prop_oneof![Just(0u64), 1..100u64],
             0..50u64,
             proptest::option::of(tree_budget()),
+            proptest::bool::ANY,
         )
-            .prop_map(|(step, p, seen, read, written, allowance)| {
+            .prop_map(|(step, p, seen, read, written, allowance, decided)| {
                 RunEvent::ModelTurn(ModelTurn {
                     allowances: allowances_of(&step, allowance),
+                    calls_decided: decided,
                     step,
                     pending_calls: p,
                     seen_seq: seen,

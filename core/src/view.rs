@@ -49,7 +49,23 @@ pub struct GateView {
     /// (a turn that used two gated tools), the one asked first is the run's waiting gate.
     pub asked_seq: u64,
     /// Every decision made, by ask (1-based): what a repeated decision is compared with.
-    pub decided: BTreeMap<u32, bool>,
+    pub decided: BTreeMap<u32, GateDecided>,
+}
+
+/// How one gate was decided: what a decision sent again is compared with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GateDecided {
+    /// Run the tool.
+    Approved,
+    /// Not run.
+    Denied,
+    /// Not run again; the decider recorded what happened (a gate in doubt).
+    Recorded {
+        /// The result recorded (empty until the `tool_result` that holds it is folded).
+        content: String,
+        /// It failed.
+        is_error: bool,
+    },
 }
 
 impl GateView {
@@ -82,6 +98,9 @@ pub struct RunView {
     pub last_turn: Option<(u64, ModelStep)>,
     /// The last event the last model turn had seen when it was asked.
     pub last_turn_seen: u64,
+    /// The last turn's `call_agent` uses were decided as it was recorded
+    /// ([`ModelTurn::calls_decided`](crate::event::ModelTurn)).
+    pub last_turn_decided_calls: bool,
     /// Sequence number of the last event in the log (events are numbered from 1).
     pub last_seq: u64,
     /// Sequence number of the last reply or delivered message received (news for the model).
@@ -140,6 +159,7 @@ impl RunView {
             RunEvent::ModelTurnStarted(_) => {}
             RunEvent::ModelTurn(turn) => {
                 self.model_turns += 1;
+                self.last_turn_decided_calls = turn.calls_decided;
                 self.tokens = self
                     .tokens
                     .saturating_add(turn.input_tokens)
@@ -169,6 +189,15 @@ impl RunView {
             }
             RunEvent::ToolResult(result) => {
                 self.resolved.insert(result.tool_use_id.clone());
+                // A recorded decision's result follows it in its transaction.
+                if let Some(gate) = self.approvals.get_mut(&result.tool_use_id)
+                    && let Some(GateDecided::Recorded { content, is_error }) =
+                        gate.decided.get_mut(&gate.asks)
+                    && content.is_empty()
+                {
+                    content.clone_from(&result.content);
+                    *is_error = result.is_error;
+                }
                 self.conversation.push(Message::ToolResult {
                     tool_use_id: result.tool_use_id.clone(),
                     name: result.name.clone(),
@@ -231,7 +260,15 @@ impl RunView {
                 gate.asks = gate.asks.max(1);
                 gate.decision = Some(decided.approved);
                 gate.started = false;
-                gate.decided.insert(gate.asks, decided.approved);
+                let how = match (decided.approved, decided.recorded) {
+                    (true, _) => GateDecided::Approved,
+                    (false, false) => GateDecided::Denied,
+                    (false, true) => GateDecided::Recorded {
+                        content: String::new(),
+                        is_error: false,
+                    },
+                };
+                gate.decided.insert(gate.asks, how);
             }
             RunEvent::ToolStarted(started) => {
                 if let Some(gate) = self.approvals.get_mut(&started.tool_use_id) {

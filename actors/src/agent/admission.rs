@@ -167,7 +167,7 @@ impl AgentActor {
         let span = info_span!("accept", run_id = %hop.child_run, agent = %me, caller = %hop.caller, hop_depth = envelope.depth(), %origin);
         // Reserved now, settled when the job's answer comes back (see the module doc).
         let (reservation, gate) = state.machine.reserve_call(
-            (&hop.caller, &hop.parent_run),
+            (&hop.caller, &hop.parent_run, &hop.child_run),
             envelope.depth(),
             &state.config.accept_from,
             state.config.limits,

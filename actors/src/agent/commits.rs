@@ -388,7 +388,7 @@ impl AgentActor {
             Ok(Admission::Replay) => CallAdmitted::Replay,
             Err(_) => CallAdmitted::Failed,
         };
-        state.machine.call_admitted(&reservation, &found);
+        state.machine.call_admitted(&child, &reservation, &found);
         match outcome {
             Ok(Admission::Stored {
                 record, created, ..

@@ -65,6 +65,7 @@ impl Log {
             input_tokens: tokens,
             output_tokens: 0,
             allowances: allowances.clone(),
+            calls_decided: false,
         }));
         allowances
     }

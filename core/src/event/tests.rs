@@ -165,6 +165,7 @@ fn fields_older_logs_lack_read_with_their_documented_meaning() {
             input_tokens: 0,
             output_tokens: 0,
             allowances: Default::default(),
+            calls_decided: false,
         })
     );
     // A turn's tokens are written only when it reported some.
@@ -175,6 +176,7 @@ fn fields_older_logs_lack_read_with_their_documented_meaning() {
         input_tokens: 120,
         output_tokens: 0,
         allowances: Default::default(),
+        calls_decided: false,
     });
     assert_eq!(
         counted.data(),
@@ -247,6 +249,7 @@ fn tree_budget_fields_are_written_only_when_there_is_a_budget_and_read_back() {
         input_tokens: 0,
         output_tokens: 0,
         allowances: [("tu_0_0".to_owned(), budget)].into(),
+        calls_decided: false,
     });
     assert_eq!(RunEvent::decode("model_turn", turn.data()).unwrap(), turn);
     let reply = RunEvent::ReplyReceived(ReplyReceived {

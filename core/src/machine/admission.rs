@@ -260,6 +260,8 @@ pub struct InboundGate {
     known_children: Option<u64>,
     budget: Option<TreeBudget>,
     now_ms: u64,
+    /// The refusal this agent gave a copy of the same call before.
+    refused_before: Option<Refusal>,
 }
 
 /// What a call's admission decided, on the store's side.
@@ -302,7 +304,15 @@ impl InboundGate {
             known_children: reservation.known_children,
             budget: None,
             now_ms: 0,
+            refused_before: None,
         }
+    }
+
+    /// A copy of a call this agent refused before: it is refused the same (unless its run
+    /// exists after all), whatever the config says by now.
+    pub(crate) fn refusing(mut self, refusal: Refusal) -> Self {
+        self.refused_before = Some(refusal);
+        self
     }
 
     /// The call's share of a tree budget (its hop's allowance), checked at `now_ms`.
@@ -313,7 +323,8 @@ impl InboundGate {
     }
 
     /// The order of a call's admission: a child run that exists is a replay (never refused,
-    /// never stored twice); then the guards, with the parent's children as known or as the
+    /// never stored twice); a copy of a call refused before is refused the same; then the
+    /// guards, with the parent's children as known or as the
     /// store counts them (`count`, called only when needed); then the insert.
     pub fn admit<E>(
         &self,
@@ -327,6 +338,12 @@ impl InboundGate {
             Some(n) => n,
             None => count()?,
         };
+        if let Some(refusal) = &self.refused_before {
+            return Ok(CallAdmission::Refused {
+                children,
+                refusal: refusal.clone(),
+            });
+        }
         let checked = guards::check_inbound(&InboundFacts {
             caller: &self.caller,
             callee: &self.callee,

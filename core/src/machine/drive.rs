@@ -165,9 +165,13 @@ impl AgentMachine {
     }
 
     /// A run just stored with its first events: its view is kept, so its first step reads
-    /// nothing back.
+    /// nothing back. A view kept already is newer and stays: a request can reach a called run
+    /// between its admission's commit and the notice of it (an operator's cancel read the run
+    /// from the store), and its step loaded and moved the run since.
     pub fn created(&mut self, run: &RunId, events: &[RunEvent]) {
-        self.views.insert(run.clone(), RunView::from_events(events));
+        self.views
+            .entry(run.clone())
+            .or_insert_with(|| RunView::from_events(events));
     }
 
     /// The ticket of a store job that starts run `run`'s log (a root run's insert): what the

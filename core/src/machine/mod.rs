@@ -47,6 +47,9 @@ use uses::UsesOut;
 pub const REASK_AFTER: Duration = Duration::from_secs(10);
 /// The longest the backoff between two asks grows.
 pub const REASK_MAX: Duration = Duration::from_secs(300);
+/// The most refused calls remembered (see [`AgentMachine::reserve_call`]): a copy arrives
+/// within seconds of the first, so forgetting them all when full costs nothing real.
+const REFUSALS_KEPT: usize = 10_000;
 
 /// Everything one agent decides with beside its runs' logs. See the module docs.
 #[derive(Debug)]
@@ -67,6 +70,11 @@ pub struct AgentMachine {
     thinking: HashSet<RunId>,
     /// Replies that arrived before the acceptance of their call was recorded, by child run.
     held: HashMap<RunId, ReplyIn>,
+    /// Calls being admitted, by child run: the gate of the first copy, and how many copies are
+    /// out (see [`AgentMachine::reserve_call`]).
+    admitting: HashMap<RunId, (InboundGate, u32)>,
+    /// Calls this incarnation refused, by child run, so a copy is refused the same.
+    refused: HashMap<RunId, Refusal>,
     /// When each waiting run next asks its callees again, and the backoff after that.
     reask: HashMap<RunId, (Instant, Duration)>,
     /// Views of the unsettled runs touched since start, each updated with the events the
@@ -123,6 +131,8 @@ impl AgentMachine {
             awaiting: UsesOut::default(),
             thinking: HashSet::new(),
             held: HashMap::new(),
+            admitting: HashMap::new(),
+            refused: HashMap::new(),
             reask: HashMap::new(),
             views: HashMap::new(),
             drives: HashMap::new(),
@@ -151,14 +161,21 @@ impl AgentMachine {
         self.admission.admit_root(&agent, run, input, principal)
     }
 
-    /// Reserves the place of a call from `caller` for `parent`, whose chain is `chain_depth`
-    /// hops deep; returns the reservation (given back with [`AgentMachine::call_admitted`])
-    /// and the gate the store job admits it with. `accept_from` and `limits` are the agent's
-    /// current config; `budget` is the allowance of the tree budget the call's hop carries,
-    /// checked at `now_ms`.
+    /// Reserves the place of a call from `caller` for `parent` that would start run `child`,
+    /// whose chain is `chain_depth` hops deep; returns the reservation (given back with
+    /// [`AgentMachine::call_admitted`]) and the gate the store job admits it with.
+    /// `accept_from` and `limits` are the agent's current config; `budget` is the allowance of
+    /// the tree budget the call's hop carries, checked at `now_ms`.
+    ///
+    /// A call is decided once. A copy of a call arriving while the first is admitted (a link
+    /// resends a call whose answer it missed) is admitted with the first one's gate, and a
+    /// copy of a call this machine refused is refused the same: otherwise a copy decided under
+    /// a config reloaded meanwhile could start a run for a call its caller recorded as
+    /// refused. A restarted machine remembers no refusal, and needs none: a copy in flight to
+    /// a host is lost with the host's connections when it stops.
     pub fn reserve_call(
         &mut self,
-        (caller, parent): (&str, &RunId),
+        (caller, parent, child): (&str, &RunId, &RunId),
         chain_depth: usize,
         accept_from: &[String],
         limits: Limits,
@@ -166,7 +183,11 @@ impl AgentMachine {
     ) -> (CallReservation, InboundGate) {
         let admission_limit = self.admission.limits().admission_limit;
         let (reservation, active) = self.admission.reserve_call(parent);
-        let gate = InboundGate::new(
+        if let Some((gate, copies)) = self.admitting.get_mut(child) {
+            *copies += 1;
+            return (reservation, gate.clone());
+        }
+        let mut gate = InboundGate::new(
             (caller, &self.agent),
             accept_from,
             chain_depth,
@@ -174,13 +195,38 @@ impl AgentMachine {
             (admission_limit, limits),
         )
         .with_budget(budget, now_ms);
+        if let Some(refusal) = self.refused.get(child) {
+            gate = gate.refusing(refusal.clone());
+        }
+        self.admitting.insert(child.clone(), (gate.clone(), 1));
         (reservation, gate)
     }
 
-    /// What the store found for a reserved call: a run that was not stored gives its place
-    /// back.
-    pub fn call_admitted(&mut self, reservation: &CallReservation, found: &CallAdmitted) {
+    /// What the store found for a reserved call of run `child`: a run that was not stored
+    /// gives its place back, and a refusal is remembered (see [`AgentMachine::reserve_call`]).
+    pub fn call_admitted(
+        &mut self,
+        child: &RunId,
+        reservation: &CallReservation,
+        found: &CallAdmitted,
+    ) {
         self.admission.call_admitted(reservation, found);
+        let Some((gate, copies)) = self.admitting.get_mut(child) else {
+            return;
+        };
+        if let CallAdmitted::Refused { children } = found
+            && let Ok(CallAdmission::Refused { refusal, .. }) =
+                gate.admit(false, || Ok::<u64, std::convert::Infallible>(*children))
+        {
+            if self.refused.len() >= REFUSALS_KEPT {
+                self.refused.clear();
+            }
+            self.refused.insert(child.clone(), refusal);
+        }
+        *copies -= 1;
+        if *copies == 0 {
+            self.admitting.remove(child);
+        }
     }
 
     /// Run `run` settled: it no longer counts, and nothing of it is out any more.
@@ -329,6 +375,11 @@ impl AgentMachine {
         }
     }
 
+    /// Whether a reply from child run `child` is held until its call's acceptance is recorded.
+    pub fn holds_reply(&self, child: &RunId) -> bool {
+        self.held.contains_key(child)
+    }
+
     /// The reply a settled run sends its caller, capped at the agent's reply cap; `None` for
     /// a root run.
     pub fn reply_of(&self, run: &SettledRun<'_>) -> Option<OutgoingReply> {
@@ -406,6 +457,7 @@ impl AgentMachine {
             && self.awaiting.is_empty()
             && self.thinking.is_empty()
             && self.held.is_empty()
+            && self.admitting.is_empty()
             && self.drives_quiet()
     }
 }

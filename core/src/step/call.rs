@@ -1,9 +1,13 @@
 //! The caller's side of a call: whether a `call_agent` use may be placed, what its placement's
 //! end writes, and a blocking call's wait running out.
 //!
-//! [`place_call`] checks the input's shape, a call recorded already (a replay), then consent,
-//! depth and the call cap through [`guards::check_outbound`] with the caller's current config,
-//! then the call's share of the tree budget ([`budget::refused_call`]).
+//! A call is decided once, as the model turn naming it is recorded ([`decide_call`]: the
+//! input's shape, then consent, depth and the call cap through [`guards::check_outbound`] with
+//! the caller's current config, then the call's share of the tree budget,
+//! [`budget::refused_call`]); a refusal is written with the turn. [`place_call`] then places
+//! what was let through, again after a crash, without deciding it a second time: a placement
+//! may have reached its callee before the crash, so deciding it again under a config reloaded
+//! meanwhile could record as refused a call whose child runs.
 //! [`call_ended`] records an accepted call (counting it in the run's cost) or a refused one.
 //! This module must not take replies: a reply may beat its call's acceptance, and `reply`
 //! alone decides what happens then.
@@ -25,14 +29,8 @@ pub(super) enum CallDecision {
     Place { callee: String, input: String },
 }
 
-/// The caller's side of a call: the input's shape, a call already recorded, then consent,
-/// depth and the cap with the caller's own current config.
-pub(super) fn place_call(
-    view: &RunView,
-    tool_use: &ToolUse,
-    placing: u64,
-    policy: &Policy<'_>,
-) -> CallDecision {
+/// The callee and the input a `call_agent` use names (empty when missing).
+fn call_of(tool_use: &ToolUse) -> (String, String) {
     let text = |key: &str| {
         tool_use
             .input
@@ -41,23 +39,27 @@ pub(super) fn place_call(
             .unwrap_or("")
             .to_owned()
     };
-    let (callee, input) = (text("agent"), text("input"));
+    (text("agent"), text("input"))
+}
+
+/// Whether the caller may place a `call_agent` use of the turn just recorded (`view` includes
+/// it): the input's shape, then consent, depth and the cap with the caller's own current
+/// config, then the call's share of the tree budget. `placing` counts the calls of the turn
+/// let through before this one. `None` lets it through; a refusal is what to write.
+pub(super) fn decide_call(
+    view: &RunView,
+    tool_use: &ToolUse,
+    placing: u64,
+    policy: &Policy<'_>,
+) -> Option<Transition> {
+    let (callee, input) = call_of(tool_use);
     if callee.is_empty() || input.trim().is_empty() {
         let refusal = Refusal::MalformedCall;
-        return CallDecision::Write(Transition::tool_result(
+        return Some(Transition::tool_result(
             &tool_use.id,
             CALL_AGENT,
             &refusal.to_string(),
             true,
-        ));
-    }
-    if let Some((child, _)) = view.call_by_tool_use(&tool_use.id) {
-        // Placed and recorded already; only the tool result is missing.
-        return CallDecision::Write(Transition::tool_result(
-            &tool_use.id,
-            CALL_AGENT,
-            &accepted_text(child, &callee),
-            false,
         ));
     }
     let facts = OutboundFacts {
@@ -70,11 +72,37 @@ pub(super) fn place_call(
         limits: policy.limits,
     };
     if let Err(refusal) = guards::check_outbound(&facts) {
-        return CallDecision::Write(refused_call(&tool_use.id, &callee, refusal));
+        return Some(refused_call(&tool_use.id, &callee, refusal));
     }
     // The tree budget last: a call the guards refuse is refused for what it is.
-    if let Some(refusal) = budget::refused_call(view, &tool_use.id, policy.now_ms) {
-        return CallDecision::Write(refused_call(&tool_use.id, &callee, refusal));
+    budget::refused_call(view, &tool_use.id, policy.now_ms)
+        .map(|refusal| refused_call(&tool_use.id, &callee, refusal))
+}
+
+/// The caller's side of an open `call_agent` use: a call recorded already only lacks its
+/// result; a call of a turn that decided its calls as it was recorded is placed (it was let
+/// through then, and a placement lost with a crash must go out again as decided, whatever the
+/// config says by now: its child may exist); a call of an older log is decided now.
+pub(super) fn place_call(
+    view: &RunView,
+    tool_use: &ToolUse,
+    placing: u64,
+    policy: &Policy<'_>,
+) -> CallDecision {
+    let (callee, input) = call_of(tool_use);
+    if let Some((child, _)) = view.call_by_tool_use(&tool_use.id) {
+        // Placed and recorded already; only the tool result is missing.
+        return CallDecision::Write(Transition::tool_result(
+            &tool_use.id,
+            CALL_AGENT,
+            &accepted_text(child, &callee),
+            false,
+        ));
+    }
+    if !view.last_turn_decided_calls
+        && let Some(refused) = decide_call(view, tool_use, placing, policy)
+    {
+        return CallDecision::Write(refused);
     }
     CallDecision::Place { callee, input }
 }

@@ -8,7 +8,8 @@
 //!
 //! Every gate has an id ([`gate_id`]): its run, its tool use, and, when the same use is asked
 //! again, the ask's number. A decision that names a gate decides that gate only; the same
-//! decision again is answered as already decided and writes nothing, and a decision for a gate
+//! decision again (the same kind, and for a recorded result the same result) is answered as
+//! already decided and writes nothing, and a decision for a gate
 //! that is not the one waiting is refused as stale ([`Refusal::StaleDecision`]), so a client
 //! that retries an approval it got no answer for can never approve the next gate.
 //!
@@ -25,7 +26,7 @@ use serde_json::Value;
 use super::effect::{Effect, Step, Verdict};
 use super::transition::Transition;
 use crate::event::{ApprovalDecided, ApprovalRequested, ToolStarted};
-use crate::{GateView, Refusal, RunEvent, RunId, RunStatus, RunView};
+use crate::{GateDecided, GateView, Refusal, RunEvent, RunId, RunStatus, RunView};
 
 /// The id of the `ask`-th gate of a tool use (1-based): `<run>:<tool use>`, and
 /// `<run>:<tool use>:<ask>` for a use asked again (a gate in doubt).
@@ -76,6 +77,22 @@ impl From<bool> for Decision {
 }
 
 impl Decision {
+    /// Whether this decision is the one a gate was decided with (a decision sent again):
+    /// the same kind, and for a recorded result the same result.
+    fn is_the_same_as(&self, how: &GateDecided) -> bool {
+        match (self, how) {
+            (Self::Approve, GateDecided::Approved) | (Self::Deny, GateDecided::Denied) => true,
+            (
+                Self::Record { content, is_error },
+                GateDecided::Recorded {
+                    content: recorded,
+                    is_error: failed,
+                },
+            ) => content == recorded && is_error == failed,
+            _ => false,
+        }
+    }
+
     /// Whether the decision runs the tool.
     pub fn approves(&self) -> bool {
         matches!(self, Self::Approve)
@@ -276,14 +293,13 @@ fn repeated_or_stale(
         gate.decided
             .iter()
             .find(|(ask, _)| gate_id(run, tool_use_id, **ask) == named)
-            .map(|(_, approved)| (gate, *approved))
+            .map(|(_, how)| (gate, how))
     });
     // The requester is told it may not decide even a gate someone else has decided since.
     if let Some(refusal) = earlier.and_then(|(gate, _)| four_eyes(view, gate, named, by)) {
         return Step::verdict(Verdict::Refused(refusal));
     }
-    let earlier = earlier.map(|(_, approved)| approved);
-    if earlier == Some(decision.approves()) {
+    if earlier.is_some_and(|(_, how)| decision.is_the_same_as(how)) {
         return Step::verdict(Verdict::Decided {
             gate: named.to_owned(),
             already: true,

@@ -41,7 +41,9 @@ pub(super) fn resolve_tool_uses(
         if busy.contains(&tool_use.id) {
             continue;
         }
-        if let Some(refused) = refused_repeat(view, tool_use, policy) {
+        // A call of a turn that decided its calls was let through by the loop guard then.
+        let decided = tool_use.name == CALL_AGENT && view.last_turn_decided_calls;
+        if !decided && let Some(refused) = refused_repeat(view, tool_use, policy) {
             write.merge(refused);
             continue;
         }

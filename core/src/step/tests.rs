@@ -214,9 +214,8 @@ fn a_run_at_the_depth_limit_is_told_to_answer_with_what_it_has() {
     let p = policy(&cc, &fl, Limits::default());
     let mut run = Run::new(4);
     let turn = asked(&run.step(advance(), &p));
-    run.step(answer(turn, calls(&["a"])), &p);
-    let out = run.step(advance(), &p);
-    assert!(placed(&out).is_empty());
+    // The call is refused as its turn is recorded, in the same transaction.
+    let recorded = run.step(answer(turn, calls(&["a"])), &p);
     let Some(Message::ToolResult {
         content, is_error, ..
     }) = run.view.conversation.last()
@@ -228,10 +227,13 @@ fn a_run_at_the_depth_limit_is_told_to_answer_with_what_it_has() {
         content,
         "call chain depth limit (4) reached: answer with what you have"
     );
-    assert_eq!(
-        out.effects,
-        vec![Effect::Advance],
-        "the model reads the refusal next"
+    assert_eq!(recorded.effects, vec![Effect::Advance]);
+    let out = run.step(advance(), &p);
+    assert!(placed(&out).is_empty());
+    assert!(
+        matches!(out.effects.as_slice(), [Effect::AskModel(_)]),
+        "the model reads the refusal next: {:?}",
+        out.effects
     );
 }
 
@@ -848,5 +850,6 @@ proptest! {
 mod budget;
 mod cancel;
 mod gate;
+mod once;
 mod started;
 mod tree_budget;

@@ -6,10 +6,11 @@
 //! `repeat`), waits while calls are out, and before asking the model again enforces the turn
 //! limit (`limits.max_turns`), the token budget (`limits.max_tokens`) and the tree budget
 //! (`budget::before_turn`). [`model_answered`] records a turn (with its cost, its tokens and,
-//! under a tree budget, the allowance of each call it asks for) and rejects one that reuses
-//! tool-use ids. Neither
-//! may place calls or take replies itself: those belong to `call` and `reply`, so a rule about
-//! them lives in one place only.
+//! under a tree budget, the allowance of each call it asks for), rejects one that reuses
+//! tool-use ids, and has the turn's calls decided as it is recorded (by `call`, with the loop
+//! guard first): a refused call's refusal is written with the turn, and a call let through is
+//! placed as decided, after a crash too. Neither may place calls or take replies itself: those
+//! belong to `call` and `reply`, so a rule about them lives in one place only.
 //!
 //! # A turn is recorded when it is asked
 //!
@@ -33,15 +34,17 @@
 
 use std::collections::BTreeSet;
 
+use super::CALL_AGENT;
+use super::call::decide_call;
 use super::effect::{Effect, Step};
 use super::input::{ModelAnswer, Policy, TurnAsked};
-use super::repeat::over_repeated;
+use super::repeat::{over_repeated, refused_repeat};
 use super::resolve::resolve_tool_uses;
 use super::settled;
 use super::transition::{CostDelta, Transition};
 use crate::budget::{self, BeforeTurn};
 use crate::event::{ModelTurn, ModelTurnStarted};
-use crate::{ModelStep, RunEvent, RunStatus, RunView};
+use crate::{ModelStep, RunEvent, RunStatus, RunView, ToolUse};
 
 /// Moves the run as far as it goes on its own; `busy` and `thinking` say what is already out.
 pub(super) fn advance(
@@ -143,6 +146,42 @@ pub(super) fn budget_error(used: u64, budget: u64) -> String {
     )
 }
 
+/// The `call_agent` uses of a turn being recorded (`turn`), decided now: what refuses them
+/// (written with the turn). A call decided once is placed as decided, after a crash too (see
+/// `call`). A use the loop guard refused already and the model repeated is left open: the
+/// next step fails the run for it.
+fn decide_calls(
+    view: &RunView,
+    turn: &Transition,
+    uses: &[ToolUse],
+    policy: &Policy<'_>,
+) -> Transition {
+    let mut refused = Transition::default();
+    if !uses.iter().any(|u| u.name == CALL_AGENT) {
+        return refused;
+    }
+    // The calls are decided on the log the turn leaves (its allowances, its repeats).
+    let mut after = view.clone();
+    for event in turn.appended_events(view.status.unwrap_or(RunStatus::Queued)) {
+        after.apply(&event);
+    }
+    let mut placing = 0;
+    for tool_use in uses.iter().filter(|u| u.name == CALL_AGENT) {
+        if after.repeats_of(&tool_use.id) > policy.limits.max_repeats {
+            continue;
+        }
+        if let Some(t) = refused_repeat(&after, tool_use, policy) {
+            refused.merge(t);
+            continue;
+        }
+        match decide_call(&after, tool_use, placing, policy) {
+            Some(t) => refused.merge(t),
+            None => placing += 1,
+        }
+    }
+    refused
+}
+
 fn settle(outcome: Result<String, String>) -> Step {
     Step::write(Transition::default().settle(outcome), vec![Effect::Settled])
 }
@@ -153,6 +192,7 @@ pub(super) fn model_answered(
     view: &RunView,
     asked: TurnAsked,
     answer: Result<ModelAnswer, String>,
+    policy: &Policy<'_>,
 ) -> Step {
     if settled(view) {
         return Step::default();
@@ -192,13 +232,22 @@ pub(super) fn model_answered(
         seen_seq: Some(asked.seen_seq),
         input_tokens: answer.input_tokens,
         output_tokens: answer.output_tokens,
+        calls_decided: true,
     }));
     match answer.step {
         // The turn and the settlement are one transaction.
         ModelStep::Answer(text) => Step::write(turn.settle(Ok(text)), vec![Effect::Settled]),
-        ModelStep::ToolUses(_) => Step::write(turn, vec![Effect::Advance]),
+        ModelStep::ToolUses(uses) => {
+            let refused = decide_calls(view, &turn, &uses, policy);
+            let mut turn = turn;
+            turn.merge(refused);
+            Step::write(turn, vec![Effect::Advance])
+        }
+        // A reply (or a message) that arrived while the model thought is news it has not
+        // read: `advance` asks again for it rather than wait on calls that may all be
+        // answered by now.
         ModelStep::Wait if asked.pending > 0 => {
-            Step::write(turn.status(RunStatus::Waiting), vec![])
+            Step::write(turn.status(RunStatus::Waiting), vec![Effect::Advance])
         }
         ModelStep::Wait => Step::write(
             turn.settle(Err("the model waited with no calls outstanding".into())),

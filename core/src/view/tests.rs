@@ -24,6 +24,7 @@ fn turn(step: ModelStep, seen: Option<u64>) -> RunEvent {
         input_tokens: 0,
         output_tokens: 0,
         allowances: Default::default(),
+        calls_decided: false,
     })
 }
 
@@ -204,6 +205,7 @@ fn turns_fold_their_tokens_and_the_loop_guards_count() {
             input_tokens: tokens.0,
             output_tokens: tokens.1,
             allowances: Default::default(),
+            calls_decided: false,
         })
     };
     let mut view = RunView::from_events(&[

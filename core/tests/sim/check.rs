@@ -6,6 +6,7 @@ use consort_core::event::ReplyOutcome;
 use consort_core::{RunEvent, RunId, RunStatus, RunView};
 
 use super::store::StoredRun;
+use super::tools::STALE_DECISION;
 use super::trace::short;
 use super::world::World;
 
@@ -26,20 +27,15 @@ pub(crate) const ORPHANS_BEYOND_CAP: &str =
     "children beyond the cap (orphans of timed-out placements)";
 
 /// The class of a child run whose caller's log records the call that created it as refused
-/// by the caller itself: the placement went out, the caller's host crashed before its answer,
-/// and on resume the caller decided the same tool use again under a config reloaded meanwhile.
+/// by the caller itself (a placement decided again after a crash, under a config reloaded
+/// meanwhile, used to do it).
 pub(crate) const REFUSED_YET_CHILD: &str = "child of a call its caller recorded as refused";
 
-/// Known gaps of the runtime: reported, failing only with `CONSORT_SIM_STRICT=1`. Each has a
-/// test in `fleet_sim.rs` that keeps it on record.
-pub(crate) const KNOWN: &[&str] = &[REFUSED_YET_CHILD];
+/// The class of a call tree holding more runs than its tree budget allows.
+pub(crate) const TREE_BEYOND_BUDGET: &str = "tree holds more runs than its budget";
 
-impl Violation {
-    /// A known gap of the runtime (reported, failing only with `CONSORT_SIM_STRICT=1`).
-    pub(crate) fn known(&self) -> bool {
-        KNOWN.contains(&self.class)
-    }
-}
+/// The class of a peer's delivery written into a run more than once.
+pub(crate) const DELIVERED_TWICE: &str = "delivery landed twice";
 
 /// Checks every invariant over the stores of a finished trial.
 pub(crate) fn check(world: &World, quiesced: bool) -> Vec<Violation> {
@@ -289,6 +285,83 @@ pub(crate) fn check(world: &World, quiesced: bool) -> Vec<Violation> {
                     "approval asked or decided more than once",
                     format!(
                         "run {} on {agent}: {tu} asked {requested} times, decided {decided} times",
+                        short(id)
+                    ),
+                );
+            }
+        }
+    }
+    // Tree budgets: a run's subtree (itself and every descendant, on any host) holds no more
+    // runs than the budget its `created` event records.
+    let mut kids: BTreeMap<&RunId, Vec<&RunId>> = BTreeMap::new();
+    for (id, (_, run)) in &runs {
+        if let Some(parent) = &run.parent {
+            kids.entry(&parent.run).or_default().push(id);
+        }
+    }
+    for (id, (agent, run)) in &runs {
+        let Some(RunEvent::Created(created)) = run.events.first() else {
+            continue;
+        };
+        let Some(max_runs) = created.budget.and_then(|b| b.max_runs) else {
+            continue;
+        };
+        let mut count = 0u64;
+        let mut todo = vec![*id];
+        while let Some(next) = todo.pop() {
+            count += 1;
+            todo.extend(kids.get(next).into_iter().flatten().copied());
+        }
+        if count > max_runs {
+            v(
+                TREE_BEYOND_BUDGET,
+                format!(
+                    "run {} on {agent} holds {count} runs in its tree, budget {max_runs}",
+                    short(id)
+                ),
+            );
+        }
+    }
+    // Decisions and deliveries, as the logs record them.
+    for (id, (agent, run)) in &runs {
+        let sent = world.decisions_made.get(*id);
+        let mut asks: BTreeMap<&str, u32> = BTreeMap::new();
+        let mut delivered: BTreeMap<(&str, &str), u32> = BTreeMap::new();
+        for event in &run.events {
+            match event {
+                RunEvent::ApprovalRequested(a) => *asks.entry(&a.tool_use_id).or_default() += 1,
+                RunEvent::ApprovalDecided(d) => {
+                    let ask = asks.get(d.tool_use_id.as_str()).copied().unwrap_or(0);
+                    let gate = consort_core::step::gate_id(id, &d.tool_use_id, ask);
+                    let made = sent.into_iter().flatten().any(|(decision, saw)| {
+                        saw.as_ref().is_none_or(|s| *s == gate)
+                            && decision.approves() == d.approved
+                            && matches!(decision, consort_core::step::Decision::Record { .. })
+                                == d.recorded
+                    });
+                    if !made {
+                        v(
+                            STALE_DECISION,
+                            format!(
+                                "run {} on {agent}: gate {gate} decided (approved {}) by no decision made for it",
+                                short(id),
+                                d.approved
+                            ),
+                        );
+                    }
+                }
+                RunEvent::MessageReceived(m) => {
+                    *delivered.entry((&m.from, &m.delivery_id)).or_default() += 1;
+                }
+                _ => {}
+            }
+        }
+        for ((from, delivery), n) in delivered {
+            if n > 1 {
+                v(
+                    DELIVERED_TWICE,
+                    format!(
+                        "run {} on {agent}: delivery {delivery} from {from} landed {n} times",
                         short(id)
                     ),
                 );

@@ -1,7 +1,7 @@
 //! A trial's fleet: hosts, and agents with what their agent.yaml declares (consent lists,
 //! limits, tools), and the edits of agent.yaml a reload picks up.
 
-use consort_core::Limits;
+use consort_core::{Limits, TreeLimits};
 use rand::Rng;
 use rand::rngs::StdRng;
 
@@ -51,11 +51,23 @@ pub(crate) struct Fleet {
     pub names: Vec<String>,
 }
 
+/// Small limits, so depth and cap refusals happen; one agent in three sets a tree budget
+/// (`limits.tree`) for the runs it starts, small enough to be spent.
 fn random_limits(rng: &mut StdRng) -> Limits {
+    let tree = if rng.gen_bool(1.0 / 3.0) {
+        TreeLimits {
+            max_runs: rng.gen_bool(0.7).then(|| rng.gen_range(1..=6)),
+            max_tokens: rng.gen_bool(0.5).then(|| rng.gen_range(200..=2_000)),
+            max_wall_s: rng.gen_bool(0.4).then(|| rng.gen_range(2..=30)),
+        }
+    } else {
+        TreeLimits::default()
+    };
     Limits {
         max_depth: rng.gen_range(1..=4),
         max_calls_per_run: rng.gen_range(1..=3),
         max_turns: MAX_MODEL_TURNS,
+        tree,
         ..Limits::default()
     }
 }

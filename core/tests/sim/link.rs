@@ -1,17 +1,26 @@
 //! The network between hosts and the far side of each message: delivery (with drops and
-//! duplicates), a call's acceptance (replay, inbound guards, insert), a `check_run` answered
-//! from the callee's store, resend requests, an operator's decision reaching its host, and the
-//! answers the link gives itself for a host that is down.
+//! duplicates), a call's acceptance (the machine's reservation, then the store writer's
+//! admission job), a call's outcome and a reply reaching the caller's machine, a `check_run`
+//! answered from the callee's store, resend requests, an operator's decision or cancel and a
+//! peer's delivery reaching their host, and the answers the link gives itself for a host that
+//! is down.
 
-use consort_core::guards::{self, InboundFacts};
-use consort_core::step::{CHECK_RUN, CallOutcome};
-use consort_core::{Channel, Refusal, RunId};
+use std::convert::Infallible;
+
+use consort_core::directory::payload_digest;
+use consort_core::event::Created;
+use consort_core::guards;
+use consort_core::machine::{CallAdmission, CallAdmitted, CallReservation, InboundGate};
+use consort_core::step::{CHECK_RUN, CallOutcome, Input, ReplyIn};
+use consort_core::{Channel, Limits, Refusal, RunEvent, RunId, RunStatus};
 use rand::Rng;
 use serde_json::json;
 
-use super::store::{Accepted, Parent};
+use super::store::{Accepted, Done, Job, Parent, StoredRun};
 use super::trace::{describe_msg, short};
-use super::world::{ALLOWED_SKEW, CALL_TTL, CHECK_TIMEOUT, CallMsg, Deadline, Msg, Task, World};
+use super::world::{
+    ALLOWED_SKEW, Asker, CALL_TTL, CHECK_TIMEOUT, CallMsg, Deadline, Msg, Task, World,
+};
 
 impl World {
     pub(crate) fn deliver(&mut self) {
@@ -45,20 +54,7 @@ impl World {
             return;
         }
         match packet.msg {
-            Msg::Call(call) => {
-                let (caller, callee) = (call.caller.clone(), call.callee.clone());
-                let (run, tool_use_id) = (call.parent_run.clone(), call.tool_use_id.clone());
-                if let Some(outcome) = self.accept(to, call) {
-                    let answer = Msg::CallAnswer {
-                        caller: caller.clone(),
-                        run,
-                        tool_use_id,
-                        callee,
-                        outcome,
-                    };
-                    self.send(to, &caller, answer);
-                }
-            }
+            Msg::Call(call) => self.accept(to, call),
             Msg::CallAnswer {
                 caller,
                 run,
@@ -66,9 +62,7 @@ impl World {
                 callee,
                 outcome,
             } => self.call_done(&caller, run, tool_use_id, callee, outcome),
-            Msg::Reply { caller, reply } => {
-                self.receive_reply(&caller, reply);
-            }
+            Msg::Reply { caller, reply } => self.receive_reply(&caller, reply),
             Msg::Resend { callee, child_run } => {
                 let settled = self.agents[&callee]
                     .store
@@ -124,7 +118,118 @@ impl World {
                 decision,
                 saw,
             } => self.decide(&agent, &run, decision, saw),
+            Msg::Cancel { agent, run } => self.cancel(&agent, &run),
+            Msg::Deliver {
+                from,
+                agent,
+                run,
+                delivery_id,
+                text,
+            } => self.receive_delivery(&agent, &run, from, delivery_id, text),
         }
+    }
+
+    /// A placement's outcome (`AgentActor::call_done`): the machine records it and hands over
+    /// a reply it held.
+    pub(crate) fn call_done(
+        &mut self,
+        agent: &str,
+        run: RunId,
+        tool_use_id: String,
+        callee: String,
+        outcome: CallOutcome,
+    ) {
+        self.node(agent)
+            .deadlines
+            .remove(&(run.clone(), tool_use_id.clone()));
+        let input = Input::CallEnded {
+            tool_use_id,
+            callee,
+            outcome,
+        };
+        self.feed(agent, &run, input);
+    }
+
+    /// A callee's reply reaches its caller (`AgentActor::receive_reply`), whose link waits to
+    /// hear whether it was taken.
+    pub(crate) fn receive_reply(&mut self, agent: &str, reply: ReplyIn) {
+        let (parent, child) = (reply.parent_run.clone(), reply.child_run.clone());
+        let node = self.node(agent);
+        let input = node.machine.reply_arrived(reply);
+        let asker = node.asker(Asker::Taken);
+        node.machine.input(&parent, input, Some(asker));
+        self.pump(agent);
+        if self.agents[agent].node.machine.holds_reply(&child) {
+            self.stats.cover("reply held".into());
+            self.log("  reply held until its call is recorded".into());
+        }
+    }
+
+    /// A tool use's result from its task (a declared tool, a `check_run` answered or timed
+    /// out): as the actor's `ToolDone`.
+    pub(crate) fn tool_done(
+        &mut self,
+        agent: &str,
+        run: RunId,
+        tool_use_id: String,
+        name: String,
+        content: String,
+        is_error: bool,
+    ) {
+        self.node(agent)
+            .deadlines
+            .remove(&(run.clone(), tool_use_id.clone()));
+        let input = Input::ToolFinished {
+            tool_use_id,
+            name,
+            content,
+            is_error,
+            counts: true,
+        };
+        self.feed(agent, &run, input);
+    }
+
+    /// An operator's cancel reaches the agent (`AgentActor::on_request`).
+    fn cancel(&mut self, agent: &str, run: &RunId) {
+        if !self.known_run(agent, run) {
+            self.stats.cover("cancel of an unknown run".into());
+            return;
+        }
+        let input = Input::Cancel {
+            run: run.clone(),
+            by: "operator".into(),
+            reason: Some("sim: no longer wanted".into()),
+        };
+        let asker = self.node(agent).asker(Asker::Cancel);
+        self.node(agent).machine.input(run, input, Some(asker));
+        self.pump(agent);
+    }
+
+    /// A peer's delivery reaches the agent (the runtime checked consent): `Input::Deliver`,
+    /// answered with its receipt once committed.
+    fn receive_delivery(
+        &mut self,
+        agent: &str,
+        run: &RunId,
+        from: String,
+        delivery_id: String,
+        text: String,
+    ) {
+        if !self.known_run(agent, run) {
+            self.stats.cover("delivery to an unknown run".into());
+            return;
+        }
+        let digest = payload_digest(agent, Some(run), &text);
+        let input = Input::Deliver {
+            run: run.clone(),
+            from: from.clone(),
+            delivery_id: delivery_id.clone(),
+            digest,
+            text,
+        };
+        let asker = self.node(agent).asker(Asker::Deliver { from, delivery_id });
+        self.node(agent).machine.input(run, input, Some(asker));
+        self.pump(agent);
     }
 
     /// What the sending host's link answers for a message to a host that is down: a call or a
@@ -186,15 +291,15 @@ impl World {
         }
         asked.push(epoch);
         let at = self.clock(h) + CHECK_TIMEOUT;
-        let vol = &mut self.agent(agent).vol;
-        let key = (run.clone(), tool_use_id.clone());
-        vol.in_flight.insert(key.clone());
+        let node = self.node(agent);
+        node.machine.task_out(run, &tool_use_id);
         let deadline = Deadline {
             at,
             callee: callee.clone(),
             check: true,
         };
-        vol.deadlines.insert(key, deadline);
+        node.deadlines
+            .insert((run.clone(), tool_use_id.clone()), deadline);
         let msg = Msg::CheckRun {
             caller: agent.to_owned(),
             run: run.clone(),
@@ -205,97 +310,163 @@ impl World {
         self.send(h, &callee, msg);
     }
 
-    /// The callee's side of a call (`accept` in the real engine): the replay check by child
-    /// run id, then the inbound guards, then the store. `None` when the host crashed.
-    pub(crate) fn accept(&mut self, h: usize, call: CallMsg) -> Option<CallOutcome> {
-        let CallMsg {
-            caller,
-            callee: me,
-            parent_run,
-            tool_use_id,
-            child_run: child,
-            input,
-            chain_depth,
-            issued_at,
-            placed,
-        } = call;
+    /// The callee's side of a call (`AgentActor::accept`): the chain must name this agent
+    /// and the envelope must not have expired (the link's check); then the machine reserves
+    /// the call's place and one job of the store writer admits it (replay check, guards,
+    /// insert), answering the caller once committed.
+    pub(crate) fn accept(&mut self, h: usize, call: CallMsg) {
+        let me = call.callee.clone();
+        let answer_now = |outcome| Msg::CallAnswer {
+            caller: call.caller.clone(),
+            run: call.parent_run.clone(),
+            tool_use_id: call.tool_use_id.clone(),
+            callee: me.clone(),
+            outcome,
+        };
         if let Err(refusal) = guards::addressed_to(Some(&me), &me) {
-            return Some(CallOutcome::Refused(refusal));
+            let msg = answer_now(CallOutcome::Refused(refusal));
+            self.send(h, &call.caller, msg);
+            return;
         }
         // The link's expiry check, on the callee's clock with the allowed skew.
-        if self.clock(h) > issued_at + CALL_TTL + ALLOWED_SKEW {
+        if self.clock(h) > call.issued_at + CALL_TTL + ALLOWED_SKEW {
             self.stats.cover("envelope expired".into());
             self.log("  refused: envelope expired".into());
-            return Some(CallOutcome::Refused(Refusal::BadEnvelope {
-                callee: me,
+            let msg = answer_now(CallOutcome::Refused(Refusal::BadEnvelope {
+                callee: me.clone(),
                 detail: "the envelope expired".into(),
             }));
+            self.send(h, &call.caller, msg);
+            return;
         }
         let spec = self.spec(&me).clone();
-        let store = &self.agents[&me].store;
-        if store.runs.contains_key(&child) {
-            self.stats.cover("replay finds the existing run".into());
-            self.log("  replay finds the existing run".into());
-            return Some(CallOutcome::Accepted {
-                child_run: child,
-                existing: true,
-            });
-        }
-        let children_before = store.children.get(&parent_run).copied().unwrap_or(0);
-        let facts = InboundFacts {
-            caller: &caller,
-            callee: &me,
-            accept_from: &spec.accept_from,
-            chain_depth,
-            children_accepted: children_before,
-            active_runs: store.unsettled,
-            admission_limit: spec.admission_limit,
-            limits: spec.limits,
-            budget: None,
-            now_ms: 0,
-        };
         if spec.version > 0 {
             self.stats
                 .cover("inbound call decided under a reloaded config".into());
         }
-        if let Err(refusal) = guards::check_inbound(&facts) {
-            self.stats
-                .cover(format!("inbound refused {}", refusal.code()));
-            self.log(format!("  refused: {}", refusal.code()));
-            return Some(CallOutcome::Refused(refusal));
-        }
-        let parent = Parent {
-            run: parent_run,
-            agent: caller.clone(),
-            tool_use_id,
-            placed,
-            accepted: Accepted {
-                listed: spec.accept_from.contains(&caller),
-                limits: spec.limits,
-                version: spec.version,
-                children_before,
-            },
-        };
-        self.insert_run(
-            &me,
-            child.clone(),
-            Some(parent),
-            chain_depth as u32,
-            Channel::Agent(caller),
-            input,
+        let now_ms = self.clock_ms(h);
+        let machine = &mut self.node(&me).machine;
+        let (reservation, gate) = machine.reserve_call(
+            (&call.caller, &call.parent_run, &call.child_run),
+            call.chain_depth,
+            &spec.accept_from,
+            spec.limits,
+            (call.budget, now_ms),
         );
-        self.log(format!("  accepted {} on {me}", short(&child)));
-        if self.durable(h) {
-            return None;
-        }
-        self.hosts[h].tasks.push(Task::Drive {
-            agent: me,
-            run: child.clone(),
-            input: None,
+        let ticket = machine.job_ticket();
+        let accepted = (
+            spec.accept_from.contains(&call.caller),
+            spec.limits,
+            spec.version,
+        );
+        self.node(&me).jobs.push_back(Job::Admit {
+            ticket,
+            call: Box::new(call),
+            gate: Box::new(gate),
+            reservation,
+            accepted,
         });
-        Some(CallOutcome::Accepted {
-            child_run: child,
-            existing: false,
-        })
+    }
+
+    /// The store writer's side of an arriving call ([`InboundGate::admit`]'s order): what its
+    /// notice says, and the caller's answer.
+    pub(crate) fn admit(
+        &mut self,
+        me: &str,
+        call: CallMsg,
+        gate: &InboundGate,
+        reservation: CallReservation,
+        (listed, limits, version): (bool, Limits, u32),
+    ) -> (Done, Option<(String, Msg)>) {
+        let store = &self.agents[me].store;
+        let exists = store.runs.contains_key(&call.child_run);
+        let children = store.children.get(&call.parent_run).copied().unwrap_or(0);
+        let decided = gate
+            .admit(exists, || Ok::<u64, Infallible>(children))
+            .unwrap_or_else(|never| match never {});
+        let child = call.child_run.clone();
+        let (found, outcome, created) = match decided {
+            CallAdmission::Replay => {
+                self.stats.cover("replay finds the existing run".into());
+                self.log("  replay finds the existing run".into());
+                let outcome = CallOutcome::Accepted {
+                    child_run: child.clone(),
+                    existing: true,
+                };
+                (CallAdmitted::Replay, outcome, None)
+            }
+            CallAdmission::Refused { children, refusal } => {
+                self.stats
+                    .cover(format!("inbound refused {}", refusal.code()));
+                self.log(format!("  refused: {}", refusal.code()));
+                (
+                    CallAdmitted::Refused { children },
+                    CallOutcome::Refused(refusal),
+                    None,
+                )
+            }
+            CallAdmission::Insert { children_before } => {
+                let created = RunEvent::Created(Created {
+                    channel: Channel::Agent(call.caller.clone()),
+                    input: call.input.clone(),
+                    parent_run: Some(call.parent_run.clone()),
+                    hop_depth: call.chain_depth as u32,
+                    principal: call.caller.clone(),
+                    budget: call.budget,
+                });
+                let parent = Parent {
+                    run: call.parent_run.clone(),
+                    agent: call.caller.clone(),
+                    tool_use_id: call.tool_use_id.clone(),
+                    placed: call.placed,
+                    accepted: Accepted {
+                        listed,
+                        limits,
+                        version,
+                        children_before,
+                    },
+                };
+                self.stats.runs += 1;
+                let config_version = self.spec(me).version;
+                self.agent(me).store.insert(
+                    child.clone(),
+                    StoredRun {
+                        parent: Some(parent),
+                        hop_depth: call.chain_depth as u32,
+                        principal: call.caller.clone(),
+                        events: vec![created.clone()],
+                        status: RunStatus::Queued,
+                        output: None,
+                        error: None,
+                        calls_placed: 0,
+                        config_version,
+                    },
+                );
+                self.log(format!("  accepted {} on {me}", short(&child)));
+                let outcome = CallOutcome::Accepted {
+                    child_run: child.clone(),
+                    existing: false,
+                };
+                (
+                    CallAdmitted::Stored { children_before },
+                    outcome,
+                    Some(vec![created]),
+                )
+            }
+        };
+        let answer = Msg::CallAnswer {
+            caller: call.caller.clone(),
+            run: call.parent_run,
+            tool_use_id: call.tool_use_id,
+            callee: me.to_owned(),
+            outcome,
+        };
+        let done = Done::Admitted {
+            child,
+            reservation,
+            found,
+            created,
+        };
+        (done, Some((call.caller, answer)))
     }
 }

@@ -1,11 +1,12 @@
 //! The fleet simulation's parts: the fleet (`fleet`) and its scripted models (`model`); the
-//! simulated world's state (`world`) and durable stores (`store`); the executor (`engine`) with
-//! declared tools and decisions (`tools`); the network and the far side of each message
-//! (`link`); the scheduler (`sched`) and the world outside the fleet (`operator`); the
-//! invariant checks (`check`) and the trace's names (`trace`).
+//! simulated world's state (`world`) and durable stores with their writers' jobs (`store`);
+//! the driver of each agent's shipping `AgentMachine` (`driver`) with declared tools and
+//! decisions (`tools`); the network and the far side of each message (`link`); the scheduler
+//! (`sched`) and the world outside the fleet (`operator`); the invariant checks (`check`) and
+//! the trace's names (`trace`).
 
 pub(crate) mod check;
-pub(crate) mod engine;
+pub(crate) mod driver;
 pub(crate) mod fleet;
 mod link;
 mod model;

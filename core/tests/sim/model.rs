@@ -12,6 +12,11 @@ use super::fleet::{AgentSpec, Fleet};
 /// The text a timed-out placement's refusal carries; the scripted models retry on it.
 pub(crate) const UNREACHABLE_MARK: &str = "sim: no answer within the call timeout";
 
+/// Tokens a turn reads per message of its conversation, as the scripted model reports them.
+pub(crate) const INPUT_TOKENS: u64 = 40;
+/// Tokens a turn writes.
+pub(crate) const OUTPUT_TOKENS: u64 = 20;
+
 /// How many times a model retries one call refused as unreachable.
 const MAX_RETRIES: usize = 2;
 

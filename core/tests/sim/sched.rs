@@ -1,14 +1,18 @@
-//! The seeded scheduler: the fault phase and the calm phase, timers, crashes and restarts, and
-//! the tasks an agent queued for itself (a model turn among them, which may fail).
+//! The seeded scheduler: the fault phase and the calm phase, timers (the link's timeouts and
+//! the machine's re-ask deadline), the store writers' commits, crashes and restarts, and the
+//! tasks an agent queued for itself (a model turn among them, which may fail).
 
-use consort_core::step::{CHECK_RUN, CallOutcome, Input, ModelAnswer};
+use consort_core::step::{CHECK_RUN, CallOutcome, Input};
 use consort_core::{Refusal, RunId, RunStatus};
 use rand::Rng;
 
-use super::engine::{MODEL_ERROR, QUEUED_WHILE_ASKED};
-use super::model::{self, UNREACHABLE_MARK};
-use super::trace::{describe_task, short};
-use super::world::{CALL_TIMEOUT, REASK_AFTER, Task, Volatile, World};
+use super::model::UNREACHABLE_MARK;
+use super::trace::describe_task;
+use super::world::{CALL_TIMEOUT, Node, Task, World};
+
+/// The longest the calm phase lets time jump at once, in units: past the machine's longest
+/// re-ask backoff (300 s).
+const LONGEST_JUMP: i64 = 6_100;
 
 impl World {
     /// Runs the trial: a fault phase, then a calm phase (every host up, no drops, duplicates or
@@ -40,7 +44,11 @@ impl World {
                 continue;
             }
             let before = self.stats.appends;
-            let step = CALL_TIMEOUT.max(REASK_AFTER) + 1;
+            // Time jumps to the next deadline any host has (at least past the call timeout).
+            let step = self
+                .next_deadline()
+                .unwrap_or(CALL_TIMEOUT)
+                .clamp(CALL_TIMEOUT + 1, LONGEST_JUMP);
             self.tick(step);
             while self.has_work() {
                 self.work_event();
@@ -59,7 +67,17 @@ impl World {
     }
 
     pub(crate) fn has_work(&self) -> bool {
-        !self.net.is_empty() || self.hosts.iter().any(|h| h.up && !h.tasks.is_empty())
+        !self.net.is_empty()
+            || self.hosts.iter().any(|h| h.up && !h.tasks.is_empty())
+            || self.writers_busy()
+    }
+
+    /// Whether a store writer of a host that is up has jobs to commit.
+    fn writers_busy(&self) -> bool {
+        self.fleet
+            .agents
+            .iter()
+            .any(|a| self.hosts[a.host].up && !self.agents[&a.name].node.jobs.is_empty())
     }
 
     /// One event of the fault phase; false when there is nothing left to do.
@@ -74,6 +92,10 @@ impl World {
                 .values()
                 .any(|r| r.status == RunStatus::Blocked)
         });
+        let live = self
+            .agents
+            .values()
+            .any(|a| a.store.runs.values().any(|r| !r.status.is_settled()));
         let weights = [
             if self.net.is_empty() { 0 } else { 10 },
             if tasks { 10 } else { 0 },
@@ -91,8 +113,17 @@ impl World {
             } else {
                 0
             },
+            if self.writers_busy() {
+                self.faults.commit_weight
+            } else {
+                0
+            },
+            // A peer delivers into a run, or sends one of its deliveries again.
+            if live { 1 } else { 0 },
+            // An operator cancels a run now and then.
+            if live { 1 } else { 0 },
         ];
-        if weights[0] + weights[1] + weights[4] + weights[5] == 0
+        if weights[0] + weights[1] + weights[4] + weights[5] + weights[8] == 0
             && !blocked
             && !self.timers_pending()
         {
@@ -128,30 +159,80 @@ impl World {
             }
             5 => self.start_root(),
             6 => self.operator_decides(),
-            _ => self.reload_config(),
+            7 => self.reload_config(),
+            8 => self.commit_any(),
+            9 => self.peer_delivers(),
+            _ => self.operator_cancels(),
         }
         true
+    }
+
+    /// A store writer with jobs commits (a random one).
+    fn commit_any(&mut self) {
+        let busy: Vec<String> = self
+            .fleet
+            .agents
+            .iter()
+            .filter(|a| self.hosts[a.host].up && !self.agents[&a.name].node.jobs.is_empty())
+            .map(|a| a.name.clone())
+            .collect();
+        if busy.is_empty() {
+            return;
+        }
+        let agent = busy[self.rng.gen_range(0..busy.len())].clone();
+        self.commit(&agent);
     }
 
     /// Whether a timer (a placement's timeout, the re-ask timer) could still fire.
     pub(crate) fn timers_pending(&self) -> bool {
         self.agents.values().any(|a| {
-            !a.vol.deadlines.is_empty()
-                || (self.opts.reask
-                    && a.store
-                        .runs
-                        .values()
-                        .any(|r| r.status == RunStatus::Waiting))
+            !a.node.deadlines.is_empty()
+                || (self.opts.reask && a.node.machine.poll_timeout().is_some())
         })
     }
 
-    /// One event of the calm phase: a message or a task.
+    /// The units until the next deadline of a host that is up, if any.
+    fn next_deadline(&self) -> Option<i64> {
+        let mut next: Option<i64> = None;
+        for spec in &self.fleet.agents {
+            let h = spec.host;
+            if !self.hosts[h].up {
+                continue;
+            }
+            let node = &self.agents[&spec.name].node;
+            let clock = self.clock(h);
+            let links = node.deadlines.values().map(|d| d.at - clock);
+            let reask = self
+                .opts
+                .reask
+                .then(|| node.machine.poll_timeout())
+                .flatten()
+                .map(|at| self.units_until(h, at));
+            for due in links.chain(reask) {
+                next = Some(next.map_or(due, |n: i64| n.min(due)));
+            }
+        }
+        next
+    }
+
+    /// One event of the calm phase: a message, a task or a commit.
     pub(crate) fn work_event(&mut self) {
         let tasks = self.hosts.iter().any(|h| h.up && !h.tasks.is_empty());
-        if !self.net.is_empty() && (!tasks || self.rng.gen_bool(0.5)) {
-            self.deliver();
-        } else {
-            self.run_task();
+        let writers = self.writers_busy();
+        let mut options = Vec::new();
+        if !self.net.is_empty() {
+            options.push(0);
+        }
+        if tasks {
+            options.push(1);
+        }
+        if writers {
+            options.push(2);
+        }
+        match options[self.rng.gen_range(0..options.len())] {
+            0 => self.deliver(),
+            1 => self.run_task(),
+            _ => self.commit_any(),
         }
     }
 
@@ -163,6 +244,7 @@ impl World {
                 continue;
             }
             let clock = self.clock(h);
+            let instant = self.instant(h);
             let names: Vec<String> = self
                 .fleet
                 .agents
@@ -172,9 +254,8 @@ impl World {
                 .collect();
             for name in names {
                 let reask = self.opts.reask;
-                let agent = self.agent(&name);
-                let due: Vec<(RunId, String)> = agent
-                    .vol
+                let node = self.node(&name);
+                let due: Vec<(RunId, String)> = node
                     .deadlines
                     .iter()
                     .filter(|(_, d)| d.at <= clock)
@@ -182,7 +263,7 @@ impl World {
                     .collect();
                 let mut tasks = Vec::new();
                 for key in due {
-                    let Some(deadline) = agent.vol.deadlines.remove(&key) else {
+                    let Some(deadline) = node.deadlines.remove(&key) else {
                         continue;
                     };
                     let (run, tool_use_id) = key;
@@ -210,24 +291,12 @@ impl World {
                     });
                 }
                 if reask {
-                    let waiting: Vec<RunId> = agent
-                        .store
-                        .runs
-                        .iter()
-                        .filter(|(_, r)| r.status == RunStatus::Waiting)
-                        .map(|(id, _)| id.clone())
-                        .collect();
-                    agent.vol.asked_at.retain(|id, _| waiting.contains(id));
-                    for id in waiting {
-                        let at = *agent.vol.asked_at.entry(id.clone()).or_insert(clock);
-                        if clock - at >= REASK_AFTER {
-                            agent.vol.asked_at.insert(id.clone(), clock);
-                            tasks.push(Task::Drive {
-                                agent: name.clone(),
-                                run: id,
-                                input: Some(Input::Resume),
-                            });
-                        }
+                    for run in node.machine.reask_due_now(instant) {
+                        tasks.push(Task::Input {
+                            agent: name.clone(),
+                            run,
+                            input: Input::Resume,
+                        });
                     }
                 }
                 for task in tasks {
@@ -246,6 +315,8 @@ impl World {
         }
     }
 
+    /// Host `h` stops: its agents' machines, writers' queues, tasks and messages are lost;
+    /// their stores stay.
     pub(crate) fn crash(&mut self, h: usize, why: &str) {
         self.stats.crashes += 1;
         self.log(format!("CRASH h{h} ({why})"));
@@ -262,34 +333,53 @@ impl World {
             self.stats.cover("tool running at a crash".into());
         }
         self.hosts[h].tasks.clear();
-        for spec in &self.fleet.agents {
-            if spec.host == h
-                && let Some(agent) = self.agents.get_mut(&spec.name)
-            {
-                agent.vol = Volatile::default();
+        let specs: Vec<_> = self
+            .fleet
+            .agents
+            .iter()
+            .filter(|a| a.host == h)
+            .cloned()
+            .collect();
+        for spec in specs {
+            let node = self.node(&spec.name);
+            if !node.jobs.is_empty() {
+                self.stats.cover("crash with jobs not committed".into());
             }
+            *self.node(&spec.name) = Node::new(&spec);
         }
         self.net.retain(|p| p.from != h && p.to != h);
     }
 
+    /// Host `h` starts again: each agent's new machine counts the unsettled runs its store
+    /// holds, and each of them resumes (`Input::Resume`, as the actor's start sends itself).
     pub(crate) fn restart(&mut self, h: usize) {
         self.hosts[h].up = true;
         self.hosts[h].skew = self.rng.gen_range(-30..=30);
         self.log(format!("RESTART h{h} skew={}", self.hosts[h].skew));
         let mut tasks = Vec::new();
-        for spec in &self.fleet.agents {
-            if spec.host != h {
-                continue;
-            }
-            for (id, run) in &self.agents[&spec.name].store.runs {
-                if !run.status.is_settled() {
-                    tasks.push(Task::Drive {
-                        agent: spec.name.clone(),
-                        run: id.clone(),
-                        input: Some(Input::Resume),
-                    });
+        let specs: Vec<_> = self
+            .fleet
+            .agents
+            .iter()
+            .filter(|a| a.host == h)
+            .cloned()
+            .collect();
+        for spec in specs {
+            let agent = self.agent(&spec.name);
+            let mut node = Node::new(&spec);
+            for (id, run) in &agent.store.runs {
+                if run.status.is_settled() {
+                    continue;
                 }
+                let root_principal = run.parent.is_none().then(|| run.principal.clone());
+                node.machine.restore_unsettled(id.clone(), root_principal);
+                tasks.push(Task::Input {
+                    agent: spec.name.clone(),
+                    run: id.clone(),
+                    input: Input::Resume,
+                });
             }
+            agent.node = node;
         }
         self.hosts[h].tasks.extend(tasks);
     }
@@ -306,41 +396,16 @@ impl World {
         let task = self.hosts[h].tasks.remove(i);
         self.log(format!("h{h} task {}", describe_task(&task)));
         match task {
-            Task::Drive { agent, run, input } => {
-                let input = input.unwrap_or_else(|| self.advance_input(&agent, &run));
-                self.drive(&agent, &run, input);
-            }
+            Task::Input { agent, run, input } => self.feed(&agent, &run, input),
             Task::Model {
                 agent,
                 run,
                 asked,
                 conversation,
             } => {
-                self.agent(&agent).vol.thinking.remove(&run);
-                // The ask was written before the model was asked (the sim's appends are
-                // durable at once): a run whose model answers is not `queued`.
-                let status = self.agents[&agent].store.runs[&run].status;
-                if status == RunStatus::Queued {
-                    self.violation(
-                        QUEUED_WHILE_ASKED,
-                        format!(
-                            "{agent}'s run {} is queued while its model answers",
-                            short(&run)
-                        ),
-                    );
-                }
-                let answer = if self.faults_on && self.rng.gen_bool(self.faults.model_error) {
-                    self.stats.cover("model turn failed".into());
-                    Err(format!("{MODEL_ERROR}: the provider answered 529"))
-                } else {
-                    let step = model::answer(self.spec(&agent), &self.fleet, &conversation);
-                    Ok(ModelAnswer {
-                        step,
-                        input_tokens: 0,
-                        output_tokens: 0,
-                    })
-                };
-                self.drive(&agent, &run, Input::ModelAnswered { asked, answer });
+                self.node(&agent).machine.answered(&run);
+                let answer = self.model_answer(&agent, &conversation);
+                self.feed(&agent, &run, Input::ModelAnswered { asked, answer });
             }
             Task::ToolDone {
                 agent,
@@ -357,6 +422,7 @@ impl World {
                 callee,
                 outcome,
             } => self.call_done(&agent, run, tool_use_id, callee, outcome),
+            Task::Committed { agent } => self.committed(&agent),
         }
     }
 }

@@ -1,10 +1,13 @@
-//! A simulated agent's durable store: its runs (row and event log), and the counters the real
-//! store keeps beside them. This is what survives a crash.
+//! A simulated agent's durable store (its runs: row and event log, and the counters the real
+//! store keeps beside them), which is what survives a crash; and the store writer's jobs,
+//! which do not: a job is durable only once a commit has taken it.
 
 use std::collections::BTreeMap;
 
-use consort_core::event::StatusChanged;
-use consort_core::{Limits, RunEvent, RunId, RunStatus, Transition};
+use consort_core::machine::{CallAdmitted, CallReservation, InboundGate};
+use consort_core::{Limits, RunEvent, RunId, RunStatus, RunView, Transition};
+
+use super::world::CallMsg;
 
 /// Who placed a child run, and what each side's config said when it decided.
 #[derive(Clone, Debug)]
@@ -16,9 +19,9 @@ pub(crate) struct Parent {
     pub accepted: Accepted,
 }
 
-/// The caller's config when its step decided to place the call that created a child run.
-/// Not part of the real store: the simulation keeps it so a reload cannot blur what the
-/// consent and depth invariants are checked against.
+/// The caller's config when its step decided the call that created a child run (when the
+/// model turn naming it was recorded). Not part of the real store: the simulation keeps it
+/// so a reload cannot blur what the consent and depth invariants are checked against.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Placed {
     /// Its `can_call` named the callee.
@@ -43,6 +46,7 @@ pub(crate) struct Accepted {
 pub(crate) struct StoredRun {
     pub parent: Option<Parent>,
     pub hop_depth: u32,
+    pub principal: String,
     pub events: Vec<RunEvent>,
     pub status: RunStatus,
     pub output: Option<String>,
@@ -54,14 +58,72 @@ pub(crate) struct StoredRun {
     pub config_version: u32,
 }
 
-/// One agent's durable store, with the in-memory counters the real store keeps beside it.
+/// One agent's durable store, with the counters the real store keeps beside it.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Store {
     pub runs: BTreeMap<RunId, StoredRun>,
-    /// Unsettled runs (what admission counts).
+    /// Unsettled runs.
     pub unsettled: usize,
     /// Child runs accepted, per parent run.
     pub children: BTreeMap<RunId, u64>,
+}
+
+/// A job the agent handed its store writer, as the actor's: it is durable only once a
+/// commit took it.
+#[derive(Clone, Debug)]
+pub(crate) enum Job {
+    /// A step's transition, with the log length the machine's kept view expects after it.
+    Append {
+        run: RunId,
+        ticket: u64,
+        transition: Transition,
+        expected_seq: u64,
+    },
+    /// A root run's insert.
+    Insert {
+        run: RunId,
+        ticket: u64,
+        stored: Box<StoredRun>,
+    },
+    /// An arriving call's admission: replay check, guards, insert, in the order the
+    /// machine's gate decides; the caller is answered once it is committed.
+    Admit {
+        ticket: u64,
+        call: Box<CallMsg>,
+        gate: Box<InboundGate>,
+        reservation: CallReservation,
+        /// The callee's `accept_from` named the caller, its limits and config version, when
+        /// the call arrived.
+        accepted: (bool, Limits, u32),
+    },
+}
+
+impl Job {
+    pub(crate) fn ticket(&self) -> u64 {
+        match self {
+            Self::Append { ticket, .. }
+            | Self::Insert { ticket, .. }
+            | Self::Admit { ticket, .. } => *ticket,
+        }
+    }
+}
+
+/// What a committed job left, as its notice brings it back to the agent.
+#[derive(Clone, Debug)]
+pub(crate) enum Done {
+    Appended {
+        run: RunId,
+        expected_seq: u64,
+        last_seq: u64,
+    },
+    Started,
+    Admitted {
+        child: RunId,
+        reservation: CallReservation,
+        found: CallAdmitted,
+        /// The new run's first events, when it was stored.
+        created: Option<Vec<RunEvent>>,
+    },
 }
 
 impl Store {
@@ -74,42 +136,52 @@ impl Store {
     }
 
     /// Appends a transition in one transaction, deriving `status` events as the real store
-    /// does; returns every event written.
+    /// does (`Transition::appended_events`); returns every event written.
     pub(crate) fn append(&mut self, id: &RunId, t: Transition) -> Vec<RunEvent> {
         let Some(run) = self.runs.get_mut(id) else {
             panic!("append to unknown run {id}");
         };
-        let mut status = run.status;
-        let mut events = Vec::new();
-        let starting = t.start && status == RunStatus::Queued;
-        if starting {
-            events.push(RunEvent::Status(StatusChanged {
-                from: RunStatus::Queued,
-                to: RunStatus::Running,
-                error: None,
-            }));
-            status = RunStatus::Running;
-        }
-        events.extend(t.events);
-        if let Some(next) = t.status
-            && status != next
-        {
-            events.push(RunEvent::Status(StatusChanged {
-                from: status,
-                to: next,
-                error: t.error.clone(),
-            }));
-        }
+        let events = t.appended_events(run.status);
+        let next = t.next_status(run.status);
         run.events.extend(events.iter().cloned());
         run.calls_placed += t.cost.calls_placed;
         let was_settled = run.status.is_settled();
-        if let Some(next) = t.status.or(starting.then_some(RunStatus::Running)) {
+        if next != run.status || t.status.is_some() {
             run.status = next;
             run.output = t.output.or(run.output.take());
             run.error = t.error.or(run.error.take());
         }
         if !was_settled && run.status.is_settled() {
             self.unsettled -= 1;
+        }
+        events
+    }
+
+    /// Run `id`'s log as a read through the writer sees it: what is committed, then what the
+    /// jobs sent before the read write to it (the writer runs a read after them).
+    pub(crate) fn read_through<'a>(
+        &self,
+        id: &RunId,
+        jobs: impl Iterator<Item = &'a Job>,
+    ) -> Option<Vec<RunEvent>> {
+        let mut events: Option<Vec<RunEvent>> = self.runs.get(id).map(|r| r.events.clone());
+        for job in jobs {
+            match job {
+                Job::Insert { run, stored, .. } if run == id => {
+                    events = Some(stored.events.clone());
+                }
+                Job::Append {
+                    run, transition, ..
+                } if run == id => {
+                    if let Some(log) = events.as_mut() {
+                        let status = RunView::from_events(log.iter())
+                            .status
+                            .unwrap_or(RunStatus::Queued);
+                        log.extend(transition.appended_events(status));
+                    }
+                }
+                _ => {}
+            }
         }
         events
     }

@@ -74,19 +74,30 @@ pub(crate) fn describe_msg(msg: &Msg) -> String {
             decision,
             saw,
         } => format!("Decide {agent} {} {decision:?} gate={saw:?}", short(run)),
+        Msg::Cancel { agent, run } => format!("Cancel {agent} {}", short(run)),
+        Msg::Deliver {
+            from,
+            agent,
+            run,
+            delivery_id,
+            text,
+        } => format!(
+            "Deliver {from}->{agent} {} id={delivery_id} {text:?}",
+            short(run)
+        ),
     }
 }
 
 pub(crate) fn describe_task(task: &Task) -> String {
     match task {
-        Task::Drive { agent, run, input } => {
+        Task::Input { agent, run, input } => {
             let what = match input {
-                None => "Advance".to_owned(),
-                Some(Input::Resume) => "Resume".to_owned(),
-                Some(other) => format!("{other:?}").chars().take(60).collect(),
+                Input::Resume => "Resume".to_owned(),
+                other => format!("{other:?}").chars().take(60).collect(),
             };
-            format!("Drive {agent} {} {what}", short(run))
+            format!("Input {agent} {} {what}", short(run))
         }
+        Task::Committed { agent } => format!("Committed {agent}"),
         Task::Model { agent, run, .. } => format!("ModelDone {agent} {}", short(run)),
         Task::ToolDone {
             agent,

@@ -1,19 +1,20 @@
-//! The simulated world's state: what a trial may do, the hosts with their volatile agent state
-//! and queued tasks, the messages between hosts, the counts of what happened, and the few
-//! primitives every part uses (the log, host clocks, storing a run, a durable boundary,
-//! sending).
+//! The simulated world's state: what a trial may do, the hosts with their agents (a durable
+//! store, and the volatile node a crash loses: the shipping [`AgentMachine`], the store
+//! writer's queue, the link's timeouts), the messages between hosts, the counts of what
+//! happened, and the few primitives every part uses (the log, host clocks, sending).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
 
-use consort_core::event::Created;
+use consort_core::machine::{AdmissionLimits, AgentMachine, AskerId};
 use consort_core::step::{CallOutcome, Decision, Input, ReplyIn, TurnAsked};
-use consort_core::{Channel, Message, RunEvent, RunId, RunStatus, RunView};
+use consort_core::{Message, RunId, TreeBudget};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::check::Violation;
 use super::fleet::{AgentSpec, Fleet};
-use super::store::{Parent, Placed, Store, StoredRun};
+use super::store::{Done, Job, Placed, Store};
 use super::trace::describe_msg;
 
 /// How long a placement waits for its answer before the call is refused as unreachable (the
@@ -24,19 +25,22 @@ pub(crate) const CALL_TIMEOUT: i64 = 100;
 pub(crate) const CALL_TTL: i64 = 5 * CALL_TIMEOUT;
 /// The clock skew a callee allows when it checks an envelope's expiry.
 pub(crate) const ALLOWED_SKEW: i64 = 20;
-/// The proposed re-ask timer: a run waiting longer than this asks its callees again.
-pub(crate) const REASK_AFTER: i64 = 200;
 /// How long a `check_run` waits for the callee's host (the supervisor's `call_t` for a run
 /// summary is half the call timeout).
 pub(crate) const CHECK_TIMEOUT: i64 = CALL_TIMEOUT / 2;
 /// The turn limit of every agent of a trial (`limits.max_turns`).
 pub(crate) const MAX_MODEL_TURNS: u32 = 8;
 pub(crate) const REPLY_CAP: usize = 1024;
+/// Milliseconds of a host's clock per unit of simulated time: the machine's re-ask timer
+/// (`REASK_AFTER`, 10 s) is 200 units, twice the call timeout.
+pub(crate) const UNIT_MS: i64 = 50;
+/// Where the hosts' clocks start, in Unix milliseconds (so a skewed clock stays positive).
+const CLOCK_START_MS: i64 = 1_000_000;
 
 /// What a trial may do.
 #[derive(Clone, Debug)]
 pub(crate) struct Options {
-    /// Model the proposed re-ask timer (a runtime change; see the crate docs).
+    /// Drive the machine's re-ask timer (`AgentMachine::reask_due_now`) on every tick.
     pub reask: bool,
     /// Edit agent.yaml files while runs go on (in the trials whose faults draw reloads).
     pub reloads: bool,
@@ -62,7 +66,9 @@ impl Default for Options {
 pub(crate) struct Faults {
     pub drop: f64,
     pub duplicate: f64,
-    pub crash_at_append: f64,
+    /// How often a host crashes right after one of its store's commits, before anything
+    /// waiting for it runs.
+    pub crash_at_commit: f64,
     pub crash_weight: u32,
     /// How often a model turn fails (the provider errs, times out).
     pub model_error: f64,
@@ -70,24 +76,65 @@ pub(crate) struct Faults {
     pub tool_error: f64,
     /// How often the scheduler edits an agent.yaml (0: never in this trial).
     pub reload_weight: u32,
+    /// How often the store writer commits when it could (low: long batches, late commits).
+    pub commit_weight: u32,
 }
 
-// --- volatile state ------------------------------------------------------------------------------
+// --- one agent ------------------------------------------------------------------------------
 
-/// What an agent keeps in memory only (the real actor's `AgentState`): lost on a crash.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Volatile {
-    pub views: BTreeMap<RunId, RunView>,
-    /// Tool uses with a task out: calls being placed, `check_run`s, declared tools running.
-    pub in_flight: BTreeSet<(RunId, String)>,
-    /// When each placement or `check_run` times out.
+/// Someone waiting for a verdict of an agent's machine (`Command::Answer`), as the actor's
+/// askers are.
+#[derive(Clone, Debug)]
+pub(crate) enum Asker {
+    /// The link that brought a reply, told whether it was taken.
+    Taken,
+    /// An operator's decision: the gate its request names (the one it saw waiting).
+    Decide {
+        decision: Decision,
+        saw: Option<String>,
+    },
+    /// An operator's cancel.
+    Cancel,
+    /// A peer's delivery into a run.
+    Deliver { from: String, delivery_id: String },
+}
+
+/// What an agent keeps in memory only (the actor's state): lost on a crash.
+#[derive(Debug)]
+pub(crate) struct Node {
+    /// The shipping agent machine.
+    pub machine: AgentMachine,
+    /// The store writer's queue: jobs sent and not committed yet (a crash loses them).
+    pub jobs: VecDeque<Job>,
+    /// Commits done whose notices the agent has not taken yet, in the writer's order.
+    pub commits: VecDeque<(u64, Done)>,
+    /// When each placement or `check_run` times out (the supervisor's `call_t`).
     pub deadlines: BTreeMap<(RunId, String), Deadline>,
-    pub thinking: BTreeSet<RunId>,
-    pub early_replies: BTreeMap<RunId, ReplyIn>,
-    /// The re-ask timer: when each waiting run last asked for its replies.
-    pub asked_at: BTreeMap<RunId, i64>,
-    /// Gated tool uses this incarnation recorded as started (the actor's `started_here`).
-    pub started: BTreeSet<(RunId, String)>,
+    pub askers: BTreeMap<AskerId, Asker>,
+    pub next_asker: AskerId,
+}
+
+impl Node {
+    pub(crate) fn new(spec: &AgentSpec) -> Self {
+        let limits = AdmissionLimits {
+            admission_limit: spec.admission_limit,
+            per_principal_limit: spec.admission_limit,
+        };
+        Self {
+            machine: AgentMachine::new(&spec.name, REPLY_CAP, limits),
+            jobs: VecDeque::new(),
+            commits: VecDeque::new(),
+            deadlines: BTreeMap::new(),
+            askers: BTreeMap::new(),
+            next_asker: 0,
+        }
+    }
+
+    pub(crate) fn asker(&mut self, asker: Asker) -> AskerId {
+        self.next_asker += 1;
+        self.askers.insert(self.next_asker, asker);
+        self.next_asker
+    }
 }
 
 /// A task's timeout, on its host's clock: the supervisor's `call_t` around a placement or a
@@ -100,20 +147,20 @@ pub(crate) struct Deadline {
     pub check: bool,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(crate) struct Agent {
     pub store: Store,
-    pub vol: Volatile,
+    pub node: Node,
 }
 
 /// Work an agent has queued for itself (its mailbox and its spawned tasks).
 #[derive(Clone, Debug)]
 pub(crate) enum Task {
-    /// Step a run: `None` is `Input::Advance` built when the task runs.
-    Drive {
+    /// A message that moves a run (a timer's `Resume`, a restart's).
+    Input {
         agent: String,
         run: RunId,
-        input: Option<Input>,
+        input: Input,
     },
     /// A model turn being answered on its own task.
     Model {
@@ -140,6 +187,8 @@ pub(crate) enum Task {
         callee: String,
         outcome: CallOutcome,
     },
+    /// The store writer's notice of the agent's oldest commit not taken yet.
+    Committed { agent: String },
 }
 
 #[derive(Clone, Debug)]
@@ -164,6 +213,8 @@ pub(crate) struct CallMsg {
     pub input: String,
     pub chain_depth: usize,
     pub issued_at: i64,
+    /// The child's share of the tree budget (the hop's allowance).
+    pub budget: Option<TreeBudget>,
     pub placed: Placed,
 }
 
@@ -209,6 +260,19 @@ pub(crate) enum Msg {
         decision: Decision,
         saw: Option<String>,
     },
+    /// An operator's cancel of a run, through the API of the agent's host.
+    Cancel {
+        agent: String,
+        run: RunId,
+    },
+    /// A peer's message delivered into a run (the directory's `deliver`).
+    Deliver {
+        from: String,
+        agent: String,
+        run: RunId,
+        delivery_id: String,
+        text: String,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -224,6 +288,7 @@ pub(crate) struct Packet {
 pub(crate) struct Stats {
     pub events: u64,
     pub appends: u64,
+    pub commits: u64,
     pub roots: u64,
     pub runs: u64,
     pub delivered: u64,
@@ -245,6 +310,7 @@ impl Stats {
     pub(crate) fn add(&mut self, other: &Self) {
         self.events += other.events;
         self.appends += other.appends;
+        self.commits += other.commits;
         self.roots += other.roots;
         self.runs += other.runs;
         self.delivered += other.delivered;
@@ -279,11 +345,13 @@ pub(crate) struct World {
     pub net: Vec<Packet>,
     pub next_packet: u64,
     pub now: i64,
+    /// What every host's `Instant` clock counts from (only differences are read).
+    pub instant_zero: Instant,
     pub roots_left: u32,
     pub stats: Stats,
     pub trace: Vec<String>,
     /// Violations seen while running (kept views against the log, effects against the
-    /// config in force, tool runs against approvals, decisions against the run's state).
+    /// config in force, tool runs against approvals, answers against the run's state).
     pub violations: Vec<Violation>,
     /// Every run of a declared tool, by (run, tool use): the epoch of its host when it
     /// started, and the gate ask whose approval it ran under (0 for an ungated tool). The
@@ -291,11 +359,21 @@ pub(crate) struct World {
     pub tool_runs: BTreeMap<(RunId, String), Vec<(u64, u32)>>,
     /// `check_run`s sent, by (run, tool use): the epochs of the caller's host.
     pub checks: BTreeMap<(RunId, String), Vec<u64>>,
-    /// When each run last blocked: the epoch of its host.
+    /// When each run last blocked, as committed: the epoch of its host.
     pub blocked_in: BTreeMap<RunId, u64>,
     /// The operator's recent decisions (agent, run, decision, the gate it saw), which it may
     /// send again: a client that got no answer (a host that crashed after the commit) retries.
     pub decisions_sent: Vec<(String, RunId, Decision, Option<String>)>,
+    /// Every decision the operator sent, by run: what a decided gate is checked against.
+    pub decisions_made: BTreeMap<RunId, Vec<(Decision, Option<String>)>>,
+    /// Deliveries sent (from, to agent, run, id, text), which a sender may send again.
+    pub deliveries_sent: Vec<(String, String, RunId, String, String)>,
+    /// The seq each delivery was first answered with, by (run, sender, id).
+    pub delivered_at: BTreeMap<(RunId, String, String), u64>,
+    /// For each call use of a recorded model turn, the caller's config when the turn was
+    /// recorded and the calls counted before it: what its placement is checked against.
+    pub decided_under: BTreeMap<(RunId, String), Placed>,
+    pub next_delivery: u64,
 }
 
 impl World {
@@ -305,21 +383,22 @@ impl World {
         let faults = Faults {
             drop: [0.0, 0.02, 0.08, 0.2][rng.gen_range(0..4)],
             duplicate: [0.0, 0.05, 0.15][rng.gen_range(0..3)],
-            crash_at_append: [0.0, 0.01, 0.04][rng.gen_range(0..3)],
+            crash_at_commit: [0.0, 0.01, 0.04][rng.gen_range(0..3)],
             crash_weight: [0, 1, 3][rng.gen_range(0..3)],
             model_error: [0.0, 0.03, 0.1][rng.gen_range(0..3)],
             tool_error: [0.0, 0.2][rng.gen_range(0..2)],
             reload_weight: [0, 0, 1, 2][rng.gen_range(0..4)],
+            commit_weight: [2, 6, 20][rng.gen_range(0..3)],
         };
         let agents = fleet
-            .names
+            .agents
             .iter()
-            .map(|n| {
+            .map(|spec| {
                 (
-                    n.clone(),
+                    spec.name.clone(),
                     Agent {
                         store: Store::default(),
-                        vol: Volatile::default(),
+                        node: Node::new(spec),
                     },
                 )
             })
@@ -344,6 +423,7 @@ impl World {
             net: Vec::new(),
             next_packet: 0,
             now: 0,
+            instant_zero: Instant::now(),
             roots_left,
             stats: Stats::default(),
             trace: Vec::new(),
@@ -352,6 +432,11 @@ impl World {
             checks: BTreeMap::new(),
             blocked_in: BTreeMap::new(),
             decisions_sent: Vec::new(),
+            decisions_made: BTreeMap::new(),
+            deliveries_sent: Vec::new(),
+            delivered_at: BTreeMap::new(),
+            decided_under: BTreeMap::new(),
+            next_delivery: 0,
         };
         if world.opts.trace {
             world.log(format!("fleet {:#?}", world.fleet.agents));
@@ -373,8 +458,27 @@ impl World {
         self.violations.push(Violation { class, detail });
     }
 
+    /// Host `host`'s clock, in units of simulated time.
     pub(crate) fn clock(&self, host: usize) -> i64 {
         self.now + self.hosts[host].skew
+    }
+
+    /// Host `host`'s clock in Unix milliseconds (what a step's `now_ms` reads).
+    pub(crate) fn clock_ms(&self, host: usize) -> u64 {
+        (CLOCK_START_MS + self.clock(host) * UNIT_MS).max(0) as u64
+    }
+
+    /// Host `host`'s clock as an `Instant` (what the machine's timers read).
+    pub(crate) fn instant(&self, host: usize) -> Instant {
+        let ms = (CLOCK_START_MS + self.clock(host) * UNIT_MS).max(0) as u64;
+        self.instant_zero + Duration::from_millis(ms)
+    }
+
+    /// The units of simulated time from now until `at` on host `host`'s `Instant` clock.
+    pub(crate) fn units_until(&self, host: usize, at: Instant) -> i64 {
+        let now = self.instant(host);
+        let ms = at.saturating_duration_since(now).as_millis() as i64;
+        (ms + UNIT_MS - 1) / UNIT_MS
     }
 
     pub(crate) fn spec(&self, agent: &str) -> &AgentSpec {
@@ -387,51 +491,8 @@ impl World {
             .unwrap_or_else(|| panic!("unknown agent {name}"))
     }
 
-    pub(crate) fn insert_run(
-        &mut self,
-        agent: &str,
-        id: RunId,
-        parent: Option<Parent>,
-        hop_depth: u32,
-        channel: Channel,
-        input: String,
-    ) {
-        self.stats.runs += 1;
-        let config_version = self.spec(agent).version;
-        let created = RunEvent::Created(Created {
-            channel,
-            input,
-            parent_run: parent.as_ref().map(|p| p.run.clone()),
-            hop_depth,
-            principal: parent
-                .as_ref()
-                .map_or_else(|| "anonymous".to_owned(), |p| p.agent.clone()),
-            budget: None,
-        });
-        self.agent(agent).store.insert(
-            id,
-            StoredRun {
-                parent,
-                hop_depth,
-                events: vec![created],
-                status: RunStatus::Queued,
-                output: None,
-                error: None,
-                calls_placed: 0,
-                config_version,
-            },
-        );
-    }
-
-    /// A durable append just committed on host `h`: with the trial's probability, the host
-    /// crashes right here, before anything after the append runs. True if it did.
-    pub(crate) fn durable(&mut self, h: usize) -> bool {
-        self.stats.appends += 1;
-        if self.faults_on && self.rng.gen_bool(self.faults.crash_at_append) {
-            self.crash(h, "right after a durable append");
-            return true;
-        }
-        false
+    pub(crate) fn node(&mut self, name: &str) -> &mut Node {
+        &mut self.agent(name).node
     }
 
     pub(crate) fn send(&mut self, from: usize, to_agent: &str, msg: Msg) {

@@ -1,6 +1,7 @@
 //! The machine's rules over what is out: busy uses, held replies, re-ask timers, replies.
 
 use super::*;
+use crate::RunEvent;
 
 fn machine() -> AgentMachine {
     AgentMachine::new(
@@ -189,3 +190,95 @@ fn a_settled_called_run_replies_capped_and_a_root_run_replies_to_nobody() {
 }
 
 mod drive;
+
+fn accept_from() -> Vec<String> {
+    vec!["a".to_owned()]
+}
+
+fn cap(max_calls_per_run: u32) -> Limits {
+    Limits {
+        max_calls_per_run,
+        ..Limits::default()
+    }
+}
+
+#[test]
+fn a_copy_of_a_refused_call_is_refused_the_same_under_a_reloaded_config() {
+    let mut m = machine();
+    let (parent, child) = (RunId::random(), RunId::random());
+    let (reservation, gate) =
+        m.reserve_call(("a", &parent, &child), 1, &accept_from(), cap(1), (None, 0));
+    // The store counted one child of the parent already: the cap of 1 refuses it.
+    let Ok(CallAdmission::Refused { children, refusal }) = gate.admit(false, || Ok::<_, String>(1))
+    else {
+        panic!("the cap refuses");
+    };
+    assert_eq!(refusal.code(), "call_cap");
+    m.call_admitted(&child, &reservation, &CallAdmitted::Refused { children });
+    // The cap is raised; a link's late copy of the same call arrives.
+    let (again, gate) =
+        m.reserve_call(("a", &parent, &child), 1, &accept_from(), cap(5), (None, 0));
+    let admitted = gate.admit(false, || Ok::<_, String>(1));
+    assert_eq!(
+        admitted,
+        Ok(CallAdmission::Refused {
+            children: 1,
+            refusal
+        }),
+        "a call is decided once"
+    );
+    m.call_admitted(&child, &again, &CallAdmitted::Refused { children: 1 });
+    // A call that starts another run is decided under the new config.
+    let other = RunId::random();
+    let (_, gate) = m.reserve_call(("a", &parent, &other), 1, &accept_from(), cap(5), (None, 0));
+    assert!(matches!(
+        gate.admit(false, || Ok::<_, String>(1)),
+        Ok(CallAdmission::Insert { children_before: 1 })
+    ));
+}
+
+#[test]
+fn copies_of_a_call_admitted_at_once_share_the_first_ones_gate() {
+    let mut m = machine();
+    let (parent, child) = (RunId::random(), RunId::random());
+    let (first, gate) =
+        m.reserve_call(("a", &parent, &child), 1, &accept_from(), cap(1), (None, 0));
+    // A copy arrives after a reload that stopped accepting the caller, before the first is in.
+    let (copy, copy_gate) = m.reserve_call(("a", &parent, &child), 1, &[], cap(1), (None, 0));
+    assert_eq!(
+        gate.admit(false, || Ok::<_, String>(0)),
+        Ok(CallAdmission::Insert { children_before: 0 })
+    );
+    // The copy's job runs after the first one's insert: the run exists, a replay.
+    assert_eq!(
+        copy_gate.admit(true, || Ok::<_, String>(1)),
+        Ok(CallAdmission::Replay)
+    );
+    m.call_admitted(&child, &first, &CallAdmitted::Stored { children_before: 0 });
+    assert!(!m.is_quiet(), "the copy is still out");
+    m.call_admitted(&child, &copy, &CallAdmitted::Replay);
+    assert_eq!(m.unsettled(), 1);
+    m.run_settled(&child);
+    assert!(m.is_quiet());
+}
+
+#[test]
+fn a_run_stepped_before_its_admission_was_noticed_keeps_its_newer_view() {
+    let mut m = machine();
+    let run = RunId::random();
+    let created = RunEvent::Created(crate::event::Created {
+        channel: crate::Channel::Api,
+        input: "question".into(),
+        parent_run: None,
+        hop_depth: 1,
+        principal: "agent:a".into(),
+        budget: None,
+    });
+    // An operator's cancel reached the run between its admission's commit and the notice of
+    // it: the run was loaded and settled.
+    let mut newer = RunView::from_events([&created]);
+    newer.status = Some(RunStatus::Failed);
+    m.loaded(&run, Some(newer.clone()));
+    m.created(&run, std::slice::from_ref(&created));
+    assert_eq!(m.view(&run), Some(&newer));
+}

@@ -319,10 +319,24 @@ fn a_gate_in_doubt_takes_the_result_its_decider_records() {
             .any(|e| matches!(e, RunEvent::ApprovalDecided(d) if d.recorded && !d.approved))
     );
     // The same record again: already decided.
+    let second = gate_id(&root(), "t", 2);
     assert_eq!(
-        decided(&run.step(decide(Some(&gate_id(&root(), "t", 2)), record), &p)),
-        (gate_id(&root(), "t", 2), true)
+        decided(&run.step(decide(Some(&second), record), &p)),
+        (second.clone(), true)
     );
+    // Another decision on the gate is not the one it had: a denial, or another result.
+    let before = run.log.len();
+    for other in [
+        Decision::Deny,
+        Decision::Record {
+            content: "the payment failed".into(),
+            is_error: true,
+        },
+    ] {
+        let step = run.step(decide(Some(&second), other), &p);
+        assert_eq!(stale(&step).0, second, "{step:?}");
+    }
+    assert_eq!(run.log.len(), before, "nothing written");
 }
 
 #[test]

@@ -209,7 +209,7 @@ fn a_reply_gives_back_what_its_child_did_not_use_and_a_later_turn_hands_it_out()
 }
 
 #[test]
-fn past_the_deadline_calls_are_refused_and_the_run_fails_before_its_next_turn() {
+fn a_turn_recorded_past_the_deadline_has_its_calls_refused_with_it_and_the_run_fails_next() {
     let (cc, fl) = (can_call(), fleet());
     let before = policy(&cc, &fl, Limits::default());
     let before = at(&before, NOW);
@@ -219,10 +219,9 @@ fn past_the_deadline_calls_are_refused_and_the_run_fails_before_its_next_turn() 
         ..TreeBudget::default()
     });
     let turn = asked(&restartable(&mut run, advance(), &before));
-    restartable(&mut run, answer(turn, calls(&["a"])), &before);
-    // The turn was recorded in time; the call is placed too late.
-    let out = restartable(&mut run, advance(), &after);
-    assert!(allowances_placed(&out).is_empty());
+    // The model answered after the tree's time ran out: its call is refused as the turn is
+    // recorded.
+    restartable(&mut run, answer(turn, calls(&["a"])), &after);
     assert_eq!(
         refusals(&run),
         [(
@@ -237,6 +236,7 @@ fn past_the_deadline_calls_are_refused_and_the_run_fails_before_its_next_turn() 
     );
     // The model would read the refusal next, but the tree's time is up.
     let failed = restartable(&mut run, advance(), &after);
+    assert!(allowances_placed(&failed).is_empty());
     assert_eq!(failed.effects, vec![Effect::Settled]);
     assert_eq!(run.status, RunStatus::Failed);
     let error = failed.write.unwrap().error.unwrap();
@@ -244,6 +244,28 @@ fn past_the_deadline_calls_are_refused_and_the_run_fails_before_its_next_turn() 
         error.starts_with("budget_exhausted: the call tree's time budget ran out 30 s ago"),
         "{error}"
     );
+}
+
+#[test]
+fn a_call_let_through_in_time_is_placed_as_decided_after_the_deadline() {
+    let (cc, fl) = (can_call(), fleet());
+    let before = policy(&cc, &fl, Limits::default());
+    let before = at(&before, NOW);
+    let after = at(&before, NOW + 60_000);
+    let mut run = budgeted(TreeBudget {
+        deadline_ms: Some(NOW + 30_000),
+        ..TreeBudget::default()
+    });
+    let turn = asked(&restartable(&mut run, advance(), &before));
+    restartable(&mut run, answer(turn, calls(&["a"])), &before);
+    // Placed late (its host stopped in between): it goes out as decided, with the deadline in
+    // its allowance, which the callee checks; deciding it again could record as refused a
+    // call whose child runs.
+    let out = restartable(&mut run, advance(), &after);
+    let placed = allowances_placed(&out);
+    assert_eq!(placed.len(), 1);
+    assert_eq!(placed[0].1.and_then(|b| b.deadline_ms), Some(NOW + 30_000));
+    assert!(refusals(&run).is_empty());
 }
 
 fn delivery(id: &str) -> Input {
