@@ -91,7 +91,7 @@ mod sim;
 use std::time::Instant;
 
 use sim::check::{LOST_REPLY, ORPHANS_BEYOND_CAP, REFUSED_YET_CHILD};
-use sim::driver::{ANSWER_DIFFERS, VIEW_DIFFERS};
+use sim::driver::{ANSWER_DIFFERS, STALLED, VIEW_DIFFERS};
 use sim::tools::{DECISION_MISTAKEN, GATED_RERUN, STALE_DECISION};
 use sim::world::Options;
 
@@ -328,7 +328,7 @@ fn a_timed_out_placement_still_counts_against_the_cap() {
 /// must run clean.
 #[test]
 fn seeds_that_once_failed_run_clean() {
-    let once: [(u64, &str, &str); 14] = [
+    let once: [(u64, &str, &str); 15] = [
         // A call decided again on resume, under a config reloaded meanwhile.
         (
             47,
@@ -382,6 +382,13 @@ fn seeds_that_once_failed_run_clean() {
         (1016, DECISION_MISTAKEN, "any denial is the same decision"),
         (1301, DECISION_MISTAKEN, "any denial is the same decision"),
         (1389, DECISION_MISTAKEN, "any denial is the same decision"),
+        // A burst of decisions queued while a drive waited for a commit counted against the
+        // run's own step bound: the drive stalled and dropped them.
+        (
+            96529,
+            STALLED,
+            "inputs arriving later count against the run's own steps",
+        ),
     ];
     for (seed, class, defect) in once {
         let trial = sim::trial(seed, Options::default());

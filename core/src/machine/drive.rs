@@ -69,7 +69,8 @@ pub enum Command {
         /// Its log is final.
         settled: bool,
     },
-    /// A drive of `run` stepped its bound without settling: it is left for the next input.
+    /// A drive of `run` stepped its bound without settling: it is left for the next input, and
+    /// the askers of the inputs it still held are answered [`Verdict::Dropped`].
     Stalled(RunId),
     /// A barrier the driver asked for ([`AgentMachine::barrier`]) is reached: the writes
     /// before it are durable, and nothing after it has been handed out.
@@ -100,12 +101,24 @@ pub(crate) struct Drive {
     todo: VecDeque<Todo>,
     /// An effect asked to step again once the inputs are done.
     again: bool,
-    /// Steps left (set from the policy at the drive's first step).
+    /// Steps left (set from the policy at the drive's first step, one more for each input
+    /// that arrives after it).
     bound: Option<u64>,
     /// Waiting for the run's log to be loaded.
     loading: bool,
     /// Waiting for a commit.
     suspended: bool,
+}
+
+impl Drive {
+    /// An input arrived: it takes one step of its own, which the run's own steps must not be
+    /// short of (a burst of decisions or deliveries while the drive waits for a commit is not
+    /// a run going round in circles).
+    fn one_more_step(&mut self) {
+        if let Some(bound) = self.bound.as_mut() {
+            *bound += 1;
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -119,14 +132,18 @@ impl AgentMachine {
 
     /// Input `input` for run `run`; `asker` waits for its verdict.
     pub fn input(&mut self, run: &RunId, input: Input, asker: Option<AskerId>) {
-        self.drive_of(run).inputs.push_back((input, asker));
+        let drive = self.drive_of(run);
+        drive.inputs.push_back((input, asker));
+        drive.one_more_step();
         self.wake(run);
     }
 
     /// An effect's outcome that is the run's next input, ahead of any other (an immediate
     /// model's answer).
     pub fn input_first(&mut self, run: &RunId, input: Input) {
-        self.drive_of(run).inputs.push_front((input, None));
+        let drive = self.drive_of(run);
+        drive.inputs.push_front((input, None));
+        drive.one_more_step();
         self.wake(run);
     }
 
@@ -375,7 +392,20 @@ impl AgentMachine {
         );
         if *bound == 0 {
             drive.inputs.push_front((input, asker));
-            self.drives.remove(run);
+            let Some(drive) = self.drives.remove(run) else {
+                return;
+            };
+            self.ready.retain(|r| r != run);
+            // Nobody waits for an answer that will not come.
+            for (_, asker) in drive.inputs {
+                if asker.is_some() {
+                    self.out.push_back(Command::Answer(Answer {
+                        asker,
+                        run: run.clone(),
+                        verdict: Verdict::Dropped("the run stepped its bound"),
+                    }));
+                }
+            }
             self.out.push_back(Command::Stalled(run.clone()));
             return;
         }

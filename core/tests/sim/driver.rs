@@ -239,6 +239,7 @@ impl World {
                     issued_at: clock,
                     budget: allowance,
                     placed,
+                    epoch: self.hosts[h].epoch,
                 });
                 self.send(h, &callee, msg);
             }

@@ -53,6 +53,17 @@ impl World {
             }
             return;
         }
+        let answer_epoch = match &packet.msg {
+            Msg::CallAnswer { epoch, .. } | Msg::CheckAnswer { epoch, .. } => Some(*epoch),
+            _ => None,
+        };
+        if answer_epoch.is_some_and(|e| e != self.hosts[to].epoch) {
+            // The request's connection died with the incarnation that sent it.
+            self.stats
+                .cover("answer for an incarnation that is gone".into());
+            self.log("  lost: the incarnation that asked is gone".into());
+            return;
+        }
         match packet.msg {
             Msg::Call(call) => self.accept(to, call),
             Msg::CallAnswer {
@@ -61,6 +72,7 @@ impl World {
                 tool_use_id,
                 callee,
                 outcome,
+                ..
             } => self.call_done(&caller, run, tool_use_id, callee, outcome),
             Msg::Reply { caller, reply } => self.receive_reply(&caller, reply),
             Msg::Resend { callee, child_run } => {
@@ -79,6 +91,7 @@ impl World {
                 tool_use_id,
                 callee,
                 child,
+                epoch,
             } => {
                 // The run summary the supervisor reads from the callee's store.
                 let (content, is_error) = match self.agents[&callee].store.runs.get(&child) {
@@ -98,6 +111,7 @@ impl World {
                     tool_use_id,
                     content,
                     is_error,
+                    epoch,
                 };
                 self.send(to, &caller, answer);
             }
@@ -107,6 +121,7 @@ impl World {
                 tool_use_id,
                 content,
                 is_error,
+                ..
             } => {
                 self.stats.cover("check_run answered".into());
                 let name = CHECK_RUN.to_owned();
@@ -306,6 +321,7 @@ impl World {
             tool_use_id,
             callee: callee.clone(),
             child,
+            epoch: self.hosts[h].epoch,
         };
         self.send(h, &callee, msg);
     }
@@ -322,6 +338,7 @@ impl World {
             tool_use_id: call.tool_use_id.clone(),
             callee: me.clone(),
             outcome,
+            epoch: call.epoch,
         };
         if let Err(refusal) = guards::addressed_to(Some(&me), &me) {
             let msg = answer_now(CallOutcome::Refused(refusal));
@@ -460,6 +477,7 @@ impl World {
             tool_use_id: call.tool_use_id,
             callee: me.to_owned(),
             outcome,
+            epoch: call.epoch,
         };
         let done = Done::Admitted {
             child,

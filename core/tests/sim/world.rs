@@ -216,17 +216,22 @@ pub(crate) struct CallMsg {
     /// The child's share of the tree budget (the hop's allowance).
     pub budget: Option<TreeBudget>,
     pub placed: Placed,
+    /// The caller's host epoch when it sent the call: the answer goes back on the request's
+    /// connection, which dies with that incarnation.
+    pub epoch: u64,
 }
 
 #[derive(Clone, Debug)]
 pub(crate) enum Msg {
     Call(CallMsg),
+    /// A call's answer, for the caller's incarnation that asked (`epoch`).
     CallAnswer {
         caller: String,
         run: RunId,
         tool_use_id: String,
         callee: String,
         outcome: CallOutcome,
+        epoch: u64,
     },
     Reply {
         caller: String,
@@ -243,13 +248,16 @@ pub(crate) enum Msg {
         tool_use_id: String,
         callee: String,
         child: RunId,
+        epoch: u64,
     },
+    /// A `check_run`'s answer, for the caller's incarnation that asked (`epoch`).
     CheckAnswer {
         caller: String,
         run: RunId,
         tool_use_id: String,
         content: String,
         is_error: bool,
+        epoch: u64,
     },
     /// An operator's decision, through the API of the agent's host. `saw` is the gate the
     /// operator saw the run blocked on, and the one its request names (`None` for a decision

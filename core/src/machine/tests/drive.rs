@@ -543,3 +543,60 @@ fn a_step_asked_for_is_taken_after_the_queued_inputs_even_when_they_ask_nothing(
     let commands = drain(&mut m);
     assert!(asked(&commands).is_some(), "{commands:?}");
 }
+
+#[test]
+fn a_burst_of_requests_while_a_drive_waits_for_a_commit_is_answered_in_full() {
+    let mut m = machine();
+    let run = RunId::random();
+    m.created(&run, &[created()]);
+    m.again(&run);
+    let turn = asked(&drain(&mut m)).expect("the model is asked");
+    m.input_first(
+        &run,
+        Input::ModelAnswered {
+            asked: turn,
+            answer: answer(pay("tu1")),
+        },
+    );
+    let tickets = appends(&drain(&mut m));
+    assert!(m.is_suspended(&run));
+    // Far more requests than the run's own steps are bounded by, while its drive waits.
+    let burst = 300u64;
+    for i in 0..burst {
+        m.input(
+            &run,
+            Input::Deliver {
+                run: run.clone(),
+                from: "ops".into(),
+                delivery_id: format!("d{i}"),
+                digest: format!("d{i}"),
+                text: "news".into(),
+            },
+            Some(i),
+        );
+    }
+    m.committed(*tickets.last().expect("the turn was appended"));
+    let mut answered = 0;
+    for _ in 0..10 {
+        let commands = drain(&mut m);
+        assert!(
+            !commands.iter().any(|c| matches!(c, Command::Stalled(_))),
+            "a burst of requests is no run going round in circles"
+        );
+        for command in &commands {
+            match command {
+                Command::Answer(Answer {
+                    asker: Some(_),
+                    verdict,
+                    ..
+                }) => {
+                    assert!(matches!(verdict, Verdict::Delivered { .. }), "{verdict:?}");
+                    answered += 1;
+                }
+                Command::Append { ticket, .. } => m.committed(*ticket),
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(answered, burst);
+}
