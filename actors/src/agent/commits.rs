@@ -135,7 +135,7 @@ impl AgentState {
         transition: Transition,
         expected_seq: u64,
     ) -> Result<(), ActorsError> {
-        for event in &transition.events {
+        for event in transition.events() {
             // A delivered message waits until a model turn reads it: the rollup's stalled
             // deliveries come from this (the write it rides on is in the writer's queue).
             match event {
@@ -156,7 +156,7 @@ impl AgentState {
             }
         }
         if transition.settles()
-            && let Some(status) = transition.status
+            && let Some(status) = transition.status()
         {
             self.metrics.settled(status);
         }

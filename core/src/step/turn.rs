@@ -59,7 +59,7 @@ pub(super) fn advance(
     // that turn's ask rather than in a transaction of its own.
     if status == RunStatus::Queued && (!unresolved.is_empty() || !view.needs_model()) {
         return Step::write(
-            Transition::default().status(RunStatus::Running),
+            Transition::empty().with_status(RunStatus::Running),
             vec![Effect::Advance],
         );
     }
@@ -75,7 +75,7 @@ pub(super) fn advance(
             if status == RunStatus::Waiting {
                 return Step::default();
             }
-            return Step::write(Transition::default().status(RunStatus::Waiting), vec![]);
+            return Step::write(Transition::empty().with_status(RunStatus::Waiting), vec![]);
         }
         return settle(Err(
             "the model is waiting but no calls are outstanding".into()
@@ -90,7 +90,7 @@ pub(super) fn advance(
         // Its tokens are handed out to calls still out: their replies give back the rest.
         BeforeTurn::Wait if status == RunStatus::Waiting => return Step::default(),
         BeforeTurn::Wait => {
-            return Step::write(Transition::default().status(RunStatus::Waiting), vec![]);
+            return Step::write(Transition::empty().with_status(RunStatus::Waiting), vec![]);
         }
     }
     if thinking {
@@ -108,7 +108,7 @@ pub(super) fn advance(
     }
     let started = Transition {
         start: true,
-        ..Transition::default()
+        ..Transition::empty()
     }
     .event(RunEvent::ModelTurnStarted(ModelTurnStarted {
         turn: view.model_turns + 1,
@@ -144,7 +144,7 @@ pub(super) fn budget_error(used: u64, budget: u64) -> String {
 }
 
 fn settle(outcome: Result<String, String>) -> Step {
-    Step::write(Transition::default().settle(outcome), vec![Effect::Settled])
+    Step::write(Transition::empty().settle(outcome), vec![Effect::Settled])
 }
 
 /// Records a model turn and what it decided. The run moved to `running` when the turn was
@@ -179,7 +179,7 @@ pub(super) fn model_answered(
             output_tokens: answer.output_tokens,
             ..CostDelta::default()
         },
-        ..Transition::default()
+        ..Transition::empty()
     }
     .event(RunEvent::ModelTurn(ModelTurn {
         allowances: budget::allowances(
@@ -198,7 +198,7 @@ pub(super) fn model_answered(
         ModelStep::Answer(text) => Step::write(turn.settle(Ok(text)), vec![Effect::Settled]),
         ModelStep::ToolUses(_) => Step::write(turn, vec![Effect::Advance]),
         ModelStep::Wait if asked.pending > 0 => {
-            Step::write(turn.status(RunStatus::Waiting), vec![])
+            Step::write(turn.with_status(RunStatus::Waiting), vec![])
         }
         ModelStep::Wait => Step::write(
             turn.settle(Err("the model waited with no calls outstanding".into())),
