@@ -268,21 +268,9 @@ mod tests {
 
     #[test]
     fn a_refusal_reason_is_its_stable_code_and_unknown_ones_are_other() {
-        assert_eq!(
-            refusal_reason(Some(&Refusal::CallCap { limit: 3 })),
-            "call_cap"
-        );
-        assert_eq!(
-            refusal_reason(Some(&Refusal::DepthLimit { limit: 4 })),
-            "depth_limit"
-        );
-        assert_eq!(
-            refusal_reason(Some(&Refusal::NotAccepted {
-                caller: "a".into(),
-                callee: "b".into()
-            })),
-            "not_accepted"
-        );
+        for refusal in Refusal::examples() {
+            assert_eq!(refusal_reason(Some(&refusal)), refusal.code());
+        }
         assert_eq!(refusal_reason(None), "other");
     }
 
@@ -299,7 +287,11 @@ mod tests {
             agent.settled(RunStatus::Running);
             agent.call_placed("cfo");
             agent.call_placed("cfo");
-            agent.call_refused(Some(&Refusal::CallCap { limit: 1 }));
+            agent.call_refused(
+                Refusal::examples()
+                    .iter()
+                    .find(|r| matches!(r, Refusal::CallCap { .. })),
+            );
             host.store_commit().record(0.002);
         });
         /// A series as the test reads it: name, labels, value.

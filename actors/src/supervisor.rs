@@ -329,7 +329,7 @@ impl Actor for HostSupervisor {
                 None if state.slots.contains_key(&agent) => {
                     answer(
                         reply,
-                        Err(ActorsError::Refused(Refusal::AgentDown { callee: agent })),
+                        Err(ActorsError::Refused(Refusal::agent_down(&agent))),
                     );
                 }
                 None => {

@@ -114,7 +114,7 @@ async fn a_canceled_child_fails_and_its_caller_reads_why() {
     // A second cancel, a late decision and an unknown run are refused, writing nothing.
     let before = kinds(&host, &child.id);
     match host.cancel(&child.id, None).await {
-        Err(ActorsError::Refused(Refusal::AlreadySettled { run, status })) => {
+        Err(ActorsError::Refused(Refusal::AlreadySettled { run, status, .. })) => {
             assert_eq!((run, status.as_str()), (child.id.to_string(), "failed"));
         }
         other => panic!("expected already_settled, got {other:?}"),

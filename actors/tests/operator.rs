@@ -78,7 +78,9 @@ async fn a_draining_host_starts_no_root_run_and_finishes_the_accepted_ones() {
     assert!(host.draining().await.unwrap());
     let refused = host.start_run("cmo", "September", Channel::Cli).await;
     match refused {
-        Err(ActorsError::Refused(Refusal::Draining { host: name })) => assert_eq!(name, "local"),
+        Err(ActorsError::Refused(Refusal::Draining { host: name, .. })) => {
+            assert_eq!(name, "local");
+        }
         other => panic!("expected a draining refusal, got {other:?}"),
     }
     // A delivery that would start a run is refused too, and nothing is written.

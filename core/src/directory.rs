@@ -41,8 +41,8 @@ pub mod wait;
 
 pub use delivery::{
     DELIVER, DeliveryOutcome, OPERATOR_SENDER, Receipt, activity_outcome, check_delivery_id,
-    delivery_run_id, may_deliver_into, new_run_delivery, payload_digest, receiver_consents,
-    sender_consents,
+    delivery_receipt, delivery_run_id, may_deliver_into, new_run_delivery, payload_digest,
+    receiver_consents, run_not_found, sender_consents,
 };
 pub use observe::{
     Excerpt, ExcerptBound, ExcerptSource, Observation, ObservationLimit, RunFacts, cut_excerpt,

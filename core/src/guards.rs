@@ -63,7 +63,7 @@ pub fn check_outbound(f: &OutboundFacts<'_>) -> Result<(), Refusal> {
     }
     let max_depth = f.limits.max_depth as usize;
     if f.caller_depth + 1 > max_depth {
-        return Err(Refusal::DepthLimit { limit: max_depth });
+        return Err(chain_too_deep(max_depth));
     }
     let cap = u64::from(f.limits.max_calls_per_run);
     if f.calls_placed >= cap {
@@ -108,7 +108,7 @@ pub fn check_inbound(f: &InboundFacts<'_>) -> Result<(), Refusal> {
     }
     let max_depth = f.limits.max_depth as usize;
     if f.chain_depth > max_depth || f.chain_depth == 0 {
-        return Err(Refusal::DepthLimit { limit: max_depth });
+        return Err(chain_too_deep(max_depth));
     }
     if let Some(refusal) = f.budget.and_then(|b| b.refusal(f.now_ms)) {
         return Err(refusal);
@@ -174,6 +174,24 @@ pub fn addressed_to(last_callee: Option<&str>, me: &str) -> Result<(), Refusal> 
             callee: me.to_owned(),
             detail: format!("envelope is addressed to {callee}"),
         }),
+    }
+}
+
+/// The refusal of a chain deeper than `limit`, the depth limit of the side that checked: the
+/// caller's or the callee's `limits.max_depth`, or a host's bound on the chains its link takes
+/// (which refuses a chain that deep before checking its signatures, in the same words the
+/// agent would).
+pub fn chain_too_deep(limit: usize) -> Refusal {
+    Refusal::DepthLimit { limit }
+}
+
+/// The refusal of a call or a delivery routed to an agent the fleet does not have: this host
+/// does not serve it, no other host does, and no caller declares it as a remote A2A agent.
+/// `fleet_agents` are the agents there are, named so the model can pick one.
+pub fn not_in_fleet(callee: &str, fleet_agents: &[String]) -> Refusal {
+    Refusal::UnknownAgent {
+        callee: callee.to_owned(),
+        allowed: fleet_agents.join(", "),
     }
 }
 

@@ -43,6 +43,9 @@ mod run;
 pub mod step;
 #[cfg(test)]
 mod strategy;
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod testing;
 mod view;
 pub mod visibility;
 

@@ -6,12 +6,22 @@
 //! caller's log (under its [`Refusal::code`]), and, between hosts, the JSON of
 //! [`Refusal::to_wire`] inside a refused frame, so the caller's host shows exactly what the
 //! callee's host decided. Nothing outside this crate makes up a refusal text.
+//!
+//! Nothing outside this crate builds a refusal either: every variant is `#[non_exhaustive]`,
+//! so another crate can only match one (with `{ .. }`) or receive one from a function here
+//! that names the fact it refuses: a guard's check ([`crate::guards`]), a delivery's rule
+//! ([`crate::directory::delivery`]), the run state machine, or, for what only the runtime sees
+//! (an agent that is down, a host that drains, a link that failed, a refusal read off the
+//! wire), the constructors of [`Refusal`] itself. A rule written in another crate does not
+//! compile.
 
 use serde::{Deserialize, Serialize};
 
 use crate::budget::TreeResource;
 
-/// Why a call or a request was refused. Each variant's `Display` is what the model reads.
+/// Why a call or a request was refused. Each variant's `Display` is what the model reads, and
+/// each has its own [`code`](Refusal::code), which is also its wire tag. Every variant is
+/// `#[non_exhaustive]`: only this crate builds one (see the module docs).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[serde(tag = "reason", rename_all = "snake_case")]
 #[non_exhaustive]
@@ -20,6 +30,7 @@ pub enum Refusal {
     #[error(
         "call_agent is unavailable: this runtime serves a single agent ({agent}) and has no peers to call; answer with your own tools"
     )]
+    #[non_exhaustive]
     NoPeers {
         /// The only agent.
         agent: String,
@@ -28,6 +39,7 @@ pub enum Refusal {
     #[error(
         "{caller} may not call {callee}: it is not in your agents.can_call ({allowed}); call one of those or answer yourself"
     )]
+    #[non_exhaustive]
     NotInCanCall {
         /// The calling agent.
         caller: String,
@@ -38,6 +50,7 @@ pub enum Refusal {
     },
     /// No agent with that name exists in the fleet.
     #[error("there is no agent named `{callee}` in this fleet; call one of: {allowed}")]
+    #[non_exhaustive]
     UnknownAgent {
         /// The name asked for.
         callee: String,
@@ -46,6 +59,7 @@ pub enum Refusal {
     },
     /// The callee's config does not list the caller in `accept_from`.
     #[error("{callee} does not accept calls from {caller}; answer with what you have")]
+    #[non_exhaustive]
     NotAccepted {
         /// The calling agent.
         caller: String,
@@ -54,12 +68,14 @@ pub enum Refusal {
     },
     /// The chain would be deeper than the depth limit of the side that checked.
     #[error("call chain depth limit ({limit}) reached: answer with what you have")]
+    #[non_exhaustive]
     DepthLimit {
         /// The limit that was reached.
         limit: usize,
     },
     /// The run already placed as many calls as the limit allows.
     #[error("per-run call limit ({limit}) reached: answer with what you have")]
+    #[non_exhaustive]
     CallCap {
         /// The limit that was reached.
         limit: u64,
@@ -68,6 +84,7 @@ pub enum Refusal {
     #[error(
         "{callee} is saturated ({active} runs in progress): try again later or answer with what you have"
     )]
+    #[non_exhaustive]
     Saturated {
         /// The saturated agent.
         callee: String,
@@ -78,6 +95,7 @@ pub enum Refusal {
     #[error(
         "{principal} already has {active} runs in progress on {callee}, its share: wait for some to settle, then try again"
     )]
+    #[non_exhaustive]
     PrincipalSaturated {
         /// The agent.
         callee: String,
@@ -88,6 +106,7 @@ pub enum Refusal {
     },
     /// The callee is down (its restart budget is spent).
     #[error("{callee} is down and cannot take calls right now; answer with what you have")]
+    #[non_exhaustive]
     AgentDown {
         /// The agent that is down.
         callee: String,
@@ -96,6 +115,7 @@ pub enum Refusal {
     #[error(
         "{callee} is unreachable ({detail}); the call was not delivered; you may retry later or answer with what you have"
     )]
+    #[non_exhaustive]
     Unreachable {
         /// The agent asked for.
         callee: String,
@@ -104,6 +124,7 @@ pub enum Refusal {
     },
     /// The envelope did not verify (signature, chain, placement or expiry).
     #[error("the call to {callee} was refused by its host: {detail}")]
+    #[non_exhaustive]
     BadEnvelope {
         /// The agent asked for.
         callee: String,
@@ -112,12 +133,15 @@ pub enum Refusal {
     },
     /// `call_agent` was used without an agent name or with an empty input.
     #[error("call_agent expects {{\"agent\": \"<name>\", \"input\": \"<non-empty text>\"}}")]
+    #[non_exhaustive]
     MalformedCall,
     /// A run was asked for with an empty input.
     #[error("input must not be empty")]
+    #[non_exhaustive]
     EmptyInput,
     /// An operator decision was sent for a run that is not waiting for one.
     #[error("run {run} is not waiting for an approval (status {status})")]
+    #[non_exhaustive]
     NotAwaitingApproval {
         /// The run named.
         run: String,
@@ -129,6 +153,7 @@ pub enum Refusal {
     #[error(
         "gate {gate} is not waiting for a decision (the run waits on: {waiting}); nothing was decided: read the run again and decide the gate it waits on"
     )]
+    #[non_exhaustive]
     StaleDecision {
         /// The gate named.
         gate: String,
@@ -140,6 +165,7 @@ pub enum Refusal {
     #[error(
         "gate {gate} is not in doubt: its tool has not run; approve or deny it instead of recording a result"
     )]
+    #[non_exhaustive]
     NotInDoubt {
         /// The gate named.
         gate: String,
@@ -149,6 +175,7 @@ pub enum Refusal {
     #[error(
         "gate {gate} needs someone else's decision: the run's own requester may not decide it (four eyes); ask an operator"
     )]
+    #[non_exhaustive]
     FourEyes {
         /// The gate.
         gate: String,
@@ -157,6 +184,7 @@ pub enum Refusal {
     #[error(
         "run {run} has already settled ({status}): there is nothing left to cancel and nothing was written"
     )]
+    #[non_exhaustive]
     AlreadySettled {
         /// The run named.
         run: String,
@@ -167,6 +195,7 @@ pub enum Refusal {
     #[error(
         "{run} has already {status}; a delivery to it would never be read: nothing was written; deliver without a run to start a new one"
     )]
+    #[non_exhaustive]
     DeliveryTargetSettled {
         /// The run named.
         run: String,
@@ -177,6 +206,7 @@ pub enum Refusal {
     #[error(
         "{run} is waiting for an operator's approval; a delivery cannot resolve it: nothing was written; try again after the gate is decided"
     )]
+    #[non_exhaustive]
     DeliveryTargetBlocked {
         /// The run named.
         run: String,
@@ -185,6 +215,7 @@ pub enum Refusal {
     #[error(
         "delivery id `{delivery_id}` was already used for a different message: nothing was written; use a new delivery id for a new message"
     )]
+    #[non_exhaustive]
     DeliveryConflict {
         /// The delivery id.
         delivery_id: String,
@@ -193,12 +224,14 @@ pub enum Refusal {
     #[error(
         "deliver expects a non-empty text and a delivery id of 1 to 128 characters from [A-Za-z0-9_.:-]: nothing was written"
     )]
+    #[non_exhaustive]
     MalformedDelivery,
     /// The callee does not take deliveries from the sender: its `accept_from` does not list
     /// the sender (decided by the callee's side).
     #[error(
         "{callee} does not accept deliveries from {sender}: nothing was written; answer with what you have"
     )]
+    #[non_exhaustive]
     DeliveryNotConsented {
         /// The delivering agent.
         sender: String,
@@ -210,6 +243,7 @@ pub enum Refusal {
     #[error(
         "{sender} may not deliver to {callee}: {callee} is not in your own agents.can_call ({allowed}); nothing was sent and {callee} was not asked; deliver to one of those or answer with what you have"
     )]
+    #[non_exhaustive]
     DeliveryNotInCanCall {
         /// The delivering agent.
         sender: String,
@@ -222,6 +256,7 @@ pub enum Refusal {
     #[error(
         "{run} is not a run you placed; a delivery may only go into your own calls: nothing was written; deliver without a run to start a new one"
     )]
+    #[non_exhaustive]
     DeliveryNotYourRun {
         /// The run named.
         run: String,
@@ -231,6 +266,7 @@ pub enum Refusal {
     #[error(
         "host {host} is draining: it finishes the runs it accepted and starts no new ones; try again after an operator resumes it, or on another host"
     )]
+    #[non_exhaustive]
     Draining {
         /// The draining host.
         host: String,
@@ -241,6 +277,7 @@ pub enum Refusal {
     #[error(
         "you called `{tool}` with the same input {times} times in a row and its result will not change: stop repeating it; answer with what you have or try something different"
     )]
+    #[non_exhaustive]
     RepeatedToolUse {
         /// The tool the model used.
         tool: String,
@@ -252,6 +289,7 @@ pub enum Refusal {
     /// deadline passed.
     #[error("{}", tree_budget_text(*.what, *.limit, *.spent))]
     #[serde(rename = "budget_exhausted")]
+    #[non_exhaustive]
     TreeBudgetExhausted {
         /// Which count ran out.
         what: TreeResource,
@@ -323,109 +361,230 @@ impl Refusal {
             .unwrap_or_else(|_| format!("{{\"reason\":\"{}\"}}", self.code()))
     }
 
-    /// Reads a refusal's wire form; `None` when the text is not one (an older host's free text).
+    /// Reads a refusal's wire form; `None` when the text is not one (an older host's free text,
+    /// an unknown code, or a known code without its fields: a missing limit is never filled
+    /// in with a default).
     pub fn from_wire(text: &str) -> Option<Self> {
         serde_json::from_str(text).ok()
     }
+
+    /// The callee's agent is down (its restart budget is spent, or its actor could not take
+    /// the request, or its store failed to admit the call): the request was not taken.
+    pub fn agent_down(callee: &str) -> Self {
+        Self::AgentDown {
+            callee: callee.to_owned(),
+        }
+    }
+
+    /// The callee could not be reached: no route to its host, the call could not be signed or
+    /// sent, the link failed, or this host has no client for it. The call was not delivered;
+    /// `detail` says what happened on the way.
+    pub fn unreachable(callee: &str, detail: impl Into<String>) -> Self {
+        Self::Unreachable {
+            callee: callee.to_owned(),
+            detail: detail.into(),
+        }
+    }
+
+    /// The call did not verify, on either side of the link: its chain (empty, misaddressed,
+    /// badly signed, expired, relayed, or placed on the wrong host), or an answer from the
+    /// callee's host that is no answer to a call. `detail` says what did not verify.
+    pub fn bad_envelope(callee: &str, detail: impl Into<String>) -> Self {
+        Self::BadEnvelope {
+            callee: callee.to_owned(),
+            detail: detail.into(),
+        }
+    }
+
+    /// This host is draining (an operator stopped it from starting new runs): a root run or a
+    /// delivery that would start one is refused.
+    pub fn draining(host: &str) -> Self {
+        Self::Draining {
+            host: host.to_owned(),
+        }
+    }
+
+    /// The callee's host answered that it failed to take the call (and kept failing through
+    /// the caller's retries): the call was not delivered, so the model may try again later.
+    /// `said` is that host's text, cut to 500 characters.
+    pub fn callee_host_failed(callee: &str, said: &str) -> Self {
+        Self::unreachable(
+            callee,
+            format!("its host failed to take the call: {}", cut(said)),
+        )
+    }
+
+    /// The callee's host refused the call in words this host cannot read as a refusal (an
+    /// older host's text, or a wire form whose link reason `reason` does not match it). It is
+    /// said as what it is, never dressed up as a refusal with fields the callee never named
+    /// (a limit). `said` is cut to 500 characters.
+    pub fn unreadable(callee: &str, reason: &str, said: &str) -> Self {
+        Self::bad_envelope(callee, format!("refused ({reason}): {}", cut(said)))
+    }
+
+    /// One refusal of every variant, for tests of code outside this crate that must handle
+    /// each (a wire mapping, a metric's label): other crates cannot build one.
+    #[cfg(any(test, feature = "testing"))]
+    #[doc(hidden)]
+    pub fn examples() -> Vec<Self> {
+        let s = |t: &str| t.to_owned();
+        vec![
+            Self::NoPeers { agent: s("solo") },
+            Self::NotInCanCall {
+                caller: s("a"),
+                callee: s("b"),
+                allowed: s("c"),
+            },
+            Self::UnknownAgent {
+                callee: s("x"),
+                allowed: s("c"),
+            },
+            Self::NotAccepted {
+                caller: s("a"),
+                callee: s("b"),
+            },
+            Self::DepthLimit { limit: 4 },
+            Self::CallCap { limit: 25 },
+            Self::Saturated {
+                callee: s("b"),
+                active: 3,
+            },
+            Self::PrincipalSaturated {
+                callee: s("b"),
+                principal: s("api:alice"),
+                active: 32,
+            },
+            Self::AgentDown { callee: s("b") },
+            Self::Unreachable {
+                callee: s("b"),
+                detail: s("connection lost"),
+            },
+            Self::BadEnvelope {
+                callee: s("b"),
+                detail: s("expired"),
+            },
+            Self::MalformedCall,
+            Self::EmptyInput,
+            Self::NotAwaitingApproval {
+                run: s("run_1"),
+                status: s("running"),
+            },
+            Self::StaleDecision {
+                gate: s("run_1:tu_0_0"),
+                waiting: s("run_1:tu_1_0"),
+            },
+            Self::NotInDoubt {
+                gate: s("run_1:tu_0_0"),
+            },
+            Self::FourEyes {
+                gate: s("run_1:tu"),
+            },
+            Self::AlreadySettled {
+                run: s("run_1"),
+                status: s("failed"),
+            },
+            Self::DeliveryTargetSettled {
+                run: s("run_1"),
+                status: s("succeeded"),
+            },
+            Self::DeliveryTargetBlocked { run: s("run_1") },
+            Self::DeliveryConflict {
+                delivery_id: s("d-1"),
+            },
+            Self::MalformedDelivery,
+            Self::DeliveryNotConsented {
+                sender: s("cmo"),
+                callee: s("cfo"),
+            },
+            Self::DeliveryNotInCanCall {
+                sender: s("a1"),
+                callee: s("b3"),
+                allowed: s("c"),
+            },
+            Self::DeliveryNotYourRun { run: s("run_1") },
+            Self::Draining { host: s("beta") },
+            Self::RepeatedToolUse {
+                tool: s("lookup"),
+                times: 3,
+            },
+            Self::TreeBudgetExhausted {
+                what: TreeResource::Wall,
+                limit: 1_700_000_000_000,
+                spent: 1_700_000_004_000,
+            },
+        ]
+    }
+}
+
+/// The most characters of another host's text a refusal read off the wire repeats: enough to
+/// say what happened, never a whole page of it.
+const WIRE_DETAIL_CHARS: usize = 500;
+
+/// `text` cut to [`WIRE_DETAIL_CHARS`] characters.
+fn cut(text: &str) -> String {
+    text.chars().take(WIRE_DETAIL_CHARS).collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn every_variant() -> Vec<Refusal> {
-        let s = |t: &str| t.to_owned();
-        vec![
-            Refusal::NoPeers { agent: s("solo") },
-            Refusal::NotInCanCall {
-                caller: s("a"),
-                callee: s("b"),
-                allowed: s("c"),
-            },
-            Refusal::UnknownAgent {
-                callee: s("x"),
-                allowed: s("c"),
-            },
-            Refusal::NotAccepted {
-                caller: s("a"),
-                callee: s("b"),
-            },
-            Refusal::DepthLimit { limit: 4 },
-            Refusal::CallCap { limit: 25 },
-            Refusal::Saturated {
-                callee: s("b"),
-                active: 3,
-            },
-            Refusal::PrincipalSaturated {
-                callee: s("b"),
-                principal: s("api:alice"),
-                active: 32,
-            },
-            Refusal::AgentDown { callee: s("b") },
-            Refusal::Unreachable {
-                callee: s("b"),
-                detail: s("connection lost"),
-            },
-            Refusal::BadEnvelope {
-                callee: s("b"),
-                detail: s("expired"),
-            },
-            Refusal::MalformedCall,
-            Refusal::EmptyInput,
-            Refusal::NotAwaitingApproval {
-                run: s("run_1"),
-                status: s("running"),
-            },
-            Refusal::StaleDecision {
-                gate: s("run_1:tu_0_0"),
-                waiting: s("run_1:tu_1_0"),
-            },
-            Refusal::NotInDoubt {
-                gate: s("run_1:tu_0_0"),
-            },
-            Refusal::AlreadySettled {
-                run: s("run_1"),
-                status: s("failed"),
-            },
-            Refusal::DeliveryTargetSettled {
-                run: s("run_1"),
-                status: s("succeeded"),
-            },
-            Refusal::DeliveryTargetBlocked { run: s("run_1") },
-            Refusal::DeliveryConflict {
-                delivery_id: s("d-1"),
-            },
-            Refusal::MalformedDelivery,
-            Refusal::DeliveryNotConsented {
-                sender: s("cmo"),
-                callee: s("cfo"),
-            },
-            Refusal::DeliveryNotInCanCall {
-                sender: s("a1"),
-                callee: s("b3"),
-                allowed: s("c"),
-            },
-            Refusal::DeliveryNotYourRun { run: s("run_1") },
-            Refusal::Draining { host: s("beta") },
-            Refusal::RepeatedToolUse {
-                tool: s("lookup"),
-                times: 3,
-            },
-            Refusal::FourEyes {
-                gate: s("run_1:tu"),
-            },
-            Refusal::TreeBudgetExhausted {
-                what: TreeResource::Runs,
-                limit: 10,
-                spent: 10,
-            },
-        ]
+    /// Every wire tag the enum has, as serde's derive knows them: an unknown tag's error
+    /// lists them all, so this list follows the enum without being written out again.
+    fn wire_tags() -> std::collections::BTreeSet<String> {
+        let error = serde_json::from_str::<Refusal>(r#"{"reason":"no_such_refusal"}"#)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        let (_, expected) = error
+            .split_once("expected one of ")
+            .unwrap_or_else(|| panic!("serde's error names no variants: {error}"));
+        expected
+            .split(", ")
+            .map(|tag| tag.trim_matches(|c: char| c == '`' || c.is_whitespace()))
+            .map(|tag| tag.split('`').next().unwrap_or(tag).to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn the_examples_cover_every_code_exactly_once() {
+        let examples = Refusal::examples();
+        let codes: std::collections::BTreeSet<String> =
+            examples.iter().map(|r| r.code().to_owned()).collect();
+        assert_eq!(codes.len(), examples.len(), "a code appears twice");
+        let tags = wire_tags();
+        assert_eq!(
+            codes, tags,
+            "examples() misses a variant, or a code is not its tag"
+        );
+    }
+
+    #[test]
+    fn a_wire_form_without_its_fields_is_no_refusal() {
+        // Never a default limit: a `call_cap` that does not say its limit is not read as one.
+        assert_eq!(Refusal::from_wire(r#"{"reason":"call_cap"}"#), None);
+        assert_eq!(Refusal::from_wire(r#"{"reason":"depth_limit"}"#), None);
+        assert_eq!(Refusal::from_wire(r#"{"reason":"no_such_refusal"}"#), None);
+    }
+
+    #[test]
+    fn what_another_host_said_is_cut_and_kept_apart_from_a_refusal() {
+        let long = "x".repeat(2_000);
+        let failed = Refusal::callee_host_failed("cfo", &long);
+        assert_eq!(failed.code(), "unreachable");
+        assert!(failed.to_string().len() < 800, "{failed}");
+        let unread = Refusal::unreadable("cfo", "DepthLimit", "not json");
+        assert_eq!(unread.code(), "bad_envelope");
+        assert_eq!(
+            unread.to_string(),
+            "the call to cfo was refused by its host: refused (DepthLimit): not json"
+        );
     }
 
     #[test]
     fn every_refusal_has_a_code_a_sentence_and_a_wire_form_that_round_trips() {
         let mut codes = std::collections::BTreeSet::new();
-        for refusal in every_variant() {
+        for refusal in Refusal::examples() {
             assert!(!refusal.code().is_empty());
             assert!(
                 codes.insert(refusal.code()),

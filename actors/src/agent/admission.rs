@@ -211,8 +211,7 @@ impl AgentActor {
                         (outcome, Ok(Admission::Replay))
                     }
                     Ok((admission @ Admission::Refused { .. }, refusal)) => {
-                        let refusal =
-                            refusal.unwrap_or_else(|| Refusal::AgentDown { callee: me.clone() });
+                        let refusal = refusal.unwrap_or_else(|| Refusal::agent_down(&me));
                         warn!(reason = refusal.code(), "call refused: {refusal}");
                         (CallOutcome::Refused(refusal), Ok(admission))
                     }
@@ -226,7 +225,7 @@ impl AgentActor {
                         (outcome, Ok(admission))
                     }
                     Err(e) => {
-                        let outcome = CallOutcome::Refused(Refusal::AgentDown { callee: me });
+                        let outcome = CallOutcome::Refused(Refusal::agent_down(&me));
                         (outcome, Err(e.to_string()))
                     }
                 };

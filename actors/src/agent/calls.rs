@@ -49,10 +49,10 @@ impl AgentActor {
                     60_000
                 );
                 let outcome = asked.unwrap_or_else(|e| {
-                    CallOutcome::Refused(consort_core::Refusal::Unreachable {
-                        callee: callee.clone(),
-                        detail: format!("the host supervisor did not answer: {e}"),
-                    })
+                    CallOutcome::Refused(consort_core::Refusal::unreachable(
+                        &callee,
+                        format!("the host supervisor did not answer: {e}"),
+                    ))
                 });
                 tell(
                     &depth,

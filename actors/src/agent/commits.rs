@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use ractor::{ActorRef, RpcReplyPort};
 use tracing::{Instrument, info, info_span, warn};
 
-use consort_core::directory::Receipt;
+use consort_core::directory::{Receipt, delivery_receipt};
 use consort_core::machine::{Answer as MachineAnswer, AskerId, CallAdmitted, CallReservation};
 use consort_core::step::Verdict;
 use consort_core::{RunEvent, Transition};
@@ -135,7 +135,7 @@ impl AgentState {
         transition: Transition,
         expected_seq: u64,
     ) -> Result<(), ActorsError> {
-        for event in &transition.events {
+        for event in transition.events() {
             // A delivered message waits until a model turn reads it: the rollup's stalled
             // deliveries come from this (the write it rides on is in the writer's queue).
             match event {
@@ -156,7 +156,7 @@ impl AgentState {
             }
         }
         if transition.settles()
-            && let Some(status) = transition.status
+            && let Some(status) = transition.status()
         {
             self.metrics.settled(status);
         }
@@ -313,31 +313,20 @@ impl AgentActor {
                 delivery_id,
                 from,
             } => {
-                let receipt = match verdict {
+                // What the sender reads is core's to say; this only logs what happened.
+                match &verdict {
                     Verdict::Delivered { seq, existing } => {
                         info!(run_id = %run, agent = %state.config.name, sender = %from, seq, existing, "message delivered into a run");
-                        Receipt::Enqueued {
-                            delivery_id,
-                            run,
-                            seq,
-                            existing,
-                        }
                     }
                     Verdict::Refused(refusal) => {
                         info!(run_id = %run, agent = %state.config.name, sender = %from, reason = refusal.code(), "delivery refused");
-                        Receipt::rejected(&delivery_id, &refusal)
                     }
-                    Verdict::Dropped(_) => Receipt::rejected(
-                        &delivery_id,
-                        &consort_core::Refusal::DeliveryNotYourRun {
-                            run: run.to_string(),
-                        },
-                    ),
+                    Verdict::Dropped(_) => {}
                     other => {
                         warn!(run_id = %run, "a delivery got an unexpected verdict: {other:?}");
-                        Receipt::rejected(&delivery_id, &consort_core::Refusal::MalformedDelivery)
                     }
-                };
+                }
+                let receipt = delivery_receipt(&delivery_id, &run, &verdict);
                 if port.send(receipt).is_err() {
                     warn!("a delivery's sender stopped waiting for its receipt");
                 }

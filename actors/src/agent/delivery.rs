@@ -12,12 +12,12 @@
 use ractor::{ActorRef, RpcReplyPort};
 use tracing::{info, warn};
 
+use consort_core::RunId;
 use consort_core::directory::{
     Receipt, check_delivery_id, delivery_run_id, may_deliver_into, new_run_delivery,
-    payload_digest, receiver_consents,
+    payload_digest, receiver_consents, run_not_found,
 };
 use consort_core::step::Input;
-use consort_core::{Refusal, RunId};
 
 use super::commits::Asker;
 use super::{AgentActor, AgentMsg, AgentState};
@@ -71,9 +71,7 @@ impl AgentActor {
     ) -> Result<(), ActorsError> {
         let me = state.config.name.clone();
         let Some(record) = state.record(&run).await? else {
-            let refusal = Refusal::DeliveryNotYourRun {
-                run: run.to_string(),
-            };
+            let refusal = run_not_found(&run);
             send_receipt(reply, Receipt::rejected(&delivery_id, &refusal));
             return Ok(());
         };

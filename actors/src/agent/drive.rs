@@ -158,7 +158,7 @@ impl AgentState {
 
 /// The durable boundary a transition crosses, for the crash tests' fault points.
 fn crash_boundary(transition: &consort_core::Transition) -> Option<Point> {
-    transition.events.iter().find_map(|event| match event {
+    transition.events().iter().find_map(|event| match event {
         RunEvent::ModelTurn(turn) if matches!(turn.step, ModelStep::ToolUses(_)) => {
             Some(Point::TurnRecorded)
         }

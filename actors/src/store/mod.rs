@@ -424,14 +424,14 @@ impl RunLog for RunStore {
             .map_err(e)?;
         }
         // One statement for the counts and the status, and none when neither moves.
-        let (c, d) = (update.cost, update.descendants);
+        let (c, d) = (update.cost(), update.descendants());
         let counts_move = c != CostDelta::default() || d != CostDelta::default();
         let next = update.next_status(status);
-        let status_moves = next != status || update.status.is_some();
+        let status_moves = next != status || update.status().is_some();
         if counts_move || status_moves {
             let settled = next.is_settled().then_some(now as i64);
             let (output, error) = if status_moves {
-                (update.output, update.error)
+                (update.output(), update.error())
             } else {
                 (None, None)
             };

@@ -556,11 +556,11 @@ impl RunLog for PostgresStore<'_> {
             }
             let next = update.next_status(status);
             // As the SQLite store: output, error and settlement change only with the status.
-            let changes = next != status || update.status.is_some();
-            let output = update.output.as_deref().filter(|_| changes);
-            let error = update.error.as_deref().filter(|_| changes);
+            let changes = next != status || update.status().is_some();
+            let output = update.output().filter(|_| changes);
+            let error = update.error().filter(|_| changes);
             let settled = (changes && next.is_settled()).then_some(now);
-            let (c, d) = (update.cost, update.descendants);
+            let (c, d) = (update.cost(), update.descendants());
             let rows = db.query(
                 agent,
                 &update_sql,

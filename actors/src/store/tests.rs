@@ -2,6 +2,7 @@
 use super::schema::SCHEMA;
 use super::*;
 use crate::visibility::Origin;
+use consort_core::testing::{TransitionParts, transition};
 
 fn new_run(id: RunId) -> NewRun {
     NewRun {
@@ -43,18 +44,18 @@ fn apply_writes_events_status_and_cost_together() {
     let mut store = RunStore::open(&path, Durability::Full).unwrap();
     let id = RunId::random();
     store.insert_run(new_run(id.clone())).unwrap();
-    let update = Transition {
+    let update = transition(TransitionParts {
+        events: vec![RunEvent::Answer(consort_core::event::Answer {
+            text: "42".into(),
+        })],
+        status: Some(RunStatus::Succeeded),
         output: Some("42".into()),
         cost: CostDelta {
             model_turns: 1,
             ..Default::default()
         },
         ..Default::default()
-    }
-    .event(RunEvent::Answer(consort_core::event::Answer {
-        text: "42".into(),
-    }))
-    .status(RunStatus::Succeeded);
+    });
     let run = store.apply(&id, update).unwrap();
     assert_eq!(run.status, RunStatus::Succeeded);
     assert_eq!(run.output.as_deref(), Some("42"));
@@ -80,7 +81,7 @@ fn unknown_run_is_a_typed_error() {
     let dir = tempfile::tempdir().unwrap();
     let mut store = RunStore::open(&dir.path().join("runs.db"), Durability::Normal).unwrap();
     let err = store
-        .apply(&RunId::random(), Transition::default())
+        .apply(&RunId::random(), transition(TransitionParts::default()))
         .unwrap_err();
     assert!(matches!(err, ActorsError::UnknownRun(_)));
 }

@@ -184,10 +184,10 @@ impl HostSupervisor {
         let Some(client) = state.spec.a2a.clone() else {
             answer(
                 reply,
-                CallOutcome::Refused(Refusal::Unreachable {
-                    callee: agent.name,
-                    detail: "this host was started without a client for A2A agents".into(),
-                }),
+                CallOutcome::Refused(Refusal::unreachable(
+                    &agent.name,
+                    "this host was started without a client for A2A agents",
+                )),
             );
             return;
         };

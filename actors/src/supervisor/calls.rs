@@ -17,8 +17,8 @@
 use ractor::{ActorRef, RpcReplyPort};
 use tracing::warn;
 
-use consort_core::Refusal;
 use consort_core::step::CallOutcome;
+use consort_core::{Refusal, guards};
 use consort_net::{CallEnvelope, ReplyEnvelope, RunId};
 
 use super::{HostSupervisor, SupervisorMsg, SupervisorState, answer};
@@ -46,7 +46,7 @@ impl HostSupervisor {
                 AgentMsg::Accept { envelope, reply },
             );
         } else if state.slots.contains_key(&callee) {
-            answer(reply, CallOutcome::Refused(Refusal::AgentDown { callee }));
+            answer(reply, CallOutcome::Refused(Refusal::agent_down(&callee)));
         } else if let Some(remote) = state.spec.remote.clone().filter(|r| r.serves(&callee)) {
             tokio::spawn(async move {
                 let outcome = remote.place_call(envelope).await;
@@ -55,11 +55,8 @@ impl HostSupervisor {
         } else if let Some((agent, token)) = Self::a2a_callee(state, &envelope) {
             Self::place_a2a_call(myself, state, envelope, agent, token, reply);
         } else {
-            let allowed = Self::fleet_agents(&state.spec).join(", ");
-            answer(
-                reply,
-                CallOutcome::Refused(Refusal::UnknownAgent { callee, allowed }),
-            );
+            let refusal = guards::not_in_fleet(&callee, &Self::fleet_agents(&state.spec));
+            answer(reply, CallOutcome::Refused(refusal));
         }
     }
 

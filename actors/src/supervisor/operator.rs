@@ -31,9 +31,7 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 impl HostSupervisor {
     /// The refusal of a root run on a draining host.
     pub(super) fn draining_refusal_of(state: &SupervisorState) -> Refusal {
-        Refusal::Draining {
-            host: state.spec.host_name.clone(),
-        }
+        Refusal::draining(&state.spec.host_name)
     }
 
     /// [`HostSupervisor::draining_refusal_of`] as the error a starter gets.

@@ -3,8 +3,8 @@
 //! agents go to their actors, and other hosts' presence queries are answered from the board.
 //! It decides nothing: the rules are consort-core's `directory`.
 
-use consort_core::Refusal;
 use consort_core::directory::{Audience, Receipt};
+use consort_core::{Refusal, guards};
 use consort_net::RunId;
 use ractor::{ActorRef, RpcReplyPort};
 use tracing::warn;
@@ -125,12 +125,9 @@ impl HostSupervisor {
             ),
             None => {
                 let refusal = if state.slots.contains_key(&agent) {
-                    Refusal::AgentDown { callee: agent }
+                    Refusal::agent_down(&agent)
                 } else {
-                    Refusal::UnknownAgent {
-                        callee: agent,
-                        allowed: Self::fleet_agents(&state.spec).join(", "),
-                    }
+                    guards::not_in_fleet(&agent, &Self::fleet_agents(&state.spec))
                 };
                 answer(reply, Receipt::rejected(&delivery_id, &refusal));
             }

@@ -18,6 +18,7 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::step::Verdict;
 use crate::{Refusal, RunId};
 
 /// The model tool that delivers a message to a peer.
@@ -370,6 +371,33 @@ pub fn receiver_consents(
     }
 }
 
+/// The refusal of a delivery into a run the callee has no record of, or that its machine
+/// dropped: to the sender it is not a run it placed, which is all it learns (a sender cannot
+/// probe which runs exist).
+pub fn run_not_found(run: &RunId) -> Refusal {
+    Refusal::DeliveryNotYourRun {
+        run: run.to_string(),
+    }
+}
+
+/// What a delivery's sender is told once the run's machine has answered the delivery into
+/// `run`: delivered, the message's seq; refused, that refusal; dropped, [`run_not_found`]. Any
+/// other verdict answers no delivery: nothing was written, and the sender is told its
+/// delivery could not be taken as sent ([`Refusal::MalformedDelivery`]).
+pub fn delivery_receipt(delivery_id: &str, run: &RunId, verdict: &Verdict) -> Receipt {
+    match verdict {
+        Verdict::Delivered { seq, existing } => Receipt::Enqueued {
+            delivery_id: delivery_id.to_owned(),
+            run: run.clone(),
+            seq: *seq,
+            existing: *existing,
+        },
+        Verdict::Refused(refusal) => Receipt::rejected(delivery_id, refusal),
+        Verdict::Dropped(_) => Receipt::rejected(delivery_id, &run_not_found(run)),
+        _ => Receipt::rejected(delivery_id, &Refusal::MalformedDelivery),
+    }
+}
+
 /// Whether `sender` may deliver into a run: the agent that placed it (or the operator).
 pub fn may_deliver_into(
     sender: &str,
@@ -379,8 +407,6 @@ pub fn may_deliver_into(
     if sender == OPERATOR_SENDER || parent_agent == Some(sender) {
         Ok(())
     } else {
-        Err(Refusal::DeliveryNotYourRun {
-            run: run.to_string(),
-        })
+        Err(run_not_found(run))
     }
 }

@@ -109,7 +109,7 @@ pub(super) fn place_call(
 
 pub(super) fn refused_call(tool_use_id: &str, callee: &str, refusal: Refusal) -> Transition {
     let text = refusal.to_string();
-    Transition::default()
+    Transition::empty()
         .event(RunEvent::CallRefused(CallRefused {
             tool_use_id: tool_use_id.to_owned(),
             agent: callee.to_owned(),
@@ -144,14 +144,14 @@ pub(super) fn call_ended(
             existing,
         } => {
             let wait_s = wait_of(view, tool_use_id);
-            let mut write = Transition::default()
+            let mut write = Transition::empty()
                 .event(RunEvent::CallPlaced(CallPlaced {
                     tool_use_id: tool_use_id.to_owned(),
                     agent: callee.to_owned(),
                     child_run: child_run.clone(),
                     existing,
                 }))
-                .cost(CostDelta {
+                .with_cost(CostDelta {
                     calls_placed: 1,
                     ..CostDelta::default()
                 });

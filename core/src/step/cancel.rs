@@ -36,7 +36,7 @@ pub(super) fn cancel(view: &RunView, run: &RunId, by: String, reason: Option<Str
         .filter(|r| !r.is_empty());
     let error = canceled_error(&by, reason.as_deref());
     Step::write(
-        Transition::default()
+        Transition::empty()
             .event(RunEvent::Canceled(Canceled { by, reason }))
             .settle(Err(error)),
         // The settle notice: whoever waits is told, and a delegated run's caller gets its

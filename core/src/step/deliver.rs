@@ -61,7 +61,7 @@ pub(super) fn receive(view: &RunView, run: &RunId, message: MessageReceived) -> 
     };
     Step {
         // No status change: the one event is the next in the log.
-        write: Some(Transition::default().event(RunEvent::MessageReceived(message))),
+        write: Some(Transition::empty().event(RunEvent::MessageReceived(message))),
         effects,
         verdict: Verdict::Delivered {
             seq: view.last_seq + 1,

@@ -129,7 +129,7 @@ pub fn approval_gate(view: &RunView, used: &GatedUse<'_>) -> Gate {
     }
     let ask = |number: u32, in_doubt: bool| {
         Gate::Block(
-            Transition::default()
+            Transition::empty()
                 .event(RunEvent::ApprovalRequested(ApprovalRequested {
                     gate: gate_id(used.run, used.tool_use_id, number),
                     tool_use_id: used.tool_use_id.to_owned(),
@@ -138,21 +138,21 @@ pub fn approval_gate(view: &RunView, used: &GatedUse<'_>) -> Gate {
                     requester_may_decide: used.requester_may_decide,
                     in_doubt,
                 }))
-                .status(RunStatus::Blocked),
+                .with_status(RunStatus::Blocked),
         )
     };
     let Some(gate) = view.approvals.get(used.tool_use_id) else {
         return ask(1, false);
     };
     match gate.decision {
-        None => Gate::Block(Transition::default().status(RunStatus::Blocked)),
+        None => Gate::Block(Transition::empty().with_status(RunStatus::Blocked)),
         Some(false) => Gate::Denied(Transition::tool_result(
             used.tool_use_id,
             used.result_name,
             &format!("the operator denied the use of `{}`", used.tool),
             true,
         )),
-        Some(true) if !gate.started => Gate::Start(Transition::default().event(
+        Some(true) if !gate.started => Gate::Start(Transition::empty().event(
             RunEvent::ToolStarted(ToolStarted {
                 gate: gate_id(used.run, used.tool_use_id, gate.asks),
                 tool_use_id: used.tool_use_id.to_owned(),
@@ -221,7 +221,7 @@ pub(super) fn decide(
         return Step::verdict(Verdict::Refused(Refusal::NotInDoubt { gate: id }));
     }
     let decided = |approved: bool, recorded: bool| {
-        Transition::default().event(RunEvent::ApprovalDecided(ApprovalDecided {
+        Transition::empty().event(RunEvent::ApprovalDecided(ApprovalDecided {
             gate: id.clone(),
             tool_use_id: tool_use_id.to_owned(),
             approved,
@@ -260,7 +260,7 @@ pub(super) fn decide(
         )),
     }
     Step {
-        write: Some(write.status(RunStatus::Running)),
+        write: Some(write.with_status(RunStatus::Running)),
         effects: vec![Effect::Advance],
         verdict: Verdict::Decided {
             gate: id,

@@ -37,7 +37,7 @@ pub(super) fn take_reply(view: &RunView, reply: ReplyIn, placing: bool, cap: usi
     let output = cap_output(&reply.output, cap);
     // A blocking call still inside its turn: the reply is that tool use's result.
     let in_turn = !view.resolved.contains(&call.tool_use_id);
-    let mut write = Transition::default().event(RunEvent::ReplyReceived(ReplyReceived {
+    let mut write = Transition::empty().event(RunEvent::ReplyReceived(ReplyReceived {
         child_run: reply.child_run,
         agent: reply.callee,
         status: reply.outcome,
@@ -57,7 +57,7 @@ pub(super) fn take_reply(view: &RunView, reply: ReplyIn, placing: bool, cap: usi
         ));
     }
     if view.status == Some(RunStatus::Waiting) {
-        write = write.status(RunStatus::Running);
+        write = write.with_status(RunStatus::Running);
     }
     Step {
         write: Some(write),

@@ -29,7 +29,7 @@ pub(super) fn resolve_tool_uses(
     busy: &BTreeSet<String>,
     policy: &Policy<'_>,
 ) -> Step {
-    let mut write = Transition::default();
+    let mut write = Transition::empty();
     let mut effects = Vec::new();
     // Calls being placed count against the cap too: a turn may place many at once.
     let mut placing = busy
@@ -129,7 +129,7 @@ pub(super) fn tool_finished(
         ..CostDelta::default()
     };
     Step::write(
-        Transition::tool_result(tool_use_id, name, content, is_error).cost(cost),
+        Transition::tool_result(tool_use_id, name, content, is_error).with_cost(cost),
         vec![Effect::Advance],
     )
 }

@@ -41,56 +41,115 @@ impl CostDelta {
 
 /// One atomic change to a run: events to append, and the run's new status, output, error and
 /// cost. The store writes it in one transaction, adding a `status` event for a status change.
-#[derive(Clone, Debug, Default, PartialEq)]
+///
+/// Only this crate makes one (its fields and builders are crate-private, and it has no
+/// `Default`): the runtime receives a transition from [`step`](super::step()) or the agent
+/// machine and hands it to the store, which reads it through the accessors below. Tests of a
+/// store build theirs with `consort_core::testing` (the `testing` feature).
+#[derive(Clone, Debug, PartialEq)]
 pub struct Transition {
     /// Events to append, in order.
-    pub events: Vec<RunEvent>,
+    pub(crate) events: Vec<RunEvent>,
     /// The run's new status.
-    pub status: Option<RunStatus>,
+    pub(crate) status: Option<RunStatus>,
     /// The run's answer, on success.
-    pub output: Option<String>,
+    pub(crate) output: Option<String>,
     /// Why the run failed.
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
     /// Additions to the run's cost.
-    pub cost: CostDelta,
+    pub(crate) cost: CostDelta,
     /// Additions to the cost of the run's descendants (a reply's tree cost): the run's tree
     /// cost is its own plus these.
-    pub descendants: CostDelta,
+    pub(crate) descendants: CostDelta,
     /// Move a `queued` run to `running` first, in the same transaction (the ask of a fresh
     /// run's first model turn), so its log shows the move before what the transition records.
-    pub start: bool,
+    pub(crate) start: bool,
 }
 
 impl Transition {
+    /// The events to append, in order (the store adds the status changes of
+    /// [`Transition::appended_events`] around them).
+    pub fn events(&self) -> &[RunEvent] {
+        &self.events
+    }
+
+    /// The run's new status, if the transition sets one.
+    pub fn status(&self) -> Option<RunStatus> {
+        self.status
+    }
+
+    /// The run's answer, when the transition settles it with one.
+    pub fn output(&self) -> Option<&str> {
+        self.output.as_deref()
+    }
+
+    /// Why the run failed, when the transition fails it.
+    pub fn error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+
+    /// Additions to the run's own cost.
+    pub fn cost(&self) -> CostDelta {
+        self.cost
+    }
+
+    /// Additions to the cost of the run's descendants (a reply's tree cost).
+    pub fn descendants(&self) -> CostDelta {
+        self.descendants
+    }
+
+    /// Whether a `queued` run moves to `running` first, in the same transaction.
+    pub fn start(&self) -> bool {
+        self.start
+    }
+
+    /// A transition that changes nothing yet.
+    pub(crate) fn empty() -> Self {
+        Self {
+            events: Vec::new(),
+            status: None,
+            output: None,
+            error: None,
+            cost: CostDelta::default(),
+            descendants: CostDelta::default(),
+            start: false,
+        }
+    }
+
     /// Appends an event.
     #[must_use]
-    pub fn event(mut self, event: RunEvent) -> Self {
+    pub(crate) fn event(mut self, event: RunEvent) -> Self {
         self.events.push(event);
         self
     }
 
     /// Sets the run's new status.
     #[must_use]
-    pub fn status(mut self, status: RunStatus) -> Self {
+    pub(crate) fn with_status(mut self, status: RunStatus) -> Self {
         self.status = Some(status);
         self
     }
 
-    /// Adds to the run's cost.
+    /// Sets what the transition adds to the run's cost.
     #[must_use]
-    pub fn cost(mut self, cost: CostDelta) -> Self {
+    pub(crate) fn with_cost(mut self, cost: CostDelta) -> Self {
         self.cost = cost;
         self
     }
 
     /// A tool result, as the engine records one.
-    pub fn tool_result(tool_use_id: &str, name: &str, content: &str, is_error: bool) -> Self {
-        Self::default().event(RunEvent::tool_result(tool_use_id, name, content, is_error))
+    pub(crate) fn tool_result(
+        tool_use_id: &str,
+        name: &str,
+        content: &str,
+        is_error: bool,
+    ) -> Self {
+        Self::empty().event(RunEvent::tool_result(tool_use_id, name, content, is_error))
     }
 
     /// Settles the run (after whatever this transition already holds).
     #[must_use]
-    pub fn settle(mut self, outcome: Result<String, String>) -> Self {
+    pub(crate) fn settle(mut self, outcome: Result<String, String>) -> Self {
         match outcome {
             Ok(text) => {
                 self.events

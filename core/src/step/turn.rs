@@ -62,7 +62,7 @@ pub(super) fn advance(
     // that turn's ask rather than in a transaction of its own.
     if status == RunStatus::Queued && (!unresolved.is_empty() || !view.needs_model()) {
         return Step::write(
-            Transition::default().status(RunStatus::Running),
+            Transition::empty().with_status(RunStatus::Running),
             vec![Effect::Advance],
         );
     }
@@ -78,7 +78,7 @@ pub(super) fn advance(
             if status == RunStatus::Waiting {
                 return Step::default();
             }
-            return Step::write(Transition::default().status(RunStatus::Waiting), vec![]);
+            return Step::write(Transition::empty().with_status(RunStatus::Waiting), vec![]);
         }
         return settle(Err(
             "the model is waiting but no calls are outstanding".into()
@@ -93,7 +93,7 @@ pub(super) fn advance(
         // Its tokens are handed out to calls still out: their replies give back the rest.
         BeforeTurn::Wait if status == RunStatus::Waiting => return Step::default(),
         BeforeTurn::Wait => {
-            return Step::write(Transition::default().status(RunStatus::Waiting), vec![]);
+            return Step::write(Transition::empty().with_status(RunStatus::Waiting), vec![]);
         }
     }
     if thinking {
@@ -111,7 +111,7 @@ pub(super) fn advance(
     }
     let started = Transition {
         start: true,
-        ..Transition::default()
+        ..Transition::empty()
     }
     .event(RunEvent::ModelTurnStarted(ModelTurnStarted {
         turn: view.model_turns + 1,
@@ -156,7 +156,7 @@ fn decide_calls(
     uses: &[ToolUse],
     policy: &Policy<'_>,
 ) -> Transition {
-    let mut refused = Transition::default();
+    let mut refused = Transition::empty();
     if !uses.iter().any(|u| u.name == CALL_AGENT) {
         return refused;
     }
@@ -183,7 +183,7 @@ fn decide_calls(
 }
 
 fn settle(outcome: Result<String, String>) -> Step {
-    Step::write(Transition::default().settle(outcome), vec![Effect::Settled])
+    Step::write(Transition::empty().settle(outcome), vec![Effect::Settled])
 }
 
 /// Records a model turn and what it decided. The run moved to `running` when the turn was
@@ -219,7 +219,7 @@ pub(super) fn model_answered(
             output_tokens: answer.output_tokens,
             ..CostDelta::default()
         },
-        ..Transition::default()
+        ..Transition::empty()
     }
     .event(RunEvent::ModelTurn(ModelTurn {
         allowances: budget::allowances(
@@ -247,7 +247,7 @@ pub(super) fn model_answered(
         // read: `advance` asks again for it rather than wait on calls that may all be
         // answered by now.
         ModelStep::Wait if asked.pending > 0 => {
-            Step::write(turn.status(RunStatus::Waiting), vec![Effect::Advance])
+            Step::write(turn.with_status(RunStatus::Waiting), vec![Effect::Advance])
         }
         ModelStep::Wait => Step::write(
             turn.settle(Err("the model waited with no calls outstanding".into())),

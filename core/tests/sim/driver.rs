@@ -121,7 +121,7 @@ impl World {
             "  append #{ticket} {agent} {}: {}",
             short(&run),
             transition
-                .events
+                .events()
                 .iter()
                 .map(describe_event)
                 .collect::<Vec<_>>()
@@ -159,7 +159,7 @@ impl World {
         transition: &consort_core::Transition,
     ) {
         let spec = self.spec(agent).clone();
-        for event in &transition.events {
+        for event in transition.events() {
             let RunEvent::ModelTurn(turn) = event else {
                 continue;
             };

@@ -256,10 +256,10 @@ impl World {
                     agent: call.caller,
                     run: call.parent_run,
                     tool_use_id: call.tool_use_id,
-                    outcome: CallOutcome::Refused(Refusal::Unreachable {
-                        callee: call.callee.clone(),
-                        detail: "sim: host down".into(),
-                    }),
+                    outcome: CallOutcome::Refused(Refusal::unreachable(
+                        &call.callee,
+                        "sim: host down",
+                    )),
                     callee: call.callee,
                 });
             }
@@ -349,10 +349,10 @@ impl World {
         if self.clock(h) > call.issued_at + CALL_TTL + ALLOWED_SKEW {
             self.stats.cover("envelope expired".into());
             self.log("  refused: envelope expired".into());
-            let msg = answer_now(CallOutcome::Refused(Refusal::BadEnvelope {
-                callee: me.clone(),
-                detail: "the envelope expired".into(),
-            }));
+            let msg = answer_now(CallOutcome::Refused(Refusal::bad_envelope(
+                &me,
+                "the envelope expired",
+            )));
             self.send(h, &call.caller, msg);
             return;
         }

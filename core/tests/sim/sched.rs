@@ -282,10 +282,10 @@ impl World {
                             agent: name.clone(),
                             run,
                             tool_use_id,
-                            outcome: CallOutcome::Refused(Refusal::Unreachable {
-                                callee: callee.clone(),
-                                detail: UNREACHABLE_MARK.to_owned(),
-                            }),
+                            outcome: CallOutcome::Refused(Refusal::unreachable(
+                                &callee,
+                                UNREACHABLE_MARK,
+                            )),
                             callee,
                         }
                     });

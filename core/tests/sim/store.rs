@@ -144,12 +144,16 @@ impl Store {
         let events = t.appended_events(run.status);
         let next = t.next_status(run.status);
         run.events.extend(events.iter().cloned());
-        run.calls_placed += t.cost.calls_placed;
+        run.calls_placed += t.cost().calls_placed;
         let was_settled = run.status.is_settled();
-        if next != run.status || t.status.is_some() {
+        if next != run.status || t.status().is_some() {
             run.status = next;
-            run.output = t.output.or(run.output.take());
-            run.error = t.error.or(run.error.take());
+            if let Some(output) = t.output() {
+                run.output = Some(output.to_owned());
+            }
+            if let Some(error) = t.error() {
+                run.error = Some(error.to_owned());
+            }
         }
         if !was_settled && run.status.is_settled() {
             self.unsettled -= 1;

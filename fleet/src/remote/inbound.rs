@@ -22,7 +22,6 @@ use consort_actors::directory::WaitRequest;
 use consort_actors::run::now_ms;
 use consort_actors::supervisor::SupervisorMsg;
 use consort_actors::{CallOutcome, DataFolder, RunRecord, RunStatus};
-use consort_core::Refusal;
 use consort_core::directory::Audience;
 use consort_core::guards::remote::{self, Denial, RunQuery, RunQueryFacts, StoredRun};
 use consort_core::step::cap_output;
@@ -403,7 +402,7 @@ impl Inbound {
         if let Err(ChainError::TooDeep { depth, limit }) = verified {
             // The refusal the agent itself would give (same code, same words), only cheaper:
             // no signature of a chain this deep is worth checking.
-            let refusal = Refusal::DepthLimit { limit };
+            let refusal = consort_core::guards::chain_too_deep(limit);
             warn!(peer_host = %peer, depth, reason = refusal.code(), "call refused at the receiving host before verification: {refusal}");
             return refusal_frame(&refusal);
         }

@@ -137,23 +137,20 @@ impl LinkRemote {
             .last_hop()
             .map(|last| (last.callee.clone(), last.child_run.clone()))
         else {
-            return CallOutcome::Refused(Refusal::BadEnvelope {
-                callee: String::new(),
-                detail: "empty chain".into(),
-            });
+            return CallOutcome::Refused(consort_core::guards::empty_chain(""));
         };
         let (peer, addr) = match self.route(&callee) {
             Ok(route) => route,
-            Err(detail) => return CallOutcome::Refused(Refusal::Unreachable { callee, detail }),
+            Err(detail) => return CallOutcome::Refused(Refusal::unreachable(&callee, detail)),
         };
         let Some(Unsigned::Call(envelope)) =
             self.signer.sign(&peer, Unsigned::Call(envelope)).await
         else {
             warn!(peer_host = %peer, "the call was lost while being signed");
-            return CallOutcome::Refused(Refusal::Unreachable {
-                callee,
-                detail: "this host could not sign the call".into(),
-            });
+            return CallOutcome::Refused(Refusal::unreachable(
+                &callee,
+                "this host could not sign the call",
+            ));
         };
         let frame = Frame::Call(envelope);
         let expected_child = child_run;
@@ -189,10 +186,10 @@ impl LinkRemote {
                 }
                 Ok(other) => {
                     warn!(peer_host = %peer, "unexpected answer to a call: {other:?}");
-                    return CallOutcome::Refused(Refusal::BadEnvelope {
-                        callee,
-                        detail: "the callee's host answered with an unexpected frame".into(),
-                    });
+                    return CallOutcome::Refused(Refusal::bad_envelope(
+                        &callee,
+                        "the callee's host answered with an unexpected frame",
+                    ));
                 }
                 Err(e @ (LinkError::ConnectionLost { .. } | LinkError::Timeout(_)))
                     if retries_left > 0 =>
@@ -203,10 +200,7 @@ impl LinkRemote {
                 }
                 Err(e) => {
                     warn!(peer_host = %peer, error = %e, "call not delivered");
-                    return CallOutcome::Refused(Refusal::Unreachable {
-                        callee,
-                        detail: e.to_string(),
-                    });
+                    return CallOutcome::Refused(Refusal::unreachable(&callee, e.to_string()));
                 }
             }
         }

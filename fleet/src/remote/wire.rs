@@ -4,9 +4,11 @@
 //! status as `check_run` reports it, and what a reply's sender does with the caller host's
 //! answer ([`after_reply_answer`]).
 //!
-//! It must not make up a refusal: every refusal a model reads comes from consort-core (a
-//! refusal read off the wire whose reason does not match its JSON is rebuilt from the reason
-//! with consort-core's own variants), and nothing here decides anything about a call or a run.
+//! It must not make up a refusal, and cannot: only consort-core builds one. A refusal read off
+//! the wire is consort-core's wire form ([`Refusal::from_wire`]), and one that cannot be read
+//! as such (or whose link reason does not match it) is what consort-core says such an answer
+//! is ([`Refusal::callee_host_failed`], [`Refusal::unreadable`]). Nothing here decides anything
+//! about a call or a run.
 
 use consort_actors::RunStatus;
 use consort_core::Refusal;
@@ -61,9 +63,9 @@ pub(crate) fn wire_reason(refusal: &Refusal) -> RefusalReason {
         Refusal::Saturated { .. } | Refusal::PrincipalSaturated { .. } => RefusalReason::Saturated,
         Refusal::UnknownAgent { .. } => RefusalReason::UnknownAgent,
         Refusal::BadEnvelope { .. } => RefusalReason::BadChain,
-        Refusal::MalformedCall | Refusal::EmptyInput | Refusal::NotAwaitingApproval { .. } => {
-            RefusalReason::Malformed
-        }
+        Refusal::MalformedCall { .. }
+        | Refusal::EmptyInput { .. }
+        | Refusal::NotAwaitingApproval { .. } => RefusalReason::Malformed,
         _ => RefusalReason::Refused,
     }
 }
@@ -83,21 +85,14 @@ pub(crate) fn refusal_frame(refusal: &Refusal) -> Frame {
 /// did not take the call, and any other text is the callee's host refusing it in words this
 /// host cannot read as a refusal.
 pub(crate) fn refusal_from_wire(reason: RefusalReason, text: &str, callee: &str) -> Refusal {
-    if let Ok(refusal) = serde_json::from_str::<Refusal>(text)
+    if let Some(refusal) = Refusal::from_wire(text)
         && wire_reason(&refusal) == reason
     {
         return refusal;
     }
-    let detail: String = text.chars().take(500).collect();
     match reason {
-        RefusalReason::Internal => Refusal::Unreachable {
-            callee: callee.to_owned(),
-            detail: format!("its host failed to take the call: {detail}"),
-        },
-        other => Refusal::BadEnvelope {
-            callee: callee.to_owned(),
-            detail: format!("refused ({other:?}): {detail}"),
-        },
+        RefusalReason::Internal => Refusal::callee_host_failed(callee, text),
+        other => Refusal::unreadable(callee, &format!("{other:?}"), text),
     }
 }
 
@@ -111,10 +106,7 @@ pub(crate) fn refused(reason: RefusalReason, text: impl Into<String>) -> Frame {
 
 /// The refusal of an envelope that failed verification.
 pub(crate) fn chain_refusal(callee: &str, error: &ChainError) -> Frame {
-    let refusal = Refusal::BadEnvelope {
-        callee: callee.to_owned(),
-        detail: error.to_string(),
-    };
+    let refusal = Refusal::bad_envelope(callee, error.to_string());
     let reason = match error {
         ChainError::Expired { .. }
         | ChainError::NotYetValid { .. }
@@ -124,7 +116,7 @@ pub(crate) fn chain_refusal(callee: &str, error: &ChainError) -> Frame {
     };
     Frame::Refused {
         reason,
-        text: serde_json::to_string(&refusal).unwrap_or_else(|_| refusal.to_string()),
+        text: refusal.to_wire(),
     }
 }
 
@@ -177,9 +169,9 @@ mod tests {
     #[test]
     fn the_link_depth_bound_is_the_hosts_hop_limit_and_refuses_as_the_agent_would() {
         assert_eq!(InboundLimits::default().max_chain_depth, 4);
-        let Frame::Refused { reason, text } = refusal_frame(&Refusal::DepthLimit {
-            limit: InboundLimits::default().max_chain_depth,
-        }) else {
+        let Frame::Refused { reason, text } = refusal_frame(&consort_core::guards::chain_too_deep(
+            InboundLimits::default().max_chain_depth,
+        )) else {
             panic!("not a refusal");
         };
         assert_eq!(reason, RefusalReason::DepthLimit);
@@ -286,88 +278,9 @@ mod tests {
         assert_eq!(after_reply_answer(&Frame::Ack), ReplyNext::Delivered);
     }
 
-    /// Every refusal consort-core has today (its constructors are its own, so the list is
-    /// written out here; one added later falls to the catch-all, which is final too).
-    fn every_refusal() -> Vec<Refusal> {
-        let s = |t: &str| t.to_owned();
-        vec![
-            Refusal::NoPeers { agent: s("solo") },
-            Refusal::NotInCanCall {
-                caller: s("a"),
-                callee: s("b"),
-                allowed: s("c"),
-            },
-            Refusal::UnknownAgent {
-                callee: s("x"),
-                allowed: s("c"),
-            },
-            Refusal::NotAccepted {
-                caller: s("a"),
-                callee: s("b"),
-            },
-            Refusal::DepthLimit { limit: 7 },
-            Refusal::CallCap { limit: 13 },
-            Refusal::Saturated {
-                callee: s("b"),
-                active: 3,
-            },
-            Refusal::PrincipalSaturated {
-                callee: s("b"),
-                principal: s("api:alice"),
-                active: 32,
-            },
-            Refusal::AgentDown { callee: s("b") },
-            Refusal::Unreachable {
-                callee: s("b"),
-                detail: s("connection lost"),
-            },
-            Refusal::BadEnvelope {
-                callee: s("b"),
-                detail: s("expired"),
-            },
-            Refusal::MalformedCall,
-            Refusal::EmptyInput,
-            Refusal::NotAwaitingApproval {
-                run: s("run_1"),
-                status: s("running"),
-            },
-            Refusal::StaleDecision {
-                gate: s("run_1:tu_0_0"),
-                waiting: s("none"),
-            },
-            Refusal::NotInDoubt {
-                gate: s("run_1:tu_0_0"),
-            },
-            Refusal::AlreadySettled {
-                run: s("run_1"),
-                status: s("failed"),
-            },
-            Refusal::DeliveryTargetSettled {
-                run: s("run_1"),
-                status: s("succeeded"),
-            },
-            Refusal::DeliveryTargetBlocked { run: s("run_1") },
-            Refusal::DeliveryConflict {
-                delivery_id: s("d-1"),
-            },
-            Refusal::MalformedDelivery,
-            Refusal::DeliveryNotConsented {
-                sender: s("cmo"),
-                callee: s("cfo"),
-            },
-            Refusal::DeliveryNotYourRun { run: s("run_1") },
-            Refusal::Draining { host: s("beta") },
-            Refusal::TreeBudgetExhausted {
-                what: consort_core::budget::TreeResource::Wall,
-                limit: 1_700_000_000_000,
-                spent: 1_700_000_004_000,
-            },
-        ]
-    }
-
     #[test]
     fn no_refusal_travels_as_a_host_failure_and_each_reads_back_as_itself() {
-        for refusal in every_refusal() {
+        for refusal in Refusal::examples() {
             let Frame::Refused { reason, text } = refusal_frame(&refusal) else {
                 panic!("not a refusal");
             };

@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use consort_core::event::Answer;
+use consort_core::testing::{TransitionParts, settled, transition};
 use consort_core::{RunEvent, RunStatus, Transition};
 use consort_net::RunId;
 
@@ -38,7 +39,9 @@ fn settle(status: RunStatus, text: &str) -> Transition {
         RunStatus::Failed => (None, Some(text.to_owned())),
         _ => (Some(text.to_owned()), None),
     };
-    Transition {
+    transition(TransitionParts {
+        events: vec![RunEvent::Answer(Answer { text: text.into() })],
+        status: Some(status),
         output,
         error,
         cost: consort_core::step::CostDelta {
@@ -46,9 +49,7 @@ fn settle(status: RunStatus, text: &str) -> Transition {
             ..Default::default()
         },
         ..Default::default()
-    }
-    .event(RunEvent::Answer(Answer { text: text.into() }))
-    .status(status)
+    })
 }
 
 /// The store path that names `agent` to the writer (no file is made there).
@@ -101,7 +102,7 @@ fn the_store_keeps_the_sqlite_stores_guarantees() {
     assert_eq!(after_one.len(), 1);
     assert_eq!(after_one[0].seq, 2);
     assert!(matches!(
-        cfo.apply(&RunId::random(), Transition::default()),
+        cfo.apply(&RunId::random(), transition(TransitionParts::default())),
         Err(ActorsError::UnknownRun(_))
     ));
     assert!(cfo.unsettled().unwrap().is_empty());
@@ -446,12 +447,13 @@ fn measure_the_writer_on_both_backends() {
 fn store_a_cancel(store: &mut dyn RunLog) -> Vec<RunEvent> {
     let id = RunId::random();
     store.insert_run(new_run("cfo", &id)).unwrap();
-    let cancel = Transition::default()
-        .event(RunEvent::Canceled(consort_core::event::Canceled {
+    let cancel = settled(
+        vec![RunEvent::Canceled(consort_core::event::Canceled {
             by: "api:alice".into(),
             reason: Some("stale".into()),
-        }))
-        .settle(Err("canceled by api:alice: stale".into()));
+        })],
+        Err("canceled by api:alice: stale".into()),
+    );
     let run = store.apply(&id, cancel).unwrap();
     assert_eq!(run.status, RunStatus::Failed);
     assert_eq!(run.error.as_deref(), Some("canceled by api:alice: stale"));

@@ -2,6 +2,7 @@
 //! with the job that caused them.
 
 use consort_core::event::Answer;
+use consort_core::testing::{TransitionParts, transition};
 use consort_core::{RunEvent, RunStatus, Transition};
 use consort_net::RunId;
 
@@ -42,12 +43,12 @@ fn append(store: &AgentStore, id: &RunId, text: &str) -> Pending<Applied> {
 }
 
 fn answer(text: &str) -> Transition {
-    Transition {
+    transition(TransitionParts {
+        events: vec![RunEvent::Answer(Answer { text: text.into() })],
+        status: Some(RunStatus::Succeeded),
         output: Some(text.into()),
         ..Default::default()
-    }
-    .event(RunEvent::Answer(Answer { text: text.into() }))
-    .status(RunStatus::Succeeded)
+    })
 }
 
 #[tokio::test]

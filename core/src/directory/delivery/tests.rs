@@ -333,3 +333,43 @@ fn a_new_run_delivery_is_stored_once_answered_from_its_run_when_repeated_and_ref
     };
     assert!(matches!(&empty, Receipt::Rejected { code, .. } if code == "malformed_delivery"));
 }
+
+#[test]
+fn a_machines_verdict_is_the_receipt_the_sender_reads() {
+    let run = RunId::random();
+    assert_eq!(
+        delivery_receipt(
+            "d-1",
+            &run,
+            &Verdict::Delivered {
+                seq: 7,
+                existing: false
+            }
+        ),
+        Receipt::Enqueued {
+            delivery_id: "d-1".into(),
+            run: run.clone(),
+            seq: 7,
+            existing: false,
+        }
+    );
+    let refusal = Refusal::DeliveryTargetBlocked {
+        run: run.to_string(),
+    };
+    assert_eq!(
+        delivery_receipt("d-1", &run, &Verdict::Refused(refusal.clone())),
+        Receipt::rejected("d-1", &refusal)
+    );
+    let code = |verdict: &Verdict| match delivery_receipt("d-1", &run, verdict) {
+        Receipt::Rejected { code, .. } => code,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(code(&Verdict::Dropped("gone")), "delivery_not_your_run");
+    assert_eq!(code(&Verdict::Taken), "malformed_delivery");
+    assert_eq!(
+        run_not_found(&run).to_string(),
+        format!(
+            "{run} is not a run you placed; a delivery may only go into your own calls: nothing was written; deliver without a run to start a new one"
+        )
+    );
+}
