@@ -262,6 +262,15 @@ async fn main() -> Result<()> {
     if std::env::args().nth(1).as_deref() == Some("chain") {
         return Ok(());
     }
+    // `CONSORT_BENCH_LOG=<filter>` prints the runtime's log with timestamps, to follow one
+    // operation's time through the hosts (it slows every row: never for the figures).
+    if let Ok(filter) = std::env::var("CONSORT_BENCH_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_timer(tracing_subscriber::fmt::time::uptime())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let root = std::env::temp_dir().join(format!("consort-bench-{}", std::process::id()));
     let result = run(&root).await;
     let _ = std::fs::remove_dir_all(&root);
