@@ -1,7 +1,7 @@
 //! The fleet simulation's parts: the fleet (`fleet`) and its scripted models (`model`); the
 //! simulated world's state (`world`) and durable stores with their writers' jobs (`store`);
 //! the driver of each agent's shipping `AgentMachine` (`driver`) with declared tools and
-//! decisions (`tools`); the network and the far side of each message (`link`); the scheduler
+//! decisions (`tools`) and the store writers' commits (`writer`); the network and the far side of each message (`link`); the scheduler
 //! (`sched`) and the world outside the fleet (`operator`); the invariant checks (`check`) and
 //! the trace's names (`trace`).
 
@@ -16,6 +16,7 @@ pub(crate) mod store;
 pub(crate) mod tools;
 mod trace;
 pub(crate) mod world;
+mod writer;
 
 use check::Violation;
 use world::{Options, Stats, World};
