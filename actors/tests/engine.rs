@@ -66,7 +66,7 @@ tools:
         done.output.as_deref(),
         Some("August spend per the CFO: 48250")
     );
-    let jobs = host.jobs(None).unwrap();
+    let jobs = host.jobs(None).await.unwrap();
     assert_eq!(jobs.len(), 2);
     let cfo = jobs.iter().find(|r| r.agent == "cfo").unwrap();
     assert_eq!(cfo.channel, Channel::Agent("cmo".into()));
@@ -75,6 +75,7 @@ tools:
     assert_eq!(done.cost.calls_placed, 1);
     let kinds: Vec<String> = host
         .events(&run.id)
+        .await
         .unwrap()
         .into_iter()
         .map(|e| e.kind().to_owned())
@@ -241,7 +242,7 @@ async fn past_its_restart_budget_an_agent_is_down_and_its_run_is_kept() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let kept = host.run(&run.id).unwrap().unwrap();
+    let kept = host.run(&run.id).await.unwrap().unwrap();
     assert!(
         !kept.status.is_settled(),
         "the accepted run is kept for the next start: {kept:?}"
@@ -416,6 +417,7 @@ tools:
         for _ in 0..200 {
             if host
                 .run(id)
+                .await
                 .unwrap()
                 .is_some_and(|r| r.status == RunStatus::Blocked)
             {
@@ -498,6 +500,7 @@ model:
         );
         let kinds: Vec<String> = host
             .events(&run.id)
+            .await
             .unwrap()
             .into_iter()
             .map(|e| e.kind().to_owned())
@@ -506,7 +509,7 @@ model:
         assert!(at("model_turn") < at("call_placed"), "{kinds:?}");
         assert!(at("call_placed") < at("reply_received"), "{kinds:?}");
     }
-    assert_eq!(host.jobs(Some("cfo")).unwrap().len(), 40);
+    assert_eq!(host.jobs(Some("cfo")).await.unwrap().len(), 40);
     let after = host.store_counts();
     let (writes, commits) = (after.writes - before.writes, after.commits - before.commits);
     assert!(writes >= 40 * 4, "{writes} writes");
@@ -554,9 +557,10 @@ model:
     let run = host.start_run("fan", "go", Channel::Api).await.unwrap();
     let done = host.wait(&run.id, Duration::from_secs(20)).await.unwrap();
     assert_eq!(done.status, RunStatus::Succeeded, "{done:?}");
-    assert_eq!(host.jobs(Some("sink")).unwrap().len(), 10);
+    assert_eq!(host.jobs(Some("sink")).await.unwrap().len(), 10);
     let refused = host
         .events(&run.id)
+        .await
         .unwrap()
         .into_iter()
         .filter(|e| e.kind() == "call_refused")

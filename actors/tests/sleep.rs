@@ -90,10 +90,13 @@ async fn blocked_child(
     parent: &consort_actors::RunRecord,
 ) -> consort_actors::RunRecord {
     for _ in 0..200 {
-        if let Some(child) =
-            host.jobs(Some("cfo")).ok().into_iter().flatten().find(|r| {
-                r.parent_run.as_ref() == Some(&parent.id) && r.status == RunStatus::Blocked
-            })
+        if let Some(child) = host
+            .jobs(Some("cfo"))
+            .await
+            .ok()
+            .into_iter()
+            .flatten()
+            .find(|r| r.parent_run.as_ref() == Some(&parent.id) && r.status == RunStatus::Blocked)
         {
             return child;
         }
@@ -170,7 +173,7 @@ async fn an_idle_agent_sleeps_and_the_next_call_wakes_it_with_its_runs_and_seat(
     host.decide(&child.id, true).await.unwrap();
     let done = host.wait(&again.id, Duration::from_secs(10)).await.unwrap();
     assert_eq!(done.status, RunStatus::Succeeded, "{done:?}");
-    assert_eq!(host.jobs(None).unwrap().len(), 4);
+    assert_eq!(host.jobs(None).await.unwrap().len(), 4);
     host.stop();
 }
 
@@ -208,7 +211,7 @@ async fn a_restarted_host_wakes_only_the_agents_with_unsettled_runs_and_they_res
         .collect();
     assert_eq!(awake, ["cfo", "cmo"]);
     assert_eq!(
-        host.run(&child.id).unwrap().unwrap().status,
+        host.run(&child.id).await.unwrap().unwrap().status,
         RunStatus::Blocked
     );
     host.decide(&child.id, true).await.unwrap();
@@ -291,7 +294,7 @@ async fn agents_that_retire_between_every_call_lose_nothing() {
     }
     let all = host.agent_status().await.unwrap();
     assert!(all.iter().all(|s| s.up && s.restarts == 0), "{all:?}");
-    assert_eq!(host.jobs(None).unwrap().len(), 160);
+    assert_eq!(host.jobs(None).await.unwrap().len(), 160);
     // They did sleep and wake between rounds: each wake opens the agent's store again.
     let opened = host.store_counts().opened;
     assert!(opened >= 10, "stores opened {opened} times in 10 rounds");

@@ -171,7 +171,7 @@ async fn main() -> anyhow::Result<()> {
         .await?;
     let done = host.wait(&run.id, Duration::from_secs(10)).await?;
     println!("{}", done.output.as_deref().unwrap_or("(no answer)"));
-    for r in host.jobs(None)? {
+    for r in host.jobs(None).await? {
         println!(
             "{}  {:<8} {:<9} channel={:<14} depth={} turns={} tools={} calls={}",
             r.id,
