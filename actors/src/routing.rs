@@ -121,6 +121,7 @@ pub trait RemoteCalls: Send + Sync + 'static {
 
 /// Why a request to another host got no answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RemoteFailure {
     /// The host could not be reached.
     Unreachable(String),

@@ -17,6 +17,7 @@ use std::path::PathBuf;
 /// document root with `[i]` list indexes (`tools[1].database`); it is empty when the error
 /// concerns the document as a whole.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// A file or folder could not be read.
     #[error("{}: {source}", path.display())]
