@@ -9,7 +9,6 @@
 //! Run it with: `cargo run --example embedded`
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,7 +20,7 @@ use consort::actors::model::{
 };
 use consort::actors::tools::{Tool, ToolContext, ToolFuture};
 use consort::actors::{Channel, Host, HostSpec};
-use consort::config::{AgentConfig, AgentSet, ModelConfig, ScriptStep};
+use consort::config::{AgentConfig, AgentSet, ConfigError, ModelConfig, ScriptStep};
 
 /// The app's own model for the planner: ask pricing once, then answer with its reply.
 struct Planner;
@@ -82,24 +81,16 @@ fn agent(
     accept_from: &[&str],
     steps: Vec<ScriptStep>,
     env: &[(&str, &str)],
-) -> AgentConfig {
-    AgentConfig {
-        name: name.into(),
-        description: format!("{name}, built in code"),
-        can_call: can_call.iter().map(|s| s.to_string()).collect(),
-        accept_from: accept_from.iter().map(|s| s.to_string()).collect(),
-        model: ModelConfig::Script { steps },
-        tools: Vec::new(),
-        env: env
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        dir: PathBuf::from(name),
-        file: PathBuf::from(name).join("agent.yaml"),
-        visibility: Default::default(),
-        limits: Default::default(),
-        a2a_agents: Vec::new(),
+) -> Result<AgentConfig, ConfigError> {
+    let mut builder = AgentConfig::builder(name)
+        .description(format!("{name}, built in code"))
+        .can_call(can_call.iter().copied())
+        .accept_from(accept_from.iter().copied())
+        .model(ModelConfig::Script { steps });
+    for (key, value) in env {
+        builder = builder.env(*key, *value);
     }
+    builder.build()
 }
 
 /// The app's own supervisor: it owns the consort host as a linked child.
@@ -133,7 +124,7 @@ async fn main() -> anyhow::Result<()> {
     let mut agents = BTreeMap::new();
     agents.insert(
         "planner".into(),
-        agent("planner", &["pricing"], &[], Vec::new(), &[]),
+        agent("planner", &["pricing"], &[], Vec::new(), &[])?,
     );
     agents.insert(
         "pricing".into(),
@@ -150,7 +141,7 @@ async fn main() -> anyhow::Result<()> {
                 ScriptStep::Answer("{tool.quote}".into()),
             ],
             &[("RATE", "12")],
-        ),
+        )?,
     );
     let mut spec = HostSpec::new(
         AgentSet {
