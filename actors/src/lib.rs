@@ -57,5 +57,5 @@ pub use meta_tools::{AgentCatalog, MetaAnswer};
 pub use presence::PresenceBoard;
 pub use restart::{ProbeBackoff, RestartBudget};
 pub use run::{Channel, Cost, EventRecord, RunCounts, RunRecord, RunStatus};
-pub use supervisor::HostSpec;
+pub use supervisor::{HostSpec, HostSpecBuilder};
 pub use visibility_files::visibility_from_files;

@@ -565,4 +565,4 @@ mod spec;
 
 use reload::stamp_of;
 use sleep::AwakeMarkers;
-pub use spec::HostSpec;
+pub use spec::{HostSpec, HostSpecBuilder};

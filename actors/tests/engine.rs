@@ -161,23 +161,28 @@ fn flaky_host(
     };
     let uses = Counter::default();
     let turns = Counter::default();
-    let mut spec = HostSpec::new(set, tmp.join("data"));
-    spec.tools.insert(
-        "worker".into(),
-        vec![std::sync::Arc::new(Flaky {
-            uses: uses.clone(),
-            panics: tool_panics,
-        })],
-    );
-    spec.models.insert(
-        "worker".into(),
-        std::sync::Arc::new(Panicky {
-            script: consort_actors::script::ScriptModel::new(steps),
-            turns: turns.clone(),
-            panics: model_panics,
-        }),
-    );
-    spec.restart.max_restarts = max_restarts;
+    let restart = consort_actors::RestartBudget {
+        max_restarts,
+        ..Default::default()
+    };
+    let spec = HostSpec::builder(set, tmp.join("data"))
+        .tool(
+            "worker",
+            std::sync::Arc::new(Flaky {
+                uses: uses.clone(),
+                panics: tool_panics,
+            }),
+        )
+        .model(
+            "worker",
+            std::sync::Arc::new(Panicky {
+                script: consort_actors::script::ScriptModel::new(steps),
+                turns: turns.clone(),
+                panics: model_panics,
+            }),
+        )
+        .restart(restart)
+        .build();
     (spec, turns, uses)
 }
 
@@ -352,10 +357,10 @@ async fn a_slow_model_does_not_block_its_agent() {
         "name: fast\nagents: {accept_from: [slow], can_call: [slow]}\nmodel:\n  script:\n    - answer: \"pong to {input}\"\n",
     );
     let set = AgentSet::load(std::slice::from_ref(&agents)).unwrap();
-    let mut spec = HostSpec::new(set, tmp.path().join("data"));
     let together = std::sync::Arc::new(tokio::sync::Barrier::new(4));
-    spec.models
-        .insert("slow".into(), std::sync::Arc::new(Slow { together }));
+    let spec = HostSpec::builder(set, tmp.path().join("data"))
+        .model("slow", std::sync::Arc::new(Slow { together }))
+        .build();
     let (host, _join) = Host::spawn(spec).await.unwrap();
     // Several runs of the slow agent at once: their turns overlap instead of queueing.
     let mut runs = Vec::new();
@@ -399,8 +404,13 @@ tools:
     );
     ledger(&agents);
     let set = AgentSet::load(std::slice::from_ref(&agents)).unwrap();
-    let mut spec = HostSpec::new(set.clone(), tmp.path().join("data"));
-    spec.options.admission_limit = 2;
+    let options = consort_actors::AgentOptions {
+        admission_limit: 2,
+        ..Default::default()
+    };
+    let spec = HostSpec::builder(set.clone(), tmp.path().join("data"))
+        .options(options)
+        .build();
     let (host, _join) = Host::spawn(spec.clone()).await.unwrap();
     let a = host.start_run("cfo", "a", Channel::Api).await.unwrap();
     let b = host.start_run("cfo", "b", Channel::Api).await.unwrap();

@@ -45,10 +45,15 @@ fn agents(dir: &Path, idle: usize) -> AgentSet {
 }
 
 async fn host(dir: &Path, idle: usize, idle_after: Option<Duration>) -> Host {
-    let mut spec = HostSpec::new(agents(dir, idle), dir.join("data"));
-    spec.options.idle_after = idle_after;
-    spec.checkpoint_every = Duration::from_millis(50);
-    spec.watch_config = None;
+    let options = consort_actors::AgentOptions {
+        idle_after,
+        ..Default::default()
+    };
+    let spec = HostSpec::builder(agents(dir, idle), dir.join("data"))
+        .options(options)
+        .checkpoint_every(Duration::from_millis(50))
+        .watch_config(None)
+        .build();
     let (host, _join) = Host::spawn(spec).await.unwrap();
     host
 }
@@ -268,11 +273,16 @@ async fn agents_that_retire_between_every_call_lose_nothing() {
         "name: callee\nagents: {accept_from: [caller]}\nmodel:\n  script:\n    - answer: \"echo {input}\"\n",
     );
     let set = AgentSet::load(std::slice::from_ref(&agents)).unwrap();
-    let mut spec = HostSpec::new(set, tmp.path().join("data"));
     // Retired at every timer tick they are idle at: sleep and wake race the runs all along.
-    spec.options.idle_after = Some(Duration::ZERO);
-    spec.checkpoint_every = Duration::from_millis(5);
-    spec.watch_config = None;
+    let options = consort_actors::AgentOptions {
+        idle_after: Some(Duration::ZERO),
+        ..Default::default()
+    };
+    let spec = HostSpec::builder(set, tmp.path().join("data"))
+        .options(options)
+        .checkpoint_every(Duration::from_millis(5))
+        .watch_config(None)
+        .build();
     let (host, _join) = Host::spawn(spec).await.unwrap();
     for round in 0..10 {
         let mut runs = Vec::new();

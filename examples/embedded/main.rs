@@ -8,7 +8,6 @@
 //!
 //! Run it with: `cargo run --example embedded`
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +19,7 @@ use consort::actors::model::{
 };
 use consort::actors::tools::{Tool, ToolContext, ToolFuture};
 use consort::actors::{Channel, Host, HostSpec};
-use consort::config::{AgentConfig, AgentSet, ConfigError, ModelConfig, ScriptStep};
+use consort::config::{AgentConfig, AgentSet, ModelConfig, ScriptStep, ToolStep};
 
 /// The app's own model for the planner: ask pricing once, then answer with its reply.
 struct Planner;
@@ -75,24 +74,6 @@ impl Tool for Quote {
     }
 }
 
-fn agent(
-    name: &str,
-    can_call: &[&str],
-    accept_from: &[&str],
-    steps: Vec<ScriptStep>,
-    env: &[(&str, &str)],
-) -> Result<AgentConfig, ConfigError> {
-    let mut builder = AgentConfig::builder(name)
-        .description(format!("{name}, built in code"))
-        .can_call(can_call.iter().copied())
-        .accept_from(accept_from.iter().copied())
-        .model(ModelConfig::Script { steps });
-    for (key, value) in env {
-        builder = builder.env(*key, *value);
-    }
-    builder.build()
-}
-
 /// The app's own supervisor: it owns the consort host as a linked child.
 struct App;
 
@@ -121,38 +102,32 @@ impl Actor for App {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let data = tempfile::tempdir()?;
-    let mut agents = BTreeMap::new();
-    agents.insert(
-        "planner".into(),
-        agent("planner", &["pricing"], &[], Vec::new(), &[])?,
-    );
-    agents.insert(
-        "pricing".into(),
-        agent(
-            "pricing",
-            &[],
-            &["planner"],
-            vec![
-                ScriptStep::Tool(consort::config::ToolStep {
+    let planner = AgentConfig::builder("planner")
+        .description("plans campaigns, built in code")
+        .can_call(["pricing"])
+        .build()?;
+    let pricing = AgentConfig::builder("pricing")
+        .description("prices campaigns, built in code")
+        .accept_from(["planner"])
+        .model(ModelConfig::Script {
+            steps: vec![
+                ScriptStep::Tool(ToolStep {
                     name: "quote".into(),
                     input: "{input}".into(),
                     arguments: None,
                 }),
                 ScriptStep::Answer("{tool.quote}".into()),
             ],
-            &[("RATE", "12")],
-        )?,
-    );
-    let mut spec = HostSpec::new(
-        AgentSet {
-            agents,
-            ..Default::default()
-        },
-        data.path(),
-    );
-    spec.watch_config = None; // agents built in code have no agent.yaml to watch
-    spec.models.insert("planner".into(), Arc::new(Planner));
-    spec.tools.insert("pricing".into(), vec![Arc::new(Quote)]);
+        })
+        .env("RATE", "12")
+        .build()?;
+    // The set checks the agents against each other: every peer named exists.
+    let agents = AgentSet::from_agents([planner, pricing])?;
+    let spec = HostSpec::builder(agents, data.path())
+        .watch_config(None) // agents built in code have no agent.yaml to watch
+        .model("planner", Arc::new(Planner))
+        .tool("pricing", Arc::new(Quote))
+        .build();
 
     let (app, app_join) = Actor::spawn(None, App, ()).await?;
     let (host, _host_join) = Host::spawn_linked(spec, app.get_cell()).await?;
