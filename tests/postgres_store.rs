@@ -16,8 +16,8 @@ mod test_server;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use consort_actors::store::PostgresUrl;
 use consort_actors::store::StoreBackend;
-use consort_actors::store::postgres::PostgresUrl;
 use consort_actors::{Channel, RunRecord, RunStatus};
 use consort_fleet::dev::{DevHost, DevOptions};
 use serde_json::Value;

@@ -1,6 +1,6 @@
 //! [`Host`]: the typed handle an app (or the CLI, or the HTTP API) uses to drive one host.
 //!
-//! A host is a [`crate::supervisor::HostSupervisor`] with its agents under it. The handle
+//! A host is the host supervisor actor with its agents under it. The handle
 //! starts runs, waits for them to settle, reads runs and their event logs (and counts them),
 //! passes operator decisions, reloads config, drains admission and restarts an agent. Reads go
 //! straight to the agents' stores (read-only, through [`DataFolder`]) and are async: each runs
@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::ActorsError;
 use crate::data::DataFolder;
 use crate::feed::RunFeed;
+use crate::inbox::HostInbox;
 use crate::metrics::HostMetrics;
 use crate::run::{Channel, EventRecord, RunRecord};
 use crate::store::{StoreWriter, WriterCounts};
@@ -116,9 +117,15 @@ impl Host {
         ))
     }
 
-    /// The supervisor actor, for apps that link or monitor it.
-    pub fn supervisor(&self) -> &ActorRef<SupervisorMsg> {
-        &self.supervisor
+    /// The supervisor actor's cell, for apps that link or monitor it (its messages are the
+    /// crate's own: drive the host through this handle).
+    pub fn supervisor(&self) -> ActorCell {
+        self.supervisor.get_cell()
+    }
+
+    /// The handle a link to other hosts hands their requests to (see [`HostInbox`]).
+    pub fn inbox(&self) -> HostInbox {
+        HostInbox::new(self.supervisor.clone())
     }
 
     /// The agents this host serves.

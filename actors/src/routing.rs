@@ -137,8 +137,9 @@ impl std::fmt::Display for RemoteFailure {
     }
 }
 
-/// Messages the host supervisor handles.
-pub enum SupervisorMsg {
+/// Messages the host supervisor handles (the crate's own: apps drive a host through
+/// [`crate::Host`], links through [`crate::HostInbox`]).
+pub(crate) enum SupervisorMsg {
     /// Start a root run on one of this host's agents.
     Start {
         /// The agent that runs it.

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use consort_actors::supervisor::{AgentStatus, SupervisorMsg};
+use consort_actors::supervisor::AgentStatus;
 use consort_actors::{Channel, Host, HostSpec, RunStatus};
 use consort_config::AgentSet;
 use consort_core::directory::ActorState;
@@ -60,15 +60,11 @@ async fn host(dir: &Path, idle: usize, idle_after: Option<Duration>) -> Host {
 
 /// Who holds `agent`'s seat, as this host reports it to the peer directory.
 async fn seat(host: &Host, agent: &str) -> String {
-    let (_, reports) = ractor::call_t!(
-        host.supervisor(),
-        |reply| SupervisorMsg::Presence {
-            agents: vec![agent.to_owned()],
-            reply
-        },
-        5_000
-    )
-    .unwrap();
+    let (_, reports) = host
+        .inbox()
+        .presence(vec![agent.to_owned()], Duration::from_secs(5))
+        .await
+        .unwrap();
     assert_eq!(reports[0].actor, ActorState::Up, "{reports:?}");
     reports[0].incarnation.clone()
 }

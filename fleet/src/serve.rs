@@ -31,8 +31,8 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tracing::info;
 
+use consort_actors::store::PostgresUrl;
 use consort_actors::store::StoreBackend;
-use consort_actors::store::postgres::PostgresUrl;
 use consort_actors::{ActorsError, AgentOptions, DataFolder, Host, HostSpec};
 use consort_config::{AgentSet, FleetConfig, StoreConfig};
 use consort_net::{HostKey, KeyRing, LinkConfig, LinkEndpoint, OperatorAccess, PublicKey};
@@ -363,7 +363,7 @@ impl ServedHost {
             source,
         })?;
         let (host, _supervisor) = Host::spawn(spec).await?;
-        inbound.set_supervisor(host.supervisor().clone());
+        inbound.set_inbox(host.inbox());
         operators.set_host(host.clone());
         let app = api::router(
             host.clone(),
