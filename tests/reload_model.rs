@@ -8,9 +8,9 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use consort::actors::model::{Model, ModelFuture, ModelReply, ModelRequest, ModelStep};
-use consort::actors::{Channel, Host, HostSpec};
-use consort::config::AgentSet;
+use consort::{
+    AgentSet, Channel, Host, HostSpec, Model, ModelFuture, ModelReply, ModelRequest, ModelStep,
+};
 use support::{Fleet, stderr, stdout};
 
 fn scripted(answer: &str) -> String {

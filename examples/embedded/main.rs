@@ -1,10 +1,13 @@
 //! Embedding consort in an app's own actor tree.
 //!
 //! The app has its own ractor supervisor (`App`). It builds a consort host from Rust values
-//! (no agent folders): a `planner` agent whose model is the app's own Rust type, calling a
-//! `pricing` agent whose tool is registered by the app. The host is spawned *linked under the
-//! app's supervisor*, so the app hears about it if the host fails. The app then drives the
-//! host through the typed handle: start a run, await its settlement, inspect both runs.
+//! (no agent folders), with the builders of the `consort` facade: a `planner` agent whose model
+//! is the app's own Rust type, calling a `pricing` agent whose tool is registered by the app.
+//! Everything it names comes from the facade's root (`consort::…`). The host is spawned
+//! *linked under the app's supervisor*, so the app hears about it if the host fails. The app
+//! then drives the host through the typed handle: start a run, await its settlement, inspect
+//! both runs (the handle's reads are async: they never hold the app's async workers on a
+//! store).
 //!
 //! Run it with: `cargo run --example embedded`
 
@@ -14,12 +17,11 @@ use std::time::Duration;
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use serde_json::{Value, json};
 
-use consort::actors::model::{
-    Message, Model, ModelFuture, ModelReply, ModelRequest, ModelStep, ToolSpec, ToolUse,
+use consort::{
+    AgentConfig, AgentSet, Channel, Host, HostSpec, Message, Model, ModelConfig, ModelFuture,
+    ModelReply, ModelRequest, ModelStep, ScriptStep, Tool, ToolContext, ToolFuture, ToolSpec,
+    ToolStep, ToolUse,
 };
-use consort::actors::tools::{Tool, ToolContext, ToolFuture};
-use consort::actors::{Channel, Host, HostSpec};
-use consort::config::{AgentConfig, AgentSet, ModelConfig, ScriptStep, ToolStep};
 
 /// The app's own model for the planner: ask pricing once, then answer with its reply.
 struct Planner;
