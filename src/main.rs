@@ -926,9 +926,7 @@ async fn shutdown_signal() {
 
 /// The root run and every run it produced, transitively, oldest first.
 async fn produced(host: &consort_actors::Host, root: &RunId) -> Result<Vec<RunRecord>> {
-    // A blocking read (the PostgreSQL client must not run on an async worker).
-    let reader = host.clone();
-    let all = tokio::task::spawn_blocking(move || reader.jobs(None)).await??;
+    let all = host.jobs(None).await?;
     let mut ids = vec![root.clone()];
     let mut out: Vec<RunRecord> = Vec::new();
     while let Some(id) = ids.pop() {

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
-use consort::net::{
+use consort_net::{
     Frame, HostKey, LinkConfig, LinkError, OperatorAnswer, OperatorCommand, OperatorLink,
     OperatorRefusal, OperatorRequest, PublicKey, encode_frame, sign_operator_request,
 };

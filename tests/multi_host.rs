@@ -214,7 +214,7 @@ impl Fleet {
     }
 
     fn link_addr(&self, host: &str) -> SocketAddr {
-        let config = consort::config::FleetConfig::load(&self.fleet_file()).unwrap();
+        let config = consort_config::FleetConfig::load(&self.fleet_file()).unwrap();
         config.host(host).unwrap().address
     }
 }
@@ -467,7 +467,7 @@ fn a_down_callee_is_unreachable_and_the_same_tool_use_after_restart_gives_one_ru
 
     // The same call (same parent run and tool-use id), signed as alpha would, sent while
     // beta is down, then twice after it is back: one run.
-    use consort::net::{Frame, HostKey, KeyRing, LinkConfig, LinkEndpoint, NextHop, RunId};
+    use consort_net::{Frame, HostKey, KeyRing, LinkConfig, LinkEndpoint, NextHop, RunId};
     let key = HostKey::read(&fleet.dir.path().join("keys/alpha.key")).unwrap();
     let beta_key = HostKey::read(&fleet.dir.path().join("keys/beta.key"))
         .unwrap()
@@ -475,9 +475,9 @@ fn a_down_callee_is_unreachable_and_the_same_tool_use_after_restart_gives_one_ru
     let beta_addr = fleet.link_addr("beta");
     let rt = tokio::runtime::Runtime::new().unwrap();
     let parent = RunId::random();
-    let now = consort::actors::run::now_ms();
-    let mut envelope = consort::net::new_call(
-        &consort::actors::visibility::Origin::Absent,
+    let now = consort_actors::run::now_ms();
+    let mut envelope = consort_net::new_call(
+        &consort_actors::visibility::Origin::Absent,
         NextHop {
             caller: "cmo",
             callee: "cfo",
@@ -489,7 +489,7 @@ fn a_down_callee_is_unreachable_and_the_same_tool_use_after_restart_gives_one_ru
             trace: None,
         },
     );
-    consort::net::sign_pending_hops(&mut envelope, "alpha", &key, |a| a == "cmo");
+    consort_net::sign_pending_hops(&mut envelope, "alpha", &key, |a| a == "cmo");
     let child = envelope.hops[0].child_run.clone();
     let frame = Frame::Call(envelope);
     let mut ring = KeyRing::new();
@@ -515,7 +515,7 @@ fn a_down_callee_is_unreachable_and_the_same_tool_use_after_restart_gives_one_ru
         .unwrap();
     let first = rt.block_on(endpoint.request("beta", beta_addr, &frame));
     assert!(
-        matches!(first, Err(consort::net::LinkError::Unreachable { .. })),
+        matches!(first, Err(consort_net::LinkError::Unreachable { .. })),
         "{first:?}"
     );
     fleet.start("beta", None);

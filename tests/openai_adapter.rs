@@ -10,11 +10,9 @@ mod chat_server;
 use std::time::{Duration, Instant};
 
 use chat_server::{ChatServer, Reply};
-use consort::actors::model::openai::OpenAiAdapter;
-use consort::actors::model::{
-    Message, Model, ModelError, ModelRequest, ModelStep, ToolSpec, ToolUse,
-};
-use consort::config::{OpenAiModel, ToolChoice};
+use consort_config::{OpenAiModel, ToolChoice};
+use consort_models::openai::OpenAiAdapter;
+use consort_models::{Message, Model, ModelError, ModelRequest, ModelStep, ToolSpec, ToolUse};
 use serde_json::json;
 
 fn config(server: &ChatServer, model: &str) -> OpenAiModel {
@@ -55,7 +53,7 @@ async fn ask(
     conversation: &[Message],
     tools: &[ToolSpec],
     pending: usize,
-) -> Result<consort::actors::model::ModelReply, ModelError> {
+) -> Result<consort_models::ModelReply, ModelError> {
     adapter
         .respond(ModelRequest {
             agent: "cfo",

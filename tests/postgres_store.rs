@@ -16,8 +16,8 @@ mod test_server;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use consort_actors::store::PostgresUrl;
 use consort_actors::store::StoreBackend;
-use consort_actors::store::postgres::PostgresUrl;
 use consort_actors::{Channel, RunRecord, RunStatus};
 use consort_fleet::dev::{DevHost, DevOptions};
 use serde_json::Value;
@@ -61,13 +61,9 @@ fn dev_options(fleet: &Fleet, data: &Path, url: &str) -> DevOptions {
     }
 }
 
-/// Every run of `host`, read on a blocking thread (the client must not run on a worker).
+/// Every run of `host` (the handle reads them on a blocking thread).
 async fn all_runs(host: &consort_actors::Host) -> Vec<RunRecord> {
-    let reader = host.clone();
-    tokio::task::spawn_blocking(move || reader.jobs(None))
-        .await
-        .expect("read finished")
-        .expect("runs read")
+    host.jobs(None).await.expect("runs read")
 }
 
 #[test]

@@ -8,9 +8,9 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use consort::actors::model::{Model, ModelFuture, ModelReply, ModelRequest, ModelStep};
-use consort::actors::{Channel, Host, HostSpec};
-use consort::config::AgentSet;
+use consort::{
+    AgentSet, Channel, Host, HostSpec, Model, ModelFuture, ModelReply, ModelRequest, ModelStep,
+};
 use support::{Fleet, stderr, stdout};
 
 fn scripted(answer: &str) -> String {
@@ -86,10 +86,10 @@ async fn a_reload_keeps_a_model_set_in_code() {
     let fleet = Fleet::new();
     let file = fleet.agent("echo", &scripted("old script"));
     let agents = AgentSet::load(&[fleet.agents()]).expect("agents");
-    let mut spec = HostSpec::new(agents, fleet.data());
-    spec.watch_config = None;
-    spec.models
-        .insert("echo".into(), Arc::new(FromCode) as Arc<dyn Model>);
+    let spec = HostSpec::builder(agents, fleet.data())
+        .watch_config(None)
+        .model("echo", Arc::new(FromCode) as Arc<dyn Model>)
+        .build();
     let (host, _join) = Host::spawn(spec).await.expect("host");
 
     let ask = async |input: &str| {

@@ -53,6 +53,7 @@ pub const JSONRPC_BINDING: &str = "JSONRPC";
 
 /// Why a JSON value is not a well-formed A2A object.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum A2aError {
     /// A part sets none, or more than one, of `text`, `raw`, `url` and `data`.
     #[error("a part must set exactly one of text, raw, url and data (it sets {set})")]

@@ -1,9 +1,11 @@
 //! [`Host`]: the typed handle an app (or the CLI, or the HTTP API) uses to drive one host.
 //!
-//! A host is a [`crate::supervisor::HostSupervisor`] with its agents under it. The handle
+//! A host is the host supervisor actor with its agents under it. The handle
 //! starts runs, waits for them to settle, reads runs and their event logs (and counts them),
 //! passes operator decisions, reloads config, drains admission and restarts an agent. Reads go
-//! straight to the agents' stores (read-only), writes go through the supervisor's mailbox. Build one with [`Host::spawn`], or [`Host::spawn_linked`]
+//! straight to the agents' stores (read-only, through [`DataFolder`]) and are async: each runs
+//! on a blocking thread, never on the caller's async worker. Writes go through the supervisor's
+//! mailbox. Build one with [`Host::spawn`], or [`Host::spawn_linked`]
 //! to put the host under an app's own ractor supervisor.
 
 use std::time::Duration;
@@ -18,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::ActorsError;
 use crate::data::DataFolder;
 use crate::feed::RunFeed;
+use crate::inbox::HostInbox;
 use crate::metrics::HostMetrics;
 use crate::run::{Channel, EventRecord, RunRecord};
 use crate::store::{StoreWriter, WriterCounts};
@@ -114,9 +117,15 @@ impl Host {
         ))
     }
 
-    /// The supervisor actor, for apps that link or monitor it.
-    pub fn supervisor(&self) -> &ActorRef<SupervisorMsg> {
-        &self.supervisor
+    /// The supervisor actor's cell, for apps that link or monitor it (its messages are the
+    /// crate's own: drive the host through this handle).
+    pub fn supervisor(&self) -> ActorCell {
+        self.supervisor.get_cell()
+    }
+
+    /// The handle a link to other hosts hands their requests to (see [`HostInbox`]).
+    pub fn inbox(&self) -> HostInbox {
+        HostInbox::new(self.supervisor.clone())
     }
 
     /// The agents this host serves.
@@ -217,7 +226,7 @@ impl Host {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let run = self
-                .run_off_worker(id)
+                .run(id)
                 .await?
                 .ok_or_else(|| ActorsError::UnknownRun(id.to_string()))?;
             if run.status.is_settled() {
@@ -239,7 +248,7 @@ impl Host {
             }
             if tokio::time::Instant::now() >= deadline {
                 return self
-                    .run_off_worker(id)
+                    .run(id)
                     .await?
                     .ok_or_else(|| ActorsError::UnknownRun(id.to_string()));
             }
@@ -257,43 +266,54 @@ impl Host {
         &self.feed
     }
 
-    /// The run with this id from any local agent's store; `None` when no store holds it.
-    ///
-    /// The store reads of `run`, `events` and `jobs` are synchronous (SQLite): from async code,
-    /// call them through `tokio::task::spawn_blocking`, as the HTTP API does.
-    pub fn run(&self, id: &RunId) -> Result<Option<RunRecord>, ActorsError> {
-        self.data.run(id)
-    }
-
-    /// [`Host::run`] on a blocking thread: an async caller never holds a worker on SQLite.
-    async fn run_off_worker(&self, id: &RunId) -> Result<Option<RunRecord>, ActorsError> {
-        let (data, id) = (self.data.clone(), id.clone());
-        tokio::task::spawn_blocking(move || data.run(&id))
+    /// Runs `read` against the host's stores on a blocking thread: the SQLite files and the
+    /// PostgreSQL client are never called on an async worker. It reads through [`DataFolder`],
+    /// not the store writer: every write the handle answered has committed, and each read sees
+    /// the latest commit, while the writer thread is left to the agents' group commits.
+    async fn read<T: Send + 'static>(
+        &self,
+        read: impl FnOnce(&DataFolder) -> Result<T, ActorsError> + Send + 'static,
+    ) -> Result<T, ActorsError> {
+        let data = self.data.clone();
+        tokio::task::spawn_blocking(move || read(&data))
             .await
             .map_err(|e| ActorsError::Actor(format!("a store read did not finish: {e}")))?
     }
 
+    /// The run with this id from any local agent's store; `None` when no store holds it.
+    pub async fn run(&self, id: &RunId) -> Result<Option<RunRecord>, ActorsError> {
+        let id = id.clone();
+        self.read(move |data| data.run(&id)).await
+    }
+
     /// The run's event log, oldest first.
-    pub fn events(&self, id: &RunId) -> Result<Vec<EventRecord>, ActorsError> {
-        self.data.events(id)
+    pub async fn events(&self, id: &RunId) -> Result<Vec<EventRecord>, ActorsError> {
+        let id = id.clone();
+        self.read(move |data| data.events(&id)).await
     }
 
     /// Runs of every agent (or one), newest first.
-    pub fn jobs(&self, agent: Option<&str>) -> Result<Vec<RunRecord>, ActorsError> {
-        if let Some(name) = agent {
-            if !self.agents.iter().any(|a| a == name) {
-                return Err(ActorsError::UnknownAgent(name.to_owned()));
-            }
-            if !self.data.has_store(name)? {
+    pub async fn jobs(&self, agent: Option<&str>) -> Result<Vec<RunRecord>, ActorsError> {
+        let agent = agent.map(str::to_owned);
+        if let Some(name) = &agent
+            && !self.agents.iter().any(|a| a == name)
+        {
+            return Err(ActorsError::UnknownAgent(name.clone()));
+        }
+        self.read(move |data| {
+            if let Some(name) = &agent
+                && !data.has_store(name)?
+            {
                 return Ok(Vec::new());
             }
-        }
-        self.data.runs(agent)
+            data.runs(agent.as_deref())
+        })
+        .await
     }
 
     /// One page of runs of every agent (or one), newest first: after `cursor`, only those
     /// acting for `owner` when it is given, at most `limit` (see [`crate::page`]).
-    pub fn jobs_page(
+    pub async fn jobs_page(
         &self,
         agent: Option<&str>,
         cursor: Option<&crate::page::RunCursor>,
@@ -305,42 +325,59 @@ impl Host {
         {
             return Err(ActorsError::UnknownAgent(name.to_owned()));
         }
-        self.data.runs_page(agent, cursor, owner, limit)
+        let (agent, cursor, owner) = (
+            agent.map(str::to_owned),
+            cursor.cloned(),
+            owner.map(str::to_owned),
+        );
+        self.read(move |data| {
+            data.runs_page(agent.as_deref(), cursor.as_ref(), owner.as_deref(), limit)
+        })
+        .await
     }
 
     /// One page of a run's event log, oldest first, after sequence number `after`.
-    pub fn events_page(
+    pub async fn events_page(
         &self,
         id: &RunId,
         after: u64,
         limit: usize,
     ) -> Result<crate::page::EventPage, ActorsError> {
-        self.data
-            .events_page(id, after, limit)?
-            .ok_or_else(|| ActorsError::UnknownRun(id.to_string()))
+        let id = id.clone();
+        self.read(move |data| {
+            data.events_page(&id, after, limit)?
+                .ok_or_else(|| ActorsError::UnknownRun(id.to_string()))
+        })
+        .await
     }
 
     /// The approval request a run waits on, if it waits on one: the last `approval_requested`
     /// of its log that no decision followed, with its gate id
     /// ([`consort_core::step::waiting_request`]).
-    pub fn pending_gate(
+    pub async fn pending_gate(
         &self,
         run: &RunRecord,
     ) -> Result<Option<consort_core::event::ApprovalRequested>, ActorsError> {
-        let events = self.data.events_of(&run.agent, &run.id)?;
-        Ok(consort_core::step::waiting_request(
-            &run.id,
-            events.iter().map(|record| &record.event),
-        ))
+        let (agent, id) = (run.agent.clone(), run.id.clone());
+        self.read(move |data| {
+            let events = data.events_of(&agent, &id)?;
+            Ok(consort_core::step::waiting_request(
+                &id,
+                events.iter().map(|record| &record.event),
+            ))
+        })
+        .await
     }
 
     /// The tree budget of `run` and what its tree spent of it, as `GET /runs/{id}` shows it;
-    /// `None` for a run without one. A blocking read.
-    pub fn tree_budget(
+    /// `None` for a run without one.
+    pub async fn tree_budget(
         &self,
         run: &RunRecord,
     ) -> Result<Option<consort_core::budget::BudgetReport>, ActorsError> {
-        self.data.tree_budget(run, crate::run::now_ms())
+        let run = run.clone();
+        self.read(move |data| data.tree_budget(&run, crate::run::now_ms()))
+            .await
     }
 
     /// An operator's approve (or deny) of the gate a blocked run waits on; the event log
@@ -365,7 +402,8 @@ impl Host {
     ) -> Result<Decided, ActorsError> {
         let by = by.to_owned();
         let run = self
-            .run(id)?
+            .run(id)
+            .await?
             .ok_or_else(|| ActorsError::UnknownRun(id.to_string()))?;
         let target = id.clone();
         let gate = gate.map(str::to_owned);
@@ -407,7 +445,7 @@ impl Host {
         reason: Option<String>,
     ) -> Result<RunRecord, ActorsError> {
         let run = self
-            .run_off_worker(id)
+            .run(id)
             .await?
             .ok_or_else(|| ActorsError::UnknownRun(id.to_string()))?;
         ractor::call_t!(
@@ -448,29 +486,35 @@ impl Host {
     }
 
     /// How many runs of each agent this host serves are in each status, by agent name: a
-    /// grouped count per store, not a read of the runs. Synchronous (SQLite): call it from a
-    /// blocking thread.
-    pub fn run_counts(&self) -> Result<Vec<(String, crate::run::RunCounts)>, ActorsError> {
-        self.agents
-            .iter()
-            .map(|agent| Ok((agent.clone(), self.data.status_counts(agent)?)))
-            .collect()
+    /// grouped count per store, not a read of the runs.
+    pub async fn run_counts(&self) -> Result<Vec<(String, crate::run::RunCounts)>, ActorsError> {
+        let agents = self.agents.clone();
+        self.read(move |data| {
+            agents
+                .iter()
+                .map(|agent| Ok((agent.clone(), data.status_counts(agent)?)))
+                .collect()
+        })
+        .await
     }
 
     /// The run of this host's agents that failed last (by settlement time), if any.
-    /// Synchronous (SQLite): call it from a blocking thread.
-    pub fn last_failed_run(&self) -> Result<Option<RunRecord>, ActorsError> {
-        let mut last: Option<RunRecord> = None;
-        for agent in self.agents.iter() {
-            if let Some(run) = self.data.last_failed(agent)?
-                && last
-                    .as_ref()
-                    .is_none_or(|l| run.settled_at_ms > l.settled_at_ms)
-            {
-                last = Some(run);
+    pub async fn last_failed_run(&self) -> Result<Option<RunRecord>, ActorsError> {
+        let agents = self.agents.clone();
+        self.read(move |data| {
+            let mut last: Option<RunRecord> = None;
+            for agent in agents.iter() {
+                if let Some(run) = data.last_failed(agent)?
+                    && last
+                        .as_ref()
+                        .is_none_or(|l| run.settled_at_ms > l.settled_at_ms)
+                {
+                    last = Some(run);
+                }
             }
-        }
-        Ok(last)
+            Ok(last)
+        })
+        .await
     }
 
     /// An operator's drain (`true`: no new root runs, accepted runs go on; see

@@ -121,6 +121,7 @@ pub trait RemoteCalls: Send + Sync + 'static {
 
 /// Why a request to another host got no answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RemoteFailure {
     /// The host could not be reached.
     Unreachable(String),
@@ -136,8 +137,9 @@ impl std::fmt::Display for RemoteFailure {
     }
 }
 
-/// Messages the host supervisor handles.
-pub enum SupervisorMsg {
+/// Messages the host supervisor handles (the crate's own: apps drive a host through
+/// [`crate::Host`], links through [`crate::HostInbox`]).
+pub(crate) enum SupervisorMsg {
     /// Start a root run on one of this host's agents.
     Start {
         /// The agent that runs it.

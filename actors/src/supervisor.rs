@@ -2,7 +2,7 @@
 //!
 //! It spawns each agent actor linked to itself, restarts a failed one within its
 //! [`RestartBudget`](crate::restart::RestartBudget) (ractor has no restart strategies of its
-//! own), and routes what crosses agents: calls ([`SupervisorMsg::PlaceCall`]) to the callee's
+//! own), and routes what crosses agents: calls (`SupervisorMsg::PlaceCall`) to the callee's
 //! actor or, for an agent on another host, to [`RemoteCalls`]; replies back to the caller's
 //! actor; settlement notices to whoever waits. It re-reads agent.yaml files on change (or on
 //! demand) and hands each agent its new config. The supervisor never decides whether a call is
@@ -16,7 +16,7 @@
 //! An agent that is down says why ([`DownReason`]). One that failed because its store could not
 //! be written (a full disk, a file-size limit) is not restarted into the same failure: the
 //! supervisor probes the store
-//! ([`RunStore::probe_writable`](crate::store::RunStore::probe_writable), on a blocking thread)
+//! (`RunStore::probe_writable`, on a blocking thread)
 //! on the [`ProbeBackoff`](crate::restart::ProbeBackoff) schedule and restarts the agent with a
 //! fresh budget once a probe passes; its accepted runs resume from the store as after any
 //! restart. A reload on demand restarts every agent that is down, whatever the reason.
@@ -27,7 +27,7 @@
 //! (`supervisor/lifecycle.rs`), re-reading agent.yaml (`supervisor/reload.rs`), sleeping and
 //! waking (`supervisor/sleep.rs`), the peer directory (`supervisor/peers.rs`), calls to remote
 //! A2A agents (`supervisor/a2a.rs`) and an operator's commands (`supervisor/operator.rs`). The
-//! messages themselves are [`SupervisorMsg`], defined with what crosses agents in
+//! messages themselves are `SupervisorMsg` (the crate's own), defined with what crosses agents in
 //! `routing.rs`.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -51,8 +51,9 @@ use crate::presence::PresenceBoard;
 use crate::run::RunRecord;
 use crate::store::StoreWriter;
 
+pub(crate) use crate::routing::SupervisorMsg;
 pub use crate::routing::{
-    AgentStatus, BoxFuture, Down, DownReason, Reloaded, RemoteCalls, RemoteFailure, SupervisorMsg,
+    AgentStatus, BoxFuture, Down, DownReason, Reloaded, RemoteCalls, RemoteFailure,
 };
 
 struct AgentSlot {
@@ -78,7 +79,7 @@ struct AgentSlot {
 }
 
 /// The supervisor's state: its spec and one slot per agent.
-pub struct SupervisorState {
+pub(crate) struct SupervisorState {
     spec: HostSpec,
     slots: BTreeMap<String, AgentSlot>,
     settled: broadcast::Sender<RunRecord>,
@@ -111,7 +112,7 @@ pub struct SupervisorState {
 }
 
 /// The host supervisor actor.
-pub struct HostSupervisor;
+pub(crate) struct HostSupervisor;
 
 impl HostSupervisor {
     fn fleet_agents(spec: &HostSpec) -> Vec<String> {
@@ -128,7 +129,7 @@ impl HostSupervisor {
 }
 
 /// What the supervisor is started with.
-pub struct SupervisorArgs {
+pub(crate) struct SupervisorArgs {
     /// What the host serves.
     pub spec: HostSpec,
     /// Where every settled run is announced.
@@ -525,7 +526,7 @@ impl Actor for HostSupervisor {
 
 /// Spawns a host's supervisor as a child of `parent` (an embedding app's own supervisor), or
 /// as a root actor when `parent` is `None`.
-pub async fn spawn_supervisor(
+pub(crate) async fn spawn_supervisor(
     spec: HostSpec,
     settled: broadcast::Sender<RunRecord>,
     feed: RunFeed,
@@ -565,4 +566,4 @@ mod spec;
 
 use reload::stamp_of;
 use sleep::AwakeMarkers;
-pub use spec::HostSpec;
+pub use spec::{HostSpec, HostSpecBuilder};

@@ -57,6 +57,7 @@ pub struct ToolContext<'a> {
 
 /// Why a tool use failed; the text goes back to the model as an error result.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ToolError {
     #[error("invalid input: {0}")]
     /// The input does not match the tool's schema.

@@ -46,7 +46,7 @@ async fn host(dir: &Path) -> Host {
 async fn blocked_child(host: &Host, parent: &RunRecord) -> RunRecord {
     for _ in 0..200 {
         if let Some(child) =
-            host.jobs(Some("cfo")).unwrap().into_iter().find(|r| {
+            host.jobs(Some("cfo")).await.unwrap().into_iter().find(|r| {
                 r.parent_run.as_ref() == Some(&parent.id) && r.status == RunStatus::Blocked
             })
         {
@@ -57,8 +57,9 @@ async fn blocked_child(host: &Host, parent: &RunRecord) -> RunRecord {
     panic!("no blocked child of {}", parent.id);
 }
 
-fn kinds(host: &Host, id: &RunId) -> Vec<&'static str> {
+async fn kinds(host: &Host, id: &RunId) -> Vec<&'static str> {
     host.events(id)
+        .await
         .unwrap()
         .iter()
         .map(|e| e.event.kind())
@@ -81,7 +82,7 @@ async fn a_canceled_child_fails_and_its_caller_reads_why() {
         canceled.error.as_deref(),
         Some("canceled by api:alice: nobody will approve")
     );
-    let events = host.events(&child.id).unwrap();
+    let events = host.events(&child.id).await.unwrap();
     let cancel = events
         .iter()
         .find_map(|e| match &e.event {
@@ -91,7 +92,7 @@ async fn a_canceled_child_fails_and_its_caller_reads_why() {
         .expect("a canceled event");
     assert_eq!(cancel.by, "api:alice");
     assert_eq!(cancel.reason.as_deref(), Some("nobody will approve"));
-    assert_eq!(kinds(&host, &child.id).last(), Some(&"status"));
+    assert_eq!(kinds(&host, &child.id).await.last(), Some(&"status"));
 
     // The caller gets the failed reply and goes on with it, as with any failed child.
     let done = host
@@ -101,6 +102,7 @@ async fn a_canceled_child_fails_and_its_caller_reads_why() {
     assert_eq!(done.status, RunStatus::Succeeded, "{done:?}");
     let reply = host
         .events(&parent.id)
+        .await
         .unwrap()
         .into_iter()
         .find_map(|e| match e.event {
@@ -112,7 +114,7 @@ async fn a_canceled_child_fails_and_its_caller_reads_why() {
     assert_eq!(reply.output, "canceled by api:alice: nobody will approve");
 
     // A second cancel, a late decision and an unknown run are refused, writing nothing.
-    let before = kinds(&host, &child.id);
+    let before = kinds(&host, &child.id).await;
     match host.cancel(&child.id, None).await {
         Err(ActorsError::Refused(Refusal::AlreadySettled { run, status, .. })) => {
             assert_eq!((run, status.as_str()), (child.id.to_string(), "failed"));
@@ -123,7 +125,7 @@ async fn a_canceled_child_fails_and_its_caller_reads_why() {
         Err(ActorsError::Refused(Refusal::NotAwaitingApproval { .. })) => {}
         other => panic!("expected not_awaiting_approval, got {other:?}"),
     }
-    assert_eq!(kinds(&host, &child.id), before);
+    assert_eq!(kinds(&host, &child.id).await, before);
     let unknown = RunId::parse("run_00000000000000000000000000000000").unwrap();
     assert!(matches!(
         host.cancel(&unknown, None).await,
@@ -139,7 +141,7 @@ async fn a_canceled_caller_stays_canceled_when_its_peer_replies_later() {
     let parent = host.start_run("cmo", "August", Channel::Api).await.unwrap();
     let child = blocked_child(&host, &parent).await;
     for _ in 0..200 {
-        if host.run(&parent.id).unwrap().unwrap().status == RunStatus::Waiting {
+        if host.run(&parent.id).await.unwrap().unwrap().status == RunStatus::Waiting {
             break;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
@@ -150,22 +152,22 @@ async fn a_canceled_caller_stays_canceled_when_its_peer_replies_later() {
     assert_eq!(canceled.error.as_deref(), Some("canceled by operator"));
     let settled = host.wait(&parent.id, Duration::from_secs(1)).await.unwrap();
     assert_eq!(settled.status, RunStatus::Failed);
-    let before = kinds(&host, &parent.id);
+    let before = kinds(&host, &parent.id).await;
 
     // The child it called runs on; once approved it answers, and its reply is taken by the
     // canceled run without a write.
     assert_eq!(
-        host.run(&child.id).unwrap().unwrap().status,
+        host.run(&child.id).await.unwrap().unwrap().status,
         RunStatus::Blocked
     );
     host.decide(&child.id, true).await.unwrap();
     let answered = host.wait(&child.id, Duration::from_secs(10)).await.unwrap();
     assert_eq!(answered.status, RunStatus::Succeeded, "{answered:?}");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let after = host.run(&parent.id).unwrap().unwrap();
+    let after = host.run(&parent.id).await.unwrap().unwrap();
     assert_eq!(after.status, RunStatus::Failed);
     assert_eq!(after.error.as_deref(), Some("canceled by operator"));
-    assert_eq!(kinds(&host, &parent.id), before, "the log is final");
+    assert_eq!(kinds(&host, &parent.id).await, before, "the log is final");
     assert!(host.agent_status().await.unwrap().iter().all(|a| a.up));
     host.stop();
 }

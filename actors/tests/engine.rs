@@ -66,7 +66,7 @@ tools:
         done.output.as_deref(),
         Some("August spend per the CFO: 48250")
     );
-    let jobs = host.jobs(None).unwrap();
+    let jobs = host.jobs(None).await.unwrap();
     assert_eq!(jobs.len(), 2);
     let cfo = jobs.iter().find(|r| r.agent == "cfo").unwrap();
     assert_eq!(cfo.channel, Channel::Agent("cmo".into()));
@@ -75,6 +75,7 @@ tools:
     assert_eq!(done.cost.calls_placed, 1);
     let kinds: Vec<String> = host
         .events(&run.id)
+        .await
         .unwrap()
         .into_iter()
         .map(|e| e.kind().to_owned())
@@ -160,23 +161,28 @@ fn flaky_host(
     };
     let uses = Counter::default();
     let turns = Counter::default();
-    let mut spec = HostSpec::new(set, tmp.join("data"));
-    spec.tools.insert(
-        "worker".into(),
-        vec![std::sync::Arc::new(Flaky {
-            uses: uses.clone(),
-            panics: tool_panics,
-        })],
-    );
-    spec.models.insert(
-        "worker".into(),
-        std::sync::Arc::new(Panicky {
-            script: consort_actors::script::ScriptModel::new(steps),
-            turns: turns.clone(),
-            panics: model_panics,
-        }),
-    );
-    spec.restart.max_restarts = max_restarts;
+    let restart = consort_actors::RestartBudget {
+        max_restarts,
+        ..Default::default()
+    };
+    let spec = HostSpec::builder(set, tmp.join("data"))
+        .tool(
+            "worker",
+            std::sync::Arc::new(Flaky {
+                uses: uses.clone(),
+                panics: tool_panics,
+            }),
+        )
+        .model(
+            "worker",
+            std::sync::Arc::new(Panicky {
+                script: consort_actors::script::ScriptModel::new(steps),
+                turns: turns.clone(),
+                panics: model_panics,
+            }),
+        )
+        .restart(restart)
+        .build();
     (spec, turns, uses)
 }
 
@@ -241,7 +247,7 @@ async fn past_its_restart_budget_an_agent_is_down_and_its_run_is_kept() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let kept = host.run(&run.id).unwrap().unwrap();
+    let kept = host.run(&run.id).await.unwrap().unwrap();
     assert!(
         !kept.status.is_settled(),
         "the accepted run is kept for the next start: {kept:?}"
@@ -351,10 +357,10 @@ async fn a_slow_model_does_not_block_its_agent() {
         "name: fast\nagents: {accept_from: [slow], can_call: [slow]}\nmodel:\n  script:\n    - answer: \"pong to {input}\"\n",
     );
     let set = AgentSet::load(std::slice::from_ref(&agents)).unwrap();
-    let mut spec = HostSpec::new(set, tmp.path().join("data"));
     let together = std::sync::Arc::new(tokio::sync::Barrier::new(4));
-    spec.models
-        .insert("slow".into(), std::sync::Arc::new(Slow { together }));
+    let spec = HostSpec::builder(set, tmp.path().join("data"))
+        .model("slow", std::sync::Arc::new(Slow { together }))
+        .build();
     let (host, _join) = Host::spawn(spec).await.unwrap();
     // Several runs of the slow agent at once: their turns overlap instead of queueing.
     let mut runs = Vec::new();
@@ -398,8 +404,13 @@ tools:
     );
     ledger(&agents);
     let set = AgentSet::load(std::slice::from_ref(&agents)).unwrap();
-    let mut spec = HostSpec::new(set.clone(), tmp.path().join("data"));
-    spec.options.admission_limit = 2;
+    let options = consort_actors::AgentOptions {
+        admission_limit: 2,
+        ..Default::default()
+    };
+    let spec = HostSpec::builder(set.clone(), tmp.path().join("data"))
+        .options(options)
+        .build();
     let (host, _join) = Host::spawn(spec.clone()).await.unwrap();
     let a = host.start_run("cfo", "a", Channel::Api).await.unwrap();
     let b = host.start_run("cfo", "b", Channel::Api).await.unwrap();
@@ -416,6 +427,7 @@ tools:
         for _ in 0..200 {
             if host
                 .run(id)
+                .await
                 .unwrap()
                 .is_some_and(|r| r.status == RunStatus::Blocked)
             {
@@ -498,6 +510,7 @@ model:
         );
         let kinds: Vec<String> = host
             .events(&run.id)
+            .await
             .unwrap()
             .into_iter()
             .map(|e| e.kind().to_owned())
@@ -506,7 +519,7 @@ model:
         assert!(at("model_turn") < at("call_placed"), "{kinds:?}");
         assert!(at("call_placed") < at("reply_received"), "{kinds:?}");
     }
-    assert_eq!(host.jobs(Some("cfo")).unwrap().len(), 40);
+    assert_eq!(host.jobs(Some("cfo")).await.unwrap().len(), 40);
     let after = host.store_counts();
     let (writes, commits) = (after.writes - before.writes, after.commits - before.commits);
     assert!(writes >= 40 * 4, "{writes} writes");
@@ -554,9 +567,10 @@ model:
     let run = host.start_run("fan", "go", Channel::Api).await.unwrap();
     let done = host.wait(&run.id, Duration::from_secs(20)).await.unwrap();
     assert_eq!(done.status, RunStatus::Succeeded, "{done:?}");
-    assert_eq!(host.jobs(Some("sink")).unwrap().len(), 10);
+    assert_eq!(host.jobs(Some("sink")).await.unwrap().len(), 10);
     let refused = host
         .events(&run.id)
+        .await
         .unwrap()
         .into_iter()
         .filter(|e| e.kind() == "call_refused")

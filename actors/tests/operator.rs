@@ -55,7 +55,7 @@ async fn blocked_child(
 ) -> consort_actors::RunRecord {
     for _ in 0..200 {
         if let Some(child) =
-            host.jobs(Some("cfo")).unwrap().into_iter().find(|r| {
+            host.jobs(Some("cfo")).await.unwrap().into_iter().find(|r| {
                 r.parent_run.as_ref() == Some(&parent.id) && r.status == RunStatus::Blocked
             })
         {
@@ -102,7 +102,7 @@ async fn a_draining_host_starts_no_root_run_and_finishes_the_accepted_ones() {
         DeliveryOutcome::Rejected { code, .. } => assert_eq!(code, "draining"),
         other => panic!("expected a rejected delivery, got {other:?}"),
     }
-    assert_eq!(host.jobs(Some("cmo")).unwrap().len(), 1);
+    assert_eq!(host.jobs(Some("cmo")).await.unwrap().len(), 1);
 
     // The accepted run goes on: its gate is decided and its reply taken.
     host.decide(&child.id, true).await.unwrap();
@@ -143,7 +143,7 @@ async fn a_restarted_agent_resumes_its_blocked_run_and_counts_the_restart() {
     ));
     // The run was resumed from the store, still at its gate, and the gate still works.
     assert_eq!(
-        host.run(&child.id).unwrap().unwrap().status,
+        host.run(&child.id).await.unwrap().unwrap().status,
         RunStatus::Blocked
     );
     host.decide(&child.id, true).await.unwrap();
@@ -160,13 +160,13 @@ async fn a_restarted_agent_resumes_its_blocked_run_and_counts_the_restart() {
         .await
         .unwrap();
     assert_eq!(failed.status, RunStatus::Failed, "{failed:?}");
-    let counts = host.run_counts().unwrap();
+    let counts = host.run_counts().await.unwrap();
     let of = |agent: &str| counts.iter().find(|(a, _)| a == agent).unwrap().1;
     assert_eq!(of("cmo").succeeded, 1);
     assert_eq!(of("cfo").succeeded, 1);
     assert_eq!(of("solo").failed, 1);
     assert_eq!(of("cmo").unsettled(), 0);
-    let last = host.last_failed_run().unwrap().expect("a failed run");
+    let last = host.last_failed_run().await.unwrap().expect("a failed run");
     assert_eq!(last.id, failed.id);
     host.stop();
 }

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use consort_actors::supervisor::{AgentStatus, SupervisorMsg};
+use consort_actors::supervisor::AgentStatus;
 use consort_actors::{Channel, Host, HostSpec, RunStatus};
 use consort_config::AgentSet;
 use consort_core::directory::ActorState;
@@ -45,25 +45,26 @@ fn agents(dir: &Path, idle: usize) -> AgentSet {
 }
 
 async fn host(dir: &Path, idle: usize, idle_after: Option<Duration>) -> Host {
-    let mut spec = HostSpec::new(agents(dir, idle), dir.join("data"));
-    spec.options.idle_after = idle_after;
-    spec.checkpoint_every = Duration::from_millis(50);
-    spec.watch_config = None;
+    let options = consort_actors::AgentOptions {
+        idle_after,
+        ..Default::default()
+    };
+    let spec = HostSpec::builder(agents(dir, idle), dir.join("data"))
+        .options(options)
+        .checkpoint_every(Duration::from_millis(50))
+        .watch_config(None)
+        .build();
     let (host, _join) = Host::spawn(spec).await.unwrap();
     host
 }
 
 /// Who holds `agent`'s seat, as this host reports it to the peer directory.
 async fn seat(host: &Host, agent: &str) -> String {
-    let (_, reports) = ractor::call_t!(
-        host.supervisor(),
-        |reply| SupervisorMsg::Presence {
-            agents: vec![agent.to_owned()],
-            reply
-        },
-        5_000
-    )
-    .unwrap();
+    let (_, reports) = host
+        .inbox()
+        .presence(vec![agent.to_owned()], Duration::from_secs(5))
+        .await
+        .unwrap();
     assert_eq!(reports[0].actor, ActorState::Up, "{reports:?}");
     reports[0].incarnation.clone()
 }
@@ -90,10 +91,13 @@ async fn blocked_child(
     parent: &consort_actors::RunRecord,
 ) -> consort_actors::RunRecord {
     for _ in 0..200 {
-        if let Some(child) =
-            host.jobs(Some("cfo")).ok().into_iter().flatten().find(|r| {
-                r.parent_run.as_ref() == Some(&parent.id) && r.status == RunStatus::Blocked
-            })
+        if let Some(child) = host
+            .jobs(Some("cfo"))
+            .await
+            .ok()
+            .into_iter()
+            .flatten()
+            .find(|r| r.parent_run.as_ref() == Some(&parent.id) && r.status == RunStatus::Blocked)
         {
             return child;
         }
@@ -170,7 +174,7 @@ async fn an_idle_agent_sleeps_and_the_next_call_wakes_it_with_its_runs_and_seat(
     host.decide(&child.id, true).await.unwrap();
     let done = host.wait(&again.id, Duration::from_secs(10)).await.unwrap();
     assert_eq!(done.status, RunStatus::Succeeded, "{done:?}");
-    assert_eq!(host.jobs(None).unwrap().len(), 4);
+    assert_eq!(host.jobs(None).await.unwrap().len(), 4);
     host.stop();
 }
 
@@ -208,7 +212,7 @@ async fn a_restarted_host_wakes_only_the_agents_with_unsettled_runs_and_they_res
         .collect();
     assert_eq!(awake, ["cfo", "cmo"]);
     assert_eq!(
-        host.run(&child.id).unwrap().unwrap().status,
+        host.run(&child.id).await.unwrap().unwrap().status,
         RunStatus::Blocked
     );
     host.decide(&child.id, true).await.unwrap();
@@ -265,11 +269,16 @@ async fn agents_that_retire_between_every_call_lose_nothing() {
         "name: callee\nagents: {accept_from: [caller]}\nmodel:\n  script:\n    - answer: \"echo {input}\"\n",
     );
     let set = AgentSet::load(std::slice::from_ref(&agents)).unwrap();
-    let mut spec = HostSpec::new(set, tmp.path().join("data"));
     // Retired at every timer tick they are idle at: sleep and wake race the runs all along.
-    spec.options.idle_after = Some(Duration::ZERO);
-    spec.checkpoint_every = Duration::from_millis(5);
-    spec.watch_config = None;
+    let options = consort_actors::AgentOptions {
+        idle_after: Some(Duration::ZERO),
+        ..Default::default()
+    };
+    let spec = HostSpec::builder(set, tmp.path().join("data"))
+        .options(options)
+        .checkpoint_every(Duration::from_millis(5))
+        .watch_config(None)
+        .build();
     let (host, _join) = Host::spawn(spec).await.unwrap();
     for round in 0..10 {
         let mut runs = Vec::new();
@@ -291,7 +300,7 @@ async fn agents_that_retire_between_every_call_lose_nothing() {
     }
     let all = host.agent_status().await.unwrap();
     assert!(all.iter().all(|s| s.up && s.restarts == 0), "{all:?}");
-    assert_eq!(host.jobs(None).unwrap().len(), 160);
+    assert_eq!(host.jobs(None).await.unwrap().len(), 160);
     // They did sleep and wake between rounds: each wake opens the agent's store again.
     let opened = host.store_counts().opened;
     assert!(opened >= 10, "stores opened {opened} times in 10 rounds");

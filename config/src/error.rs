@@ -17,6 +17,7 @@ use std::path::PathBuf;
 /// document root with `[i]` list indexes (`tools[1].database`); it is empty when the error
 /// concerns the document as a whole.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// A file or folder could not be read.
     #[error("{}: {source}", path.display())]
@@ -80,6 +81,18 @@ pub enum ConfigError {
         /// The folder given.
         path: PathBuf,
     },
+    /// An agent built in code ([`crate::AgentConfig::builder`], [`crate::AgentSet::from_agents`])
+    /// with a value its agent.yaml would be refused for. There is no file to point into: `key`
+    /// is the key path the value has in an agent.yaml (`limits.max_depth`, `agents.can_call[0]`).
+    #[error("agent `{agent}`: {key}: {message}")]
+    InvalidAgent {
+        /// The agent's name, as given.
+        agent: String,
+        /// The key path, e.g. `limits.max_depth`.
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
     /// [`crate::AgentSet::reload_one`] was asked for an agent the set does not hold.
     #[error("no agent named `{name}` (known agents: {})", known_list(known))]
     UnknownAgent {
@@ -98,7 +111,7 @@ impl ConfigError {
                 Some(file)
             }
             Self::Io { path, .. } | Self::NoAgents { path } => Some(path),
-            Self::UnknownAgent { .. } => None,
+            Self::UnknownAgent { .. } | Self::InvalidAgent { .. } => None,
         }
     }
 
@@ -112,10 +125,12 @@ impl ConfigError {
         }
     }
 
-    /// The dotted key path, for schema and semantic errors.
+    /// The dotted key path, for schema and semantic errors (and an agent built in code).
     pub fn key(&self) -> Option<&str> {
         match self {
-            Self::Schema { key, .. } | Self::Invalid { key, .. } => Some(key),
+            Self::Schema { key, .. }
+            | Self::Invalid { key, .. }
+            | Self::InvalidAgent { key, .. } => Some(key),
             _ => None,
         }
     }

@@ -1,27 +1,27 @@
 //! Embedding consort in an app's own actor tree.
 //!
 //! The app has its own ractor supervisor (`App`). It builds a consort host from Rust values
-//! (no agent folders): a `planner` agent whose model is the app's own Rust type, calling a
-//! `pricing` agent whose tool is registered by the app. The host is spawned *linked under the
-//! app's supervisor*, so the app hears about it if the host fails. The app then drives the
-//! host through the typed handle: start a run, await its settlement, inspect both runs.
+//! (no agent folders), with the builders of the `consort` facade: a `planner` agent whose model
+//! is the app's own Rust type, calling a `pricing` agent whose tool is registered by the app.
+//! Everything it names comes from the facade's root (`consort::…`). The host is spawned
+//! *linked under the app's supervisor*, so the app hears about it if the host fails. The app
+//! then drives the host through the typed handle: start a run, await its settlement, inspect
+//! both runs (the handle's reads are async: they never hold the app's async workers on a
+//! store).
 //!
 //! Run it with: `cargo run --example embedded`
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use serde_json::{Value, json};
 
-use consort::actors::model::{
-    Message, Model, ModelFuture, ModelReply, ModelRequest, ModelStep, ToolSpec, ToolUse,
+use consort::{
+    AgentConfig, AgentSet, Channel, Host, HostSpec, Message, Model, ModelConfig, ModelFuture,
+    ModelReply, ModelRequest, ModelStep, ScriptStep, Tool, ToolContext, ToolFuture, ToolSpec,
+    ToolStep, ToolUse,
 };
-use consort::actors::tools::{Tool, ToolContext, ToolFuture};
-use consort::actors::{Channel, Host, HostSpec};
-use consort::config::{AgentConfig, AgentSet, ModelConfig, ScriptStep};
 
 /// The app's own model for the planner: ask pricing once, then answer with its reply.
 struct Planner;
@@ -76,32 +76,6 @@ impl Tool for Quote {
     }
 }
 
-fn agent(
-    name: &str,
-    can_call: &[&str],
-    accept_from: &[&str],
-    steps: Vec<ScriptStep>,
-    env: &[(&str, &str)],
-) -> AgentConfig {
-    AgentConfig {
-        name: name.into(),
-        description: format!("{name}, built in code"),
-        can_call: can_call.iter().map(|s| s.to_string()).collect(),
-        accept_from: accept_from.iter().map(|s| s.to_string()).collect(),
-        model: ModelConfig::Script { steps },
-        tools: Vec::new(),
-        env: env
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        dir: PathBuf::from(name),
-        file: PathBuf::from(name).join("agent.yaml"),
-        visibility: Default::default(),
-        limits: Default::default(),
-        a2a_agents: Vec::new(),
-    }
-}
-
 /// The app's own supervisor: it owns the consort host as a linked child.
 struct App;
 
@@ -130,38 +104,32 @@ impl Actor for App {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let data = tempfile::tempdir()?;
-    let mut agents = BTreeMap::new();
-    agents.insert(
-        "planner".into(),
-        agent("planner", &["pricing"], &[], Vec::new(), &[]),
-    );
-    agents.insert(
-        "pricing".into(),
-        agent(
-            "pricing",
-            &[],
-            &["planner"],
-            vec![
-                ScriptStep::Tool(consort::config::ToolStep {
+    let planner = AgentConfig::builder("planner")
+        .description("plans campaigns, built in code")
+        .can_call(["pricing"])
+        .build()?;
+    let pricing = AgentConfig::builder("pricing")
+        .description("prices campaigns, built in code")
+        .accept_from(["planner"])
+        .model(ModelConfig::Script {
+            steps: vec![
+                ScriptStep::Tool(ToolStep {
                     name: "quote".into(),
                     input: "{input}".into(),
                     arguments: None,
                 }),
                 ScriptStep::Answer("{tool.quote}".into()),
             ],
-            &[("RATE", "12")],
-        ),
-    );
-    let mut spec = HostSpec::new(
-        AgentSet {
-            agents,
-            ..Default::default()
-        },
-        data.path(),
-    );
-    spec.watch_config = None; // agents built in code have no agent.yaml to watch
-    spec.models.insert("planner".into(), Arc::new(Planner));
-    spec.tools.insert("pricing".into(), vec![Arc::new(Quote)]);
+        })
+        .env("RATE", "12")
+        .build()?;
+    // The set checks the agents against each other: every peer named exists.
+    let agents = AgentSet::from_agents([planner, pricing])?;
+    let spec = HostSpec::builder(agents, data.path())
+        .watch_config(None) // agents built in code have no agent.yaml to watch
+        .model("planner", Arc::new(Planner))
+        .tool("pricing", Arc::new(Quote))
+        .build();
 
     let (app, app_join) = Actor::spawn(None, App, ()).await?;
     let (host, _host_join) = Host::spawn_linked(spec, app.get_cell()).await?;
@@ -171,7 +139,7 @@ async fn main() -> anyhow::Result<()> {
         .await?;
     let done = host.wait(&run.id, Duration::from_secs(10)).await?;
     println!("{}", done.output.as_deref().unwrap_or("(no answer)"));
-    for r in host.jobs(None)? {
+    for r in host.jobs(None).await? {
         println!(
             "{}  {:<8} {:<9} channel={:<14} depth={} turns={} tools={} calls={}",
             r.id,

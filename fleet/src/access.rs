@@ -110,6 +110,7 @@ pub enum Action<'a> {
 
 /// Why a request is refused; each maps to one HTTP status and code.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Denial {
     /// No usable token on a host that needs one (401).
     Unauthenticated,

@@ -146,14 +146,11 @@ async fn visible_run(
     Ok(run)
 }
 
-/// One run, read off the async workers; an unknown id is [`ActorsError::UnknownRun`].
+/// One run (the handle reads it off the async workers); an unknown id is [`ActorsError::UnknownRun`].
 async fn stored_run(host: &Host, id: &RunId) -> Result<RunRecord, ApiError> {
-    let target = id.clone();
-    blocking(host, move |h| {
-        h.run(&target)?
-            .ok_or_else(|| ActorsError::UnknownRun(target.to_string()))
-    })
-    .await
+    host.run(id)
+        .await?
+        .ok_or_else(|| ActorsError::UnknownRun(id.to_string()).into())
 }
 
 impl FromRef<ApiState> for Host {

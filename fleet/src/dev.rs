@@ -112,14 +112,16 @@ impl DevHost {
             .auth
             .as_ref()
             .map_or_else(HostAuth::none, HostAuth::new);
-        let mut spec = HostSpec::new(agents, options.data_dir.clone());
-        spec.store = options.store.clone();
-        spec.directory = crate::directory_spec(&goals, Default::default());
-        spec.tool_servers = Some(Arc::new(crate::McpClient));
-        spec.options = options.agent_options;
+        let mut agent_options = options.agent_options;
         // What an origin (`api:<name>`) holds here bounds what a called agent acts with.
-        spec.options.host_grants = auth.grants().clone();
-        spec.a2a = Some(Arc::new(crate::a2a_client::A2aClient::new()?));
+        agent_options.host_grants = auth.grants().clone();
+        let spec = HostSpec::builder(agents, options.data_dir.clone())
+            .store(options.store.clone())
+            .directory(crate::directory_spec(&goals, Default::default()))
+            .tool_servers(Arc::new(crate::McpClient))
+            .options(agent_options)
+            .a2a(Arc::new(crate::a2a_client::A2aClient::new()?))
+            .build();
         let listener =
             TcpListener::bind(options.listen)
                 .await

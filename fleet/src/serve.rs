@@ -31,8 +31,8 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tracing::info;
 
+use consort_actors::store::PostgresUrl;
 use consort_actors::store::StoreBackend;
-use consort_actors::store::postgres::PostgresUrl;
 use consort_actors::{ActorsError, AgentOptions, DataFolder, Host, HostSpec};
 use consort_config::{AgentSet, FleetConfig, StoreConfig};
 use consort_net::{HostKey, KeyRing, LinkConfig, LinkEndpoint, OperatorAccess, PublicKey};
@@ -330,22 +330,27 @@ impl ServedHost {
         let link_addr = endpoint.local_addr().map_err(consort_net::NetError::from)?;
         let remote = LinkRemote::new(map.clone(), prepared.key, endpoint.clone());
 
-        let mut spec = HostSpec::new(prepared.local, options.data_dir.clone());
-        spec.store = store;
-        spec.remote_agents = prepared.remote_agents;
-        spec.host_name = options.host.clone();
-        spec.directory = crate::directory_spec(&prepared.goals, map.placements.clone());
         let auth = options
             .auth
             .as_ref()
             .map_or_else(HostAuth::none, HostAuth::new);
-        spec.options = options.agent_options;
+        let mut agent_options = options.agent_options;
         // What an origin (`api:<name>`) holds here bounds what a called agent acts with, for
         // calls from this host's runs and from other hosts' alike.
-        spec.options.host_grants = auth.grants().clone();
-        spec.remote = Some(Arc::new(remote));
-        spec.a2a = Some(Arc::new(crate::a2a_client::A2aClient::new()?));
-        spec.tool_servers = Some(Arc::new(crate::McpClient));
+        agent_options.host_grants = auth.grants().clone();
+        let spec = HostSpec::builder(prepared.local, options.data_dir.clone())
+            .store(store)
+            .remote_agents(prepared.remote_agents)
+            .host_name(options.host.clone())
+            .directory(crate::directory_spec(
+                &prepared.goals,
+                map.placements.clone(),
+            ))
+            .options(agent_options)
+            .remote(Arc::new(remote))
+            .a2a(Arc::new(crate::a2a_client::A2aClient::new()?))
+            .tool_servers(Arc::new(crate::McpClient))
+            .build();
 
         let listener = TcpListener::bind(options.listen_http)
             .await
@@ -358,7 +363,7 @@ impl ServedHost {
             source,
         })?;
         let (host, _supervisor) = Host::spawn(spec).await?;
-        inbound.set_supervisor(host.supervisor().clone());
+        inbound.set_inbox(host.inbox());
         operators.set_host(host.clone());
         let app = api::router(
             host.clone(),

@@ -130,8 +130,8 @@ fn reason(frame: &Frame) -> RefusalReason {
     }
 }
 
-fn runs(s: &Setup) -> usize {
-    s.beta.host.jobs(None).unwrap().len()
+async fn runs(s: &Setup) -> usize {
+    s.beta.host.jobs(None).await.unwrap().len()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -317,7 +317,7 @@ async fn bad_input_is_refused_typed_and_changes_nothing() {
         other => panic!("{other:?}"),
     }
 
-    assert_eq!(runs(&s), 0, "no bad input created a run");
+    assert_eq!(runs(&s).await, 0, "no bad input created a run");
 
     // An unknown host and a host presenting the wrong key are refused at the handshake.
     let stranger = client("delta", &HostKey::generate(), s.ring.clone());
@@ -336,7 +336,7 @@ async fn bad_input_is_refused_typed_and_changes_nothing() {
         matches!(refused, Err(LinkError::Unreachable { .. })),
         "{refused:?}"
     );
-    assert_eq!(runs(&s), 0);
+    assert_eq!(runs(&s).await, 0);
 
     // The same link still serves a good call; a replay of it finds the same run.
     let child = good.hops[0].child_run.clone();
@@ -362,7 +362,7 @@ async fn bad_input_is_refused_typed_and_changes_nothing() {
             existing: true
         }
     );
-    assert_eq!(runs(&s), 1);
+    assert_eq!(runs(&s).await, 1);
     let done = s
         .beta
         .host

@@ -203,8 +203,8 @@ async fn in_a_batch_only_the_tampered_envelope_is_refused_and_a_replay_creates_n
             _ => panic!("envelope {i}: {answer:?}"),
         }
     }
-    let runs = || beta.host.jobs(None).unwrap().len();
-    assert_eq!(runs(), 4);
+    let runs = || async { beta.host.jobs(None).await.unwrap().len() };
+    assert_eq!(runs().await, 4);
 
     // Replayed as it was: the same run, nothing new.
     let answer = link
@@ -235,6 +235,6 @@ async fn in_a_batch_only_the_tampered_envelope_is_refused_and_a_replay_creates_n
         ),
         "{answer:?}"
     );
-    assert_eq!(runs(), 4);
+    assert_eq!(runs().await, 4);
     beta.host.stop();
 }

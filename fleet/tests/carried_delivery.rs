@@ -128,9 +128,10 @@ async fn carried(alpha: &ServedHost, id: &str) -> Duration {
 }
 
 /// Runs of cfo on beta that deliveries started.
-fn delivered_runs(beta: &ServedHost) -> usize {
+async fn delivered_runs(beta: &ServedHost) -> usize {
     beta.host
         .jobs(Some("cfo"))
+        .await
         .unwrap()
         .iter()
         .filter(|r| matches!(r.channel, Channel::Delivery(_)))
@@ -156,7 +157,11 @@ async fn assert_lands_once(alpha: &ServedHost, beta: &ServedHost, id: &str, runs
         }
         other => panic!("{id}: {other:?}"),
     }
-    assert_eq!(delivered_runs(beta), runs, "{id} landed more than once");
+    assert_eq!(
+        delivered_runs(beta).await,
+        runs,
+        "{id} landed more than once"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -175,7 +180,7 @@ async fn a_delivery_queued_while_the_peer_is_down_is_carried_once_soon_after_it_
     let beta = serve(dir.path(), "beta").await;
     let took = carried(&alpha, "while-down").await;
     eprintln!("carried {took:?} after beta was back");
-    assert_eq!(delivered_runs(&beta), 1);
+    assert_eq!(delivered_runs(&beta).await, 1);
     assert_lands_once(&alpha, &beta, "while-down", 1).await;
     stop(alpha).await;
     stop(beta).await;
@@ -198,7 +203,7 @@ async fn deliveries_survive_a_restart_of_either_host_and_still_land_once() {
     let beta = serve(dir.path(), "beta").await;
     let took = carried(&alpha, "beta-restarting").await;
     eprintln!("carried {took:?} after beta restarted");
-    assert_eq!(delivered_runs(&beta), 2);
+    assert_eq!(delivered_runs(&beta).await, 2);
     // The sender restarts with a delivery still journaled: its new process carries it.
     stop(beta).await;
     assert_queued(&deliver(&alpha, "alpha-restarting").await);
@@ -211,7 +216,7 @@ async fn deliveries_survive_a_restart_of_either_host_and_still_land_once() {
         took < ADOPTED_WITHIN,
         "carried {took:?} after alpha restarted"
     );
-    assert_eq!(delivered_runs(&beta), 3);
+    assert_eq!(delivered_runs(&beta).await, 3);
     for id in ["first", "beta-restarting", "alpha-restarting"] {
         assert_lands_once(&alpha, &beta, id, 3).await;
     }

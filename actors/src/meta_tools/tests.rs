@@ -1,11 +1,11 @@
 //! Tests of the meta-tools over one agent's catalog: what two principals see, probes that never
 //! run a handler, the probe budget, the real check behind `invoke_tool`, and typed errors.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use consort_config::{AgentConfig, GrantConfig, ModelConfig, PolicyConfig, VisibilityConfig};
+use consort_config::{AgentConfig, GrantConfig, PolicyConfig, VisibilityConfig};
 use serde_json::{Value, json};
 
 use super::{AgentCatalog, MetaAnswer, parse_invoke, validate_arguments};
@@ -75,20 +75,11 @@ fn config(probe_budget: usize) -> AgentConfig {
             on_behalf_of_any: false,
         },
     );
-    AgentConfig {
-        name: "cfo".into(),
-        description: String::new(),
-        can_call: vec![],
-        accept_from: vec!["cmo".into()],
-        model: ModelConfig::Script { steps: vec![] },
-        tools: vec![],
-        env: BTreeMap::new(),
-        dir: "cfo".into(),
-        file: "cfo/agent.yaml".into(),
-        visibility,
-        limits: Default::default(),
-        a2a_agents: Vec::new(),
-    }
+    AgentConfig::builder("cfo")
+        .accept_from(["cmo"])
+        .visibility(visibility)
+        .build()
+        .expect("a valid agent")
 }
 
 struct Fixture {

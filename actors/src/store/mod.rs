@@ -1,27 +1,33 @@
-//! The per-agent run store: the [`RunLog`] interface, and its embedded default, one SQLite
-//! database (WAL) per agent ([`RunStore`]). The other backend, a PostgreSQL database shared by
-//! many agents (and by hosts that fail over to one another), is [`postgres`].
+//! The per-agent run store: the `RunLog` interface, and its embedded default, one SQLite
+//! database (WAL) per agent (`RunStore`). The other backend, a PostgreSQL database shared by
+//! many agents (and by hosts that fail over to one another), is `store/postgres.rs`.
+//!
+//! Outside this crate the store is only chosen and observed: [`StoreBackend`] (with its
+//! [`PostgresUrl`]) picks the backend, [`Durability`] how hard a commit is pushed to disk, and
+//! [`WriterCounts`] is what [`Host::store_counts`](crate::Host::store_counts) reports. The
+//! store, its writer thread and their handles are the crate's own: an app reads runs through
+//! [`crate::Host`] (or, for a stopped host's folder, [`crate::DataFolder`]).
 //!
 //! Each agent's runs and their append-only event logs live in the agent's own store; nothing
 //! is shared between agents. Every change to a run (its events, its status, its cost) is
-//! written in one savepoint through [`RunLog::append`], so a crash never leaves a status
+//! written in one savepoint through `RunLog::append`, so a crash never leaves a status
 //! without the event that explains it. The unique key on the run id, written in the same
 //! savepoint as the run's first event, is what turns a replayed call into "the run already
 //! exists" (the child run id is derived from the parent run and the tool use). Both backends
 //! keep these guarantees, and list runs and events in the same order with the same cursors.
 //!
-//! A store is synchronous. Inside a host no async code calls it: [`StoreWriter`] owns the
+//! A store is synchronous. Inside a host no async code calls it: `StoreWriter` owns the
 //! connections on a thread of its own, commits many runs' appends together and answers each
-//! once committed; an agent actor holds an [`AgentStore`] handle and hands it closures over
+//! once committed; an agent actor holds an `AgentStore` handle and hands it closures over
 //! `&mut dyn RunLog`. Inspection (the CLI, the HTTP API's reads) reads through
 //! [`crate::DataFolder`] on a blocking thread.
 //!
-//! [`RunStore::probe_writable`] tells whether a SQLite store that could not be written (a full
+//! `RunStore::probe_writable` tells whether a SQLite store that could not be written (a full
 //! disk, a file-size limit) takes writes again.
 //!
 //! The store decides nothing: it never checks consent or guards, it only records.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -58,36 +64,36 @@ impl Durability {
 
 /// A run to create: what the API or an accepted call knows about it.
 #[derive(Clone, Debug)]
-pub struct NewRun {
+pub(crate) struct NewRun {
     /// The run's id (random for a root run, derived for a child run).
-    pub id: RunId,
+    pub(crate) id: RunId,
     /// The agent that runs it.
-    pub agent: String,
+    pub(crate) agent: String,
     /// Who started it.
-    pub channel: Channel,
+    pub(crate) channel: Channel,
     /// The run that placed it, for a delegated run.
-    pub parent_run: Option<RunId>,
+    pub(crate) parent_run: Option<RunId>,
     /// The agent that placed it, for a delegated run.
-    pub parent_agent: Option<String>,
+    pub(crate) parent_agent: Option<String>,
     /// The caller's tool use that placed it, for a delegated run.
-    pub tool_use_id: Option<String>,
+    pub(crate) tool_use_id: Option<String>,
     /// The chain of hops that led here (empty for a root run); its length is the hop depth.
-    pub chain: Vec<Hop>,
+    pub(crate) chain: Vec<Hop>,
     /// What it is asked.
-    pub input: String,
+    pub(crate) input: String,
     /// Who the run acts for (see [`RunRecord::principal`]).
-    pub identity: Identity,
+    pub(crate) identity: Identity,
     /// Who started the run's call tree (see [`RunRecord::origin`]): a root run's own identity,
     /// a called run's the first hop of its chain.
-    pub origin: Origin,
+    pub(crate) origin: Origin,
     /// The tree budget the run holds (see [`Created::budget`]): a root run's own, a called
     /// run's the allowance its hop carried; `None` without one.
-    pub budget: Option<TreeBudget>,
+    pub(crate) budget: Option<TreeBudget>,
 }
 
 impl NewRun {
     /// The run's first event, as [`RunStore::insert_run`] writes it.
-    pub fn created_event(&self) -> RunEvent {
+    pub(crate) fn created_event(&self) -> RunEvent {
         RunEvent::Created(Created {
             channel: self.channel.clone(),
             input: self.input.clone(),
@@ -100,7 +106,7 @@ impl NewRun {
 
     /// The run as [`RunStore::insert_run`] stores it (queued, nothing spent), for an actor
     /// that steps a new run while its insert is still being committed.
-    pub fn record(&self, created_at_ms: u64) -> RunRecord {
+    pub(crate) fn record(&self, created_at_ms: u64) -> RunRecord {
         let (principal, roles) = crate::run::identity_text(&self.identity);
         RunRecord {
             id: self.id.clone(),
@@ -127,7 +133,7 @@ impl NewRun {
 
 /// What [`RunStore::insert_run`] found.
 #[derive(Clone, Debug)]
-pub enum Inserted {
+pub(crate) enum Inserted {
     /// The run was created.
     Created(RunRecord),
     /// A run with this id already existed (a replayed call): nothing was written.
@@ -136,7 +142,7 @@ pub enum Inserted {
 
 impl Inserted {
     /// The run, created or found.
-    pub fn record(&self) -> &RunRecord {
+    pub(crate) fn record(&self) -> &RunRecord {
         match self {
             Self::Created(r) | Self::Existing(r) => r,
         }
@@ -145,13 +151,11 @@ impl Inserted {
 
 /// What [`RunStore::append`] wrote.
 #[derive(Clone, Debug)]
-pub struct Applied {
+pub(crate) struct Applied {
     /// The run as it now stands.
-    pub record: RunRecord,
-    /// The events appended, in order.
-    pub events: Vec<RunEvent>,
+    pub(crate) record: RunRecord,
     /// The sequence number of the last event now in the run's log.
-    pub last_seq: u64,
+    pub(crate) last_seq: u64,
 }
 
 /// An agent's run log: what every store backend offers, whatever keeps it (a SQLite file of
@@ -164,7 +168,7 @@ pub struct Applied {
 /// is used exclusively while a statement runs.
 ///
 /// A store records; it never checks consent or guards.
-pub trait RunLog {
+pub(crate) trait RunLog {
     /// Creates the run, or finds the run that already has this id
     /// ([`Inserted::Existing`], nothing written: a replayed call).
     ///
@@ -172,12 +176,13 @@ pub trait RunLog {
     fn insert_run(&mut self, new: NewRun) -> Result<Inserted, ActorsError>;
 
     /// Applies one change to a run atomically and returns the run as it now stands.
+    #[cfg(test)]
     fn apply(&mut self, id: &RunId, update: Transition) -> Result<RunRecord, ActorsError> {
         self.append(id, update).map(|applied| applied.record)
     }
 
-    /// As [`RunLog::apply`], and also returns every event appended (the update's, with the
-    /// status changes the store derived), so a live view can fold exactly what was written.
+    /// As [`RunLog::apply`], and also returns the sequence number of the last event appended
+    /// (the update's, with the status changes the store derived).
     fn append(&mut self, id: &RunId, update: Transition) -> Result<Applied, ActorsError>;
 
     /// One run, if it exists here.
@@ -208,6 +213,7 @@ pub trait RunLog {
 
     /// How many runs have not settled (what admission counts); an index lookup, not a scan
     /// of the rows.
+    #[cfg(test)]
     fn count_unsettled(&mut self) -> Result<usize, ActorsError>;
 
     /// How many runs are in each status: one grouped count over the status index, not a read
@@ -244,12 +250,13 @@ pub enum StoreBackend {
     /// One SQLite file per agent under the host's data folder (the embedded default).
     #[default]
     Sqlite,
-    /// One PostgreSQL database for every agent (see [`postgres`]).
-    Postgres(postgres::PostgresUrl),
+    /// One PostgreSQL database for every agent, shared by the hosts that fail over to one
+    /// another.
+    Postgres(PostgresUrl),
 }
 
 /// One agent's SQLite run store (the embedded default backend).
-pub struct RunStore {
+pub(crate) struct RunStore {
     conn: Connection,
     path: PathBuf,
     /// Whether the runs table has the principal columns.
@@ -263,11 +270,6 @@ pub struct RunStore {
 }
 
 impl RunStore {
-    /// The database file.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     fn err(&self, source: rusqlite::Error) -> ActorsError {
         ActorsError::sqlite(&self.path, source)
     }
@@ -471,7 +473,6 @@ impl RunLog for RunStore {
             .ok_or_else(|| ActorsError::UnknownRun(id.to_string()))?;
         Ok(Applied {
             record,
-            events,
             last_seq: seq.max(0) as u64,
         })
     }
@@ -541,6 +542,7 @@ impl RunLog for RunStore {
         )
     }
 
+    #[cfg(test)]
     fn count_unsettled(&mut self) -> Result<usize, ActorsError> {
         let n: i64 = query_one(
             &self.conn,
@@ -662,7 +664,7 @@ fn query_one<T>(
     conn.prepare_cached(sql)?.query_row(params, f)
 }
 
-pub mod postgres;
+pub(crate) mod postgres;
 mod probe;
 mod rows;
 mod schema;
@@ -670,5 +672,6 @@ mod schema;
 mod tests;
 mod writer;
 
-pub use probe::PROBE_HEADROOM;
-pub use writer::{AgentStore, DEFAULT_MAX_OPEN, MAX_BATCH, Pending, StoreWriter, WriterCounts};
+pub use postgres::PostgresUrl;
+pub use writer::WriterCounts;
+pub(crate) use writer::{AgentStore, DEFAULT_MAX_OPEN, StoreWriter};

@@ -136,7 +136,7 @@ impl std::fmt::Debug for PostgresUrl {
 
 /// One connection to the database, with its prepared statements and whether the store
 /// writer has a batch transaction open on it.
-pub struct Database {
+pub(crate) struct Database {
     client: Client,
     url: PostgresUrl,
     statements: HashMap<String, Statement>,
@@ -159,7 +159,7 @@ fn pg(store: &str) -> impl Fn(::postgres::Error) -> ActorsError + '_ {
 
 impl Database {
     /// Connects and creates the schema if it is missing (a host's store writer).
-    pub fn connect(url: &PostgresUrl) -> Result<Self, ActorsError> {
+    pub(crate) fn connect(url: &PostgresUrl) -> Result<Self, ActorsError> {
         let mut db = Self::connect_only(url)?;
         db.create_schema()?;
         Ok(db)
@@ -167,7 +167,7 @@ impl Database {
 
     /// Connects without creating anything, for reading only (inspection): every transaction
     /// of this connection is read-only, so a reader can never write a run by mistake.
-    pub fn connect_read_only(url: &PostgresUrl) -> Result<Self, ActorsError> {
+    pub(crate) fn connect_read_only(url: &PostgresUrl) -> Result<Self, ActorsError> {
         let mut db = Self::connect_only(url)?;
         db.client
             .batch_execute("SET default_transaction_read_only = on")
@@ -197,23 +197,23 @@ impl Database {
     }
 
     /// Whether the connection is gone (the server restarted or the network dropped it).
-    pub fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         self.client.is_closed()
     }
 
     /// A new connection to the same database, schema checked (what the writer does when its
     /// connection is gone).
-    pub fn reconnect(&self) -> Result<Self, ActorsError> {
+    pub(crate) fn reconnect(&self) -> Result<Self, ActorsError> {
         Self::connect(&self.url)
     }
 
     /// One agent's store on this connection.
-    pub fn store<'d>(&'d mut self, agent: &'d str) -> PostgresStore<'d> {
+    pub(crate) fn store<'d>(&'d mut self, agent: &'d str) -> PostgresStore<'d> {
         PostgresStore { db: self, agent }
     }
 
     /// Whether the tables exist (a database no host has written to yet has none).
-    pub fn has_schema(&mut self) -> Result<bool, ActorsError> {
+    pub(crate) fn has_schema(&mut self) -> Result<bool, ActorsError> {
         if self.schema_seen {
             return Ok(true);
         }
@@ -226,7 +226,7 @@ impl Database {
     }
 
     /// The agents that have runs here, sorted.
-    pub fn agents(&mut self) -> Result<Vec<String>, ActorsError> {
+    pub(crate) fn agents(&mut self) -> Result<Vec<String>, ActorsError> {
         if !self.has_schema()? {
             return Ok(Vec::new());
         }
@@ -241,7 +241,7 @@ impl Database {
     }
 
     /// The agents with runs that have not settled, sorted.
-    pub fn agents_with_unsettled_runs(&mut self) -> Result<Vec<String>, ActorsError> {
+    pub(crate) fn agents_with_unsettled_runs(&mut self) -> Result<Vec<String>, ActorsError> {
         if !self.has_schema()? {
             return Ok(Vec::new());
         }
@@ -254,7 +254,7 @@ impl Database {
     }
 
     /// Whether `agent` has any run here.
-    pub fn has_agent(&mut self, agent: &str) -> Result<bool, ActorsError> {
+    pub(crate) fn has_agent(&mut self, agent: &str) -> Result<bool, ActorsError> {
         if !self.has_schema()? {
             return Ok(false);
         }
@@ -267,7 +267,7 @@ impl Database {
     }
 
     /// The agent whose store holds run `id` (the first by name if several do), if any.
-    pub fn agent_of_run(&mut self, id: &RunId) -> Result<Option<String>, ActorsError> {
+    pub(crate) fn agent_of_run(&mut self, id: &RunId) -> Result<Option<String>, ActorsError> {
         if !self.has_schema()? {
             return Ok(None);
         }
@@ -364,7 +364,7 @@ impl Database {
 
 /// One agent's run store in a PostgreSQL [`Database`]: the agent's rows only.
 #[derive(Debug)]
-pub struct PostgresStore<'d> {
+pub(crate) struct PostgresStore<'d> {
     db: &'d mut Database,
     agent: &'d str,
 }
@@ -524,7 +524,7 @@ impl RunLog for PostgresStore<'_> {
              settled_at_ms = COALESCE($16, settled_at_ms) \
              WHERE agent = $1 AND id = $2 RETURNING {RUN_COLUMNS}"
         );
-        let (rows, events, seq) = self.db.atomically(agent, true, |db| {
+        let (rows, seq) = self.db.atomically(agent, true, |db| {
             // `FOR UPDATE`: two hosts on one database (a failover in progress) append to a
             // run one after the other, never with the same sequence numbers.
             let current = db.query(
@@ -587,7 +587,7 @@ impl RunLog for PostgresStore<'_> {
                     &datas,
                 ],
             )?;
-            Ok((rows, events, seq))
+            Ok((rows, seq))
         })?;
         let record = self
             .decode_runs(&rows)?
@@ -596,7 +596,6 @@ impl RunLog for PostgresStore<'_> {
             .ok_or_else(|| ActorsError::UnknownRun(id.to_string()))?;
         Ok(Applied {
             record,
-            events,
             last_seq: seq.max(0) as u64,
         })
     }
@@ -648,6 +647,7 @@ impl RunLog for PostgresStore<'_> {
         )
     }
 
+    #[cfg(test)]
     fn count_unsettled(&mut self) -> Result<usize, ActorsError> {
         let sql = format!("SELECT COUNT(*) FROM consort.runs WHERE agent = $1 AND {UNSETTLED}");
         let n = self.count(&sql, &[])?;

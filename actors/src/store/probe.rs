@@ -24,7 +24,7 @@ use crate::ActorsError;
 /// How much room beyond the store's largest file the probe asks for: more than a busy batch
 /// of commits takes, so an agent revived on a passing probe gets work done before room could
 /// be short again.
-pub const PROBE_HEADROOM: u64 = 1 << 20;
+pub(crate) const PROBE_HEADROOM: u64 = 1 << 20;
 
 /// The bytes are written in chunks of this size.
 const CHUNK: usize = 64 * 1024;
@@ -34,7 +34,7 @@ impl RunStore {
     /// [`PROBE_HEADROOM`] and SQLite commits a write to it; else why not
     /// ([`ActorsError::StoreNotWritable`] while there is no room). Run it off the async
     /// workers: it writes and syncs a megabyte.
-    pub fn probe_writable(path: &Path) -> Result<(), ActorsError> {
+    pub(crate) fn probe_writable(path: &Path) -> Result<(), ActorsError> {
         let end = [path.to_owned(), beside(path, "-wal")]
             .iter()
             .filter_map(|file| std::fs::metadata(file).ok())

@@ -83,7 +83,7 @@ impl RunStore {
     ///
     /// A new store is built under a temporary name and renamed into place complete, so a
     /// reader (the HTTP API, the CLI) never finds a store whose tables are half made.
-    pub fn open(path: &Path, durability: Durability) -> Result<Self, ActorsError> {
+    pub(crate) fn open(path: &Path, durability: Durability) -> Result<Self, ActorsError> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|source| ActorsError::file(dir, source))?;
         }
@@ -153,7 +153,7 @@ impl RunStore {
     }
 
     /// Opens an existing store for reading only (inspection of a stopped or serving host).
-    pub fn open_read_only(path: &Path) -> Result<Self, ActorsError> {
+    pub(crate) fn open_read_only(path: &Path) -> Result<Self, ActorsError> {
         let conn = Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -197,7 +197,7 @@ impl RunStore {
     /// Folds the write-ahead log of the store at `path` into its database through a
     /// connection of its own, so the agent that writes the store is never held up by it (a
     /// passive checkpoint takes no lock a writer waits on). Run it off the async workers.
-    pub fn checkpoint_file(path: &Path) -> Result<(), ActorsError> {
+    pub(crate) fn checkpoint_file(path: &Path) -> Result<(), ActorsError> {
         let err = |source| ActorsError::sqlite(path, source);
         let conn = Connection::open_with_flags(
             path,

@@ -46,11 +46,11 @@ use crate::run::RunRecord;
 
 /// The most jobs committed in one batch: a bound on how long the first job of a busy batch
 /// waits for the others.
-pub const MAX_BATCH: usize = 512;
+pub(crate) const MAX_BATCH: usize = 512;
 
 /// The most store connections the writer keeps open by default. Each open WAL store holds
 /// three files (the database, its log and the shared-memory index).
-pub const DEFAULT_MAX_OPEN: usize = 128;
+pub(crate) const DEFAULT_MAX_OPEN: usize = 128;
 
 /// What a job's answer needs once its store's transaction has ended: `Ok` when it committed
 /// (or there was nothing to commit), else why the commit failed.
@@ -107,7 +107,7 @@ pub(super) enum Job {
 /// The handle of a host's store writer thread; cheap to clone. The thread ends when the last
 /// handle (and every [`AgentStore`]) is dropped.
 #[derive(Clone)]
-pub struct StoreWriter {
+pub(crate) struct StoreWriter {
     jobs: mpsc::Sender<Job>,
     counts: Arc<Counts>,
     /// Whether the stores are SQLite files (they have a WAL to checkpoint).
@@ -177,13 +177,15 @@ impl std::fmt::Debug for StoreWriter {
 
 impl StoreWriter {
     /// Starts the writer thread, keeping at most [`DEFAULT_MAX_OPEN`] connections open.
-    pub fn start() -> Result<Self, ActorsError> {
+    #[cfg(test)]
+    pub(crate) fn start() -> Result<Self, ActorsError> {
         Self::start_with(DEFAULT_MAX_OPEN)
     }
 
     /// Starts the writer thread, keeping at most `max_open` store connections open (at least
     /// one).
-    pub fn start_with(max_open: usize) -> Result<Self, ActorsError> {
+    #[cfg(test)]
+    pub(crate) fn start_with(max_open: usize) -> Result<Self, ActorsError> {
         Self::start_sqlite(max_open, Counts::default())
     }
 
@@ -208,13 +210,17 @@ impl StoreWriter {
     /// PostgreSQL (one connection for every store, `max_open` does not apply) it connects and
     /// creates the schema if it is missing before it returns, so a server that cannot be
     /// reached is an error here, at start, not at the first write.
-    pub async fn start_on(backend: &StoreBackend, max_open: usize) -> Result<Self, ActorsError> {
+    #[cfg(test)]
+    pub(crate) async fn start_on(
+        backend: &StoreBackend,
+        max_open: usize,
+    ) -> Result<Self, ActorsError> {
         Self::start_counting(backend, max_open, Counts::default()).await
     }
 
     /// As [`StoreWriter::start_on`], recording the time of every commit into `commit_time`
     /// (what a host's `consort_store_commit_seconds{host}` is).
-    pub async fn start_recording(
+    pub(crate) async fn start_recording(
         backend: &StoreBackend,
         max_open: usize,
         commit_time: Histogram,
@@ -259,7 +265,7 @@ impl StoreWriter {
     }
 
     /// Writes run and commits made so far: `writes / commits` is the group commit's batch.
-    pub fn counts(&self) -> WriterCounts {
+    pub(crate) fn counts(&self) -> WriterCounts {
         WriterCounts {
             writes: self.counts.writes.load(Ordering::Relaxed),
             commits: self.counts.commits.load(Ordering::Relaxed),
@@ -269,7 +275,7 @@ impl StoreWriter {
     }
 
     /// Opens the store at `path` for writing (creating it if needed) and returns its handle.
-    pub async fn open(
+    pub(crate) async fn open(
         &self,
         path: &Path,
         durability: Durability,
@@ -290,7 +296,7 @@ impl StoreWriter {
 
     /// Reads from the store at `path`, open or not (a store that is not open is opened
     /// read-only for the read), without holding up an async worker.
-    pub async fn read<T: Send + 'static>(
+    pub(crate) async fn read<T: Send + 'static>(
         &self,
         path: &Path,
         read: impl FnOnce(&mut dyn RunLog) -> Result<T, ActorsError> + Send + 'static,
@@ -343,21 +349,22 @@ impl StoreWriter {
 
 /// One agent's store, reached through the host's [`StoreWriter`]; cheap to clone.
 #[derive(Clone, Debug)]
-pub struct AgentStore {
+pub(crate) struct AgentStore {
     writer: StoreWriter,
     path: Arc<Path>,
 }
 
 impl AgentStore {
     /// The database file.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// Runs any write against the store, in one savepoint of the batch's transaction; the
     /// answer comes once it is committed. A caller may go on and [`Pending::wait`] only before
     /// it lets anything out of the host that depends on the write.
-    pub fn write<T: Send + 'static>(
+    #[cfg(test)]
+    pub(crate) fn write<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut dyn RunLog) -> Result<T, ActorsError> + Send + 'static,
     ) -> Pending<T> {
@@ -367,7 +374,7 @@ impl AgentStore {
     /// Runs any write against the store without waiting: `then` gets the result on the
     /// writer thread once it is committed, and must be quick (a send, a cast). This is how an
     /// actor goes on with its other work while a commit is out.
-    pub fn write_then<T: Send + 'static>(
+    pub(crate) fn write_then<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut dyn RunLog) -> Result<T, ActorsError> + Send + 'static,
         then: impl FnOnce(Result<T, ActorsError>) + Send + 'static,
@@ -376,7 +383,7 @@ impl AgentStore {
     }
 
     /// Runs any read against the store, after the writes sent before it.
-    pub async fn read<T: Send + 'static>(
+    pub(crate) async fn read<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut dyn RunLog) -> Result<T, ActorsError> + Send + 'static,
     ) -> Result<T, ActorsError> {
@@ -384,26 +391,26 @@ impl AgentStore {
     }
 
     /// One run, if it exists here.
-    pub async fn run(&self, id: &RunId) -> Result<Option<RunRecord>, ActorsError> {
+    pub(crate) async fn run(&self, id: &RunId) -> Result<Option<RunRecord>, ActorsError> {
         let id = id.clone();
         self.read(move |store| store.run(&id)).await
     }
 
     /// The chain of hops that led to a run.
-    pub async fn chain(&self, id: &RunId) -> Result<Vec<Hop>, ActorsError> {
+    pub(crate) async fn chain(&self, id: &RunId) -> Result<Vec<Hop>, ActorsError> {
         let id = id.clone();
         self.read(move |store| store.chain(&id)).await
     }
 
     /// Runs that have not settled.
-    pub async fn unsettled(&self) -> Result<Vec<RunRecord>, ActorsError> {
+    pub(crate) async fn unsettled(&self) -> Result<Vec<RunRecord>, ActorsError> {
         self.read(|store| store.unsettled()).await
     }
 
     /// Folds the store's write-ahead log into its database (SQLite, see
     /// [`RunStore::checkpoint_file`]); nothing to do for PostgreSQL, whose server does it.
     /// Blocking: run it off the async workers.
-    pub fn checkpoint(&self) -> Result<(), ActorsError> {
+    pub(crate) fn checkpoint(&self) -> Result<(), ActorsError> {
         if self.writer.sqlite {
             RunStore::checkpoint_file(&self.path)
         } else {
@@ -412,7 +419,7 @@ impl AgentStore {
     }
 
     /// Lets the writer close the connection once the jobs sent before are done.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         if self
             .writer
             .send(Job::Close {
@@ -427,13 +434,13 @@ impl AgentStore {
 
 /// A job's answer, once its store's transaction has committed.
 #[must_use = "an append is durable only when its answer says so"]
-pub struct Pending<T> {
+pub(crate) struct Pending<T> {
     answered: Result<oneshot::Receiver<Result<T, ActorsError>>, ActorsError>,
 }
 
 impl<T> Pending<T> {
     /// Waits for the commit and the job's result.
-    pub async fn wait(self) -> Result<T, ActorsError> {
+    pub(crate) async fn wait(self) -> Result<T, ActorsError> {
         self.answered?.await.map_err(|_| gone())?
     }
 }

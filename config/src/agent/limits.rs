@@ -136,6 +136,96 @@ impl Limits {
     pub const MIN_REPEATS_BOUND: u32 = 2;
     /// The most turns in a row the loop guard may allow.
     pub const MAX_REPEATS_BOUND: u32 = 100;
+
+    /// The range each bounded field must be in, by its key under `limits:`: the one table
+    /// agent.yaml's reader and [`AgentConfig::builder`](crate::AgentConfig::builder) check.
+    const RANGES: [(&'static str, u64, u64); 5] = [
+        ("max_depth", 1, Self::MAX_DEPTH_BOUND as u64),
+        ("max_calls_per_run", 1, Self::MAX_CALLS_BOUND as u64),
+        ("max_turns", 1, Self::MAX_TURNS_BOUND as u64),
+        ("max_tokens", 1, Self::MAX_TOKENS_BOUND),
+        (
+            "max_repeats",
+            Self::MIN_REPEATS_BOUND as u64,
+            Self::MAX_REPEATS_BOUND as u64,
+        ),
+    ];
+
+    /// The range of the field `key` (one of [`Self::RANGES`]' keys).
+    fn range(key: &str) -> (u64, u64) {
+        Self::RANGES
+            .iter()
+            .find(|(k, ..)| *k == key)
+            .map_or((1, u64::MAX), |&(_, min, max)| (min, max))
+    }
+
+    /// The first field outside its bound, as agent.yaml's reader would refuse it: the key path
+    /// under `limits` and what is wrong.
+    pub(crate) fn problem(&self) -> Option<(String, String)> {
+        let values = [
+            Some(u64::from(self.max_depth)),
+            Some(u64::from(self.max_calls_per_run)),
+            Some(u64::from(self.max_turns)),
+            self.max_tokens,
+            Some(u64::from(self.max_repeats)),
+        ];
+        for ((key, min, max), value) in Self::RANGES.iter().zip(values) {
+            if let Some(v) = value
+                && !(*min..=*max).contains(&v)
+            {
+                return Some((
+                    format!("limits.{key}"),
+                    format!("must be between {min} and {max} (got {v})"),
+                ));
+            }
+        }
+        self.tree
+            .check()
+            .err()
+            .map(|message| ("limits.tree".to_owned(), message))
+    }
+
+    /// These limits with `max_depth` set (checked when an agent is built with them).
+    #[must_use]
+    pub const fn with_max_depth(mut self, max_depth: u32) -> Self {
+        self.max_depth = max_depth;
+        self
+    }
+
+    /// These limits with `max_calls_per_run` set.
+    #[must_use]
+    pub const fn with_max_calls_per_run(mut self, max_calls_per_run: u32) -> Self {
+        self.max_calls_per_run = max_calls_per_run;
+        self
+    }
+
+    /// These limits with `max_turns` set.
+    #[must_use]
+    pub const fn with_max_turns(mut self, max_turns: u32) -> Self {
+        self.max_turns = max_turns;
+        self
+    }
+
+    /// These limits with `max_tokens` set (`None`: no limit).
+    #[must_use]
+    pub const fn with_max_tokens(mut self, max_tokens: Option<u64>) -> Self {
+        self.max_tokens = max_tokens;
+        self
+    }
+
+    /// These limits with `max_repeats` set.
+    #[must_use]
+    pub const fn with_max_repeats(mut self, max_repeats: u32) -> Self {
+        self.max_repeats = max_repeats;
+        self
+    }
+
+    /// These limits with the budget over each root run's call tree set.
+    #[must_use]
+    pub const fn with_tree(mut self, tree: TreeLimits) -> Self {
+        self.tree = tree;
+        self
+    }
 }
 
 impl Default for Limits {
@@ -188,47 +278,30 @@ pub(super) fn convert_limits(
     let Some(raw) = raw else {
         return Ok(limits);
     };
-    let bounded = |value: Option<Spanned<u64>>, key: &str, min: u64, max: u64| match value {
-        None => Ok(None),
-        Some(v) if (min..=max).contains(&v.value) => Ok(Some(v.value)),
-        Some(v) => Err(ctx.invalid(
-            Pos::of(&v),
-            &root.key("limits").key(key),
-            format!("must be between {min} and {max} (got {})", v.value),
-        )),
+    let bounded = |value: Option<Spanned<u64>>, key: &str| {
+        let (min, max) = Limits::range(key);
+        match value {
+            None => Ok(None),
+            Some(v) if (min..=max).contains(&v.value) => Ok(Some(v.value)),
+            Some(v) => Err(ctx.invalid(
+                Pos::of(&v),
+                &root.key("limits").key(key),
+                format!("must be between {min} and {max} (got {})", v.value),
+            )),
+        }
     };
     // Every bound below fits a u32 where the field is one, so the casts keep the value.
-    if let Some(depth) = bounded(
-        raw.max_depth,
-        "max_depth",
-        1,
-        Limits::MAX_DEPTH_BOUND.into(),
-    )? {
+    if let Some(depth) = bounded(raw.max_depth, "max_depth")? {
         limits.max_depth = depth as u32;
     }
-    if let Some(calls) = bounded(
-        raw.max_calls_per_run,
-        "max_calls_per_run",
-        1,
-        Limits::MAX_CALLS_BOUND.into(),
-    )? {
+    if let Some(calls) = bounded(raw.max_calls_per_run, "max_calls_per_run")? {
         limits.max_calls_per_run = calls as u32;
     }
-    if let Some(turns) = bounded(
-        raw.max_turns,
-        "max_turns",
-        1,
-        Limits::MAX_TURNS_BOUND.into(),
-    )? {
+    if let Some(turns) = bounded(raw.max_turns, "max_turns")? {
         limits.max_turns = turns as u32;
     }
-    limits.max_tokens = bounded(raw.max_tokens, "max_tokens", 1, Limits::MAX_TOKENS_BOUND)?;
-    if let Some(repeats) = bounded(
-        raw.max_repeats,
-        "max_repeats",
-        Limits::MIN_REPEATS_BOUND.into(),
-        Limits::MAX_REPEATS_BOUND.into(),
-    )? {
+    limits.max_tokens = bounded(raw.max_tokens, "max_tokens")?;
+    if let Some(repeats) = bounded(raw.max_repeats, "max_repeats")? {
         limits.max_repeats = repeats as u32;
     }
     if let Some(tree) = raw.tree {

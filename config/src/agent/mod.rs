@@ -12,6 +12,7 @@
 //! checks and hands back plain data (what the declarations mean for a call is consort-core's).
 
 mod a2a;
+mod builder;
 mod endpoint;
 mod limits;
 mod model;
@@ -37,6 +38,7 @@ use crate::yaml::{Ctx, KeyPath, Pos, SpannedPairs, load_file};
 
 pub use a2a::{A2aAgentConfig, DEFAULT_A2A_TIMEOUT_MS, MAX_A2A_TIMEOUT_MS, MIN_A2A_TIMEOUT_MS};
 use a2a::{RawA2aAgent, convert_a2a_agents};
+pub use builder::AgentConfigBuilder;
 pub use limits::{Limits, TreeLimits};
 use limits::{RawLimits, convert_limits};
 pub use model::{
@@ -57,7 +59,13 @@ pub use tools::{
 use tools::{RawTool, convert_tools, sql_tool_names};
 
 /// One agent, as declared in its folder's `agent.yaml`, validated.
+///
+/// Read one from its file with [`AgentConfig::load`] (or a whole set with [`AgentSet::load`]),
+/// or build one in code with [`AgentConfig::builder`], which checks what it is given as the
+/// file's reader does. Not built by a struct literal outside this crate (`#[non_exhaustive]`):
+/// a field added later must not break an embedding app.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
 pub struct AgentConfig {
     /// The agent's name (`name:`), unique in a fleet.
     pub name: String,
@@ -256,23 +264,44 @@ fn peer_list(
         let key = KeyPath::root().key("agents").key(list).index(i);
         let at = Pos::of(&e);
         let n = e.value;
-        if !is_valid_name(&n) {
-            return Err(ctx.invalid(at, &key, name_problem(&n)));
-        }
-        if n == me {
-            return Err(ctx.invalid(
-                at,
-                &key,
-                format!("an agent cannot name itself (`{n}`) as a peer"),
-            ));
-        }
-        if !seen.insert(n.clone()) {
-            return Err(ctx.invalid(at, &key, format!("`{n}` is listed twice")));
+        if let Some(problem) = peer_problem(me, &n, &mut seen) {
+            return Err(ctx.invalid(at, &key, problem));
         }
         out.push(n);
         spans.push(at);
     }
     Ok(out)
+}
+
+/// Why `name` may not stand in `me`'s list of peers whose names so far are `seen` (adding it to
+/// `seen` when it may): agent.yaml's reader and the builder check peers with this one rule.
+fn peer_problem(
+    me: &str,
+    name: &str,
+    seen: &mut std::collections::HashSet<String>,
+) -> Option<String> {
+    if !is_valid_name(name) {
+        Some(name_problem(name))
+    } else if name == me {
+        Some(format!("an agent cannot name itself (`{name}`) as a peer"))
+    } else if !seen.insert(name.to_owned()) {
+        Some(format!("`{name}` is listed twice"))
+    } else {
+        None
+    }
+}
+
+/// Why an `env:` entry may not be given to the agent's tools: they become process environment
+/// variables, and the OS refuses `=` in a name and NUL anywhere. `Err` on the key, `Ok(Some)`
+/// on the value.
+fn env_problem(key: &str, value: &str) -> Result<Option<&'static str>, &'static str> {
+    if key.is_empty() || key.contains('=') || key.contains('\0') {
+        Err("environment variable names must be non-empty and contain no `=` or NUL")
+    } else if value.contains('\0') {
+        Ok(Some("environment values must not contain NUL"))
+    } else {
+        Ok(None)
+    }
 }
 
 fn convert_env(
@@ -283,17 +312,10 @@ fn convert_env(
     let mut env = BTreeMap::new();
     for (k, v) in raw.unwrap_or_default().0 {
         let key = root.key("env").key(&k.value);
-        // These become process environment variables of the agent's tools: the OS refuses
-        // `=` in a name and NUL anywhere.
-        if k.value.is_empty() || k.value.contains('=') || k.value.contains('\0') {
-            return Err(ctx.invalid(
-                Pos::of(&k),
-                &key,
-                "environment variable names must be non-empty and contain no `=` or NUL",
-            ));
-        }
-        if v.value.contains('\0') {
-            return Err(ctx.invalid(Pos::of(&v), &key, "environment values must not contain NUL"));
+        match env_problem(&k.value, &v.value) {
+            Err(problem) => return Err(ctx.invalid(Pos::of(&k), &key, problem)),
+            Ok(Some(problem)) => return Err(ctx.invalid(Pos::of(&v), &key, problem)),
+            Ok(None) => {}
         }
         env.insert(k.value, v.value);
     }

@@ -418,6 +418,45 @@ impl AgentSet {
         Self::load_with_peers(paths, &[])
     }
 
+    /// The set of agents built in code ([`AgentConfig::builder`]), checked as a loaded set is:
+    /// names are unique, no A2A agent is named as an agent of the set, and every `can_call` /
+    /// `accept_from` entry names an agent of the set (or, for `can_call`, one of the agent's A2A
+    /// agents). An error is [`ConfigError::InvalidAgent`]; the set has no file stamps (a host's
+    /// config watch has nothing to re-read for these agents).
+    pub fn from_agents(agents: impl IntoIterator<Item = AgentConfig>) -> Result<Self, ConfigError> {
+        let mut set = BTreeMap::new();
+        for agent in agents {
+            if set.contains_key(&agent.name) {
+                return Err(ConfigError::InvalidAgent {
+                    key: "name".into(),
+                    message: format!("duplicate agent name `{}`", agent.name),
+                    agent: agent.name,
+                });
+            }
+            set.insert(agent.name.clone(), agent);
+        }
+        let known: BTreeSet<&str> = set.keys().map(String::as_str).collect();
+        let spans = PeerSpans::unknown();
+        for agent in set.values() {
+            // The checks of a loaded set, with no positions to point at: their errors say the
+            // key and the problem, which is all an agent built in code can be told.
+            check_a2a_names(agent, &spans, &known)
+                .and_then(|()| check_peers_exist(agent, &spans, &known))
+                .map_err(|e| ConfigError::InvalidAgent {
+                    agent: agent.name.clone(),
+                    key: e.key().unwrap_or_default().to_owned(),
+                    message: match e {
+                        ConfigError::Invalid { message, .. } => message,
+                        other => other.to_string(),
+                    },
+                })?;
+        }
+        Ok(Self {
+            agents: set,
+            stamps: BTreeMap::new(),
+        })
+    }
+
     /// As [`AgentSet::load`], for one host of a multi-host fleet: names in `known_remote` (the
     /// agents other hosts serve) also count as existing peers. A local agent that is also in
     /// `known_remote` is an error.

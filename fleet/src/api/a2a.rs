@@ -142,6 +142,12 @@ impl From<super::ApiError> for Failure {
     }
 }
 
+impl From<consort_actors::ActorsError> for Failure {
+    fn from(e: consort_actors::ActorsError) -> Self {
+        Self::from(super::ApiError::from(e))
+    }
+}
+
 /// What a method answers: a result, or a stream it has started.
 enum Answer {
     Result(Value),

@@ -198,10 +198,9 @@ async fn send_events_after(
     tx: &mpsc::Sender<Event>,
 ) -> Result<(), SendError> {
     loop {
-        let (reader, key, from) = (host.clone(), id.clone(), *after);
-        let page = tokio::task::spawn_blocking(move || reader.events_page(&key, from, PAGE_MAX))
+        let page = host
+            .events_page(id, *after, PAGE_MAX)
             .await
-            .map_err(|e| SendError::Store(format!("a store read did not finish: {e}")))?
             .map_err(|e| SendError::Store(e.to_string()))?;
         for record in &page.events {
             let event = json_event("event", record).id(record.seq.to_string());
@@ -238,10 +237,8 @@ async fn wait_for_change(
 }
 
 async fn read_run(host: &Host, id: &RunId) -> Result<RunRecord, String> {
-    let (reader, key) = (host.clone(), id.clone());
-    tokio::task::spawn_blocking(move || reader.run(&key))
+    host.run(id)
         .await
-        .map_err(|e| format!("a store read did not finish: {e}"))?
         .map_err(|e| e.to_string())?
         .ok_or_else(|| format!("run {id} is no longer stored on this host"))
 }

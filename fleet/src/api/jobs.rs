@@ -24,7 +24,7 @@ use consort_actors::{ActorsError, Host};
 
 use super::follow::{self, StreamSlots};
 use super::openapi::{ErrorDoc, RunPageDoc};
-use super::{ApiError, allowed, blocking};
+use super::{ApiError, allowed};
 use crate::access::{self, Action};
 use crate::auth::HostAuth;
 
@@ -96,9 +96,8 @@ pub(super) async fn jobs(
     };
     let scope = access::listing_scope(&who);
     let limit = page_size(q.limit);
-    let page = blocking(&host, move |h| {
-        h.jobs_page(q.agent.as_deref(), cursor.as_ref(), scope.owner(), limit)
-    })
-    .await?;
+    let page = host
+        .jobs_page(q.agent.as_deref(), cursor.as_ref(), scope.owner(), limit)
+        .await?;
     Ok(Json(page).into_response())
 }

@@ -33,8 +33,7 @@ use consort_actors::{Channel, Host, RunRecord, RunStatus};
 use super::follow::{self, StreamSlots};
 use super::openapi::{ErrorDoc, EventPageDoc, RunDoc};
 use super::{
-    ApiError, MAX_INPUT_BYTES, MAX_WAIT_MS, blocking, parse_run_id, requester, stored_run,
-    visible_run,
+    ApiError, MAX_INPUT_BYTES, MAX_WAIT_MS, parse_run_id, requester, stored_run, visible_run,
 };
 use crate::access::{self, Action};
 use crate::auth::HostAuth;
@@ -226,15 +225,11 @@ pub(super) async fn get_run(
         _ => run,
     };
     let gate = if run.status == RunStatus::Blocked {
-        let asked = run.clone();
-        blocking(&host, move |h| h.pending_gate(&asked))
-            .await?
-            .map(WaitingGate::from)
+        host.pending_gate(&run).await?.map(WaitingGate::from)
     } else {
         None
     };
-    let asked = run.clone();
-    let budget = blocking(&host, move |h| h.tree_budget(&asked)).await?;
+    let budget = host.tree_budget(&run).await?;
     Ok(Json(RunRead { run, gate, budget }).into_response())
 }
 
@@ -324,7 +319,7 @@ pub(super) async fn get_events(
     }
     let limit = page_size(q.limit);
     let after = q.after.unwrap_or(0);
-    let page = blocking(&host, move |h| h.events_page(&id, after, limit)).await?;
+    let page = host.events_page(&id, after, limit).await?;
     Ok(Json(page).into_response())
 }
 

@@ -228,8 +228,14 @@ pub(crate) async fn refusals(
         Err(e) => return api_error(e),
     };
     let scope = access::listing_scope(&who);
+    let page = match host
+        .jobs_page(q.agent.as_deref(), None, scope.owner(), REFUSAL_WINDOW)
+        .await
+    {
+        Ok(page) => page,
+        Err(e) => return api_error(e),
+    };
     let read = blocking(&host, move |h| {
-        let page = h.jobs_page(q.agent.as_deref(), None, scope.owner(), REFUSAL_WINDOW)?;
         let mut logs: Vec<(RunRecord, Vec<consort_actors::EventRecord>)> = Vec::new();
         for run in page.runs {
             // A run settled and pruned between the listing and this read has no log to count.
@@ -289,18 +295,13 @@ pub(crate) async fn tree(
     if let Err(denial) = access::identified(&who, auth.anonymous()) {
         return api_error(denial);
     }
-    let target = id.clone();
-    let root = match blocking(&host, move |h| {
-        let run = h
-            .run(&target)?
-            .ok_or_else(|| ActorsError::UnknownRun(target.to_string()))?;
-        let events = h.events(&target)?;
-        Ok((run, events))
-    })
-    .await
-    {
-        Ok(root) => root,
-        Err(response) => return response,
+    let root = match host.run(&id).await {
+        Ok(Some(run)) => match host.events(&id).await {
+            Ok(events) => (run, events),
+            Err(e) => return api_error(e),
+        },
+        Ok(None) => return api_error(ActorsError::UnknownRun(id.to_string())),
+        Err(e) => return api_error(e),
     };
     let owner = root.0.principal.clone();
     if let Err(denial) =

@@ -130,18 +130,6 @@ fn json(value: impl serde::Serialize) -> Result<String, Failure> {
         .map_err(|e| Failure::new("internal", format!("the answer could not be written: {e}")))
 }
 
-/// A store read (synchronous SQLite) on a blocking thread.
-async fn blocking<T: Send + 'static>(
-    host: &Host,
-    read: impl FnOnce(&Host) -> Result<T, ActorsError> + Send + 'static,
-) -> Result<T, Failure> {
-    let host = host.clone();
-    tokio::task::spawn_blocking(move || read(&host))
-        .await
-        .map_err(|e| Failure::new("internal", format!("a store read did not finish: {e}")))?
-        .map_err(Failure::from)
-}
-
 async fn status(
     here: String,
     host: &Host,
@@ -149,10 +137,7 @@ async fn status(
 ) -> Result<HostStatus, Failure> {
     let seats = host.agent_status().await?;
     let draining = host.draining().await?;
-    let (counts, failed) = blocking(host, |host| {
-        Ok((host.run_counts()?, host.last_failed_run()?))
-    })
-    .await?;
+    let (counts, failed) = (host.run_counts().await?, host.last_failed_run().await?);
     let runs = counts
         .iter()
         .fold(RunCounts::default(), |total, (_, c)| total.plus(*c));
@@ -213,7 +198,7 @@ fn down_line(down: Down) -> DownLine {
 
 async fn drain(here: String, host: &Host, draining: bool) -> Result<DrainState, Failure> {
     let draining = host.set_draining(draining).await?;
-    let counts = blocking(host, Host::run_counts).await?;
+    let counts = host.run_counts().await?;
     let unsettled = counts.iter().map(|(_, c)| c.unsettled()).sum();
     Ok(DrainState {
         host: here,
@@ -240,9 +225,8 @@ async fn jobs(
     };
     let limit = page_size(Some(usize::try_from(limit).unwrap_or(usize::MAX)));
     // An operator sees every run: no owner filter.
-    let page = blocking(host, move |host| {
-        host.jobs_page(agent.as_deref(), cursor.as_ref(), None, limit)
-    })
-    .await?;
+    let page = host
+        .jobs_page(agent.as_deref(), cursor.as_ref(), None, limit)
+        .await?;
     Ok(JobsPage { host: here, page })
 }

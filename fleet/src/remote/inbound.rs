@@ -15,13 +15,12 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use ractor::ActorRef;
+use std::future::Future;
 use tracing::{Instrument, debug, info_span, warn};
 
 use consort_actors::directory::WaitRequest;
 use consort_actors::run::now_ms;
-use consort_actors::supervisor::SupervisorMsg;
-use consort_actors::{CallOutcome, DataFolder, RunRecord, RunStatus};
+use consort_actors::{ActorsError, CallOutcome, DataFolder, HostInbox, RunRecord, RunStatus};
 use consort_core::directory::Audience;
 use consort_core::guards::remote::{self, Denial, RunQuery, RunQueryFacts, StoredRun};
 use consort_core::step::cap_output;
@@ -50,7 +49,7 @@ pub(crate) struct Inbound {
     data: DataFolder,
     reply_cap: usize,
     limits: InboundLimits,
-    supervisor: OnceLock<ActorRef<SupervisorMsg>>,
+    inbox: OnceLock<HostInbox>,
     /// This host's key, to sign presence reports.
     key: Option<HostKey>,
     /// Batch signatures already verified: the other calls and replies of a batch skip the
@@ -65,7 +64,7 @@ impl Inbound {
             data,
             reply_cap,
             limits: InboundLimits::default(),
-            supervisor: OnceLock::new(),
+            inbox: OnceLock::new(),
             key: None,
             roots: VerifiedRoots::default(),
         }
@@ -83,11 +82,11 @@ impl Inbound {
         self
     }
 
-    /// Hands over the supervisor once the host is up; until then requests are answered
+    /// Hands over the host's inbox once the host is up; until then requests are answered
     /// `Internal` (the sender retries).
-    pub(crate) fn set_supervisor(&self, supervisor: ActorRef<SupervisorMsg>) {
-        if self.supervisor.set(supervisor).is_err() {
-            warn!("the host supervisor was handed over twice; the first one stays");
+    pub(crate) fn set_inbox(&self, inbox: HostInbox) {
+        if self.inbox.set(inbox).is_err() {
+            warn!("the host's inbox was handed over twice; the first one stays");
         }
     }
 
@@ -100,8 +99,8 @@ impl Inbound {
         })
     }
 
-    fn supervisor(&self) -> Result<&ActorRef<SupervisorMsg>, Box<Frame>> {
-        self.supervisor.get().ok_or_else(|| {
+    fn inbox(&self) -> Result<&HostInbox, Box<Frame>> {
+        self.inbox.get().ok_or_else(|| {
             Box::new(refused(
                 RefusalReason::Internal,
                 "the host is starting; try again",
@@ -170,17 +169,12 @@ impl Inbound {
                     );
                 };
                 let lines = usize::try_from(lines).unwrap_or(usize::MAX);
-                self.ask_json(
-                    move |reply| SupervisorMsg::Observe {
-                        audience,
-                        agent,
-                        run,
-                        source,
-                        lines,
-                        reply,
-                    },
-                    DIRECTORY_TIMEOUT_MS,
-                )
+                let timeout = Duration::from_millis(DIRECTORY_TIMEOUT_MS);
+                self.answer_json(|inbox| async move {
+                    inbox
+                        .observe(audience, agent, run, source, lines, timeout)
+                        .await
+                })
                 .instrument(span)
                 .await
             }
@@ -209,15 +203,10 @@ impl Inbound {
                     after_seq,
                     incarnation,
                 };
-                self.ask_json(
-                    move |reply| SupervisorMsg::WaitRun {
-                        audience,
-                        request,
-                        timeout,
-                        reply,
-                    },
-                    MAX_WAIT_SLICE_MS + DIRECTORY_TIMEOUT_MS,
-                )
+                let bound = Duration::from_millis(MAX_WAIT_SLICE_MS + DIRECTORY_TIMEOUT_MS);
+                self.answer_json(|inbox| async move {
+                    inbox.wait_run(audience, request, timeout, bound).await
+                })
                 .instrument(span)
                 .await
             }
@@ -242,17 +231,12 @@ impl Inbound {
                 if text.len() > consort_actors::directory::MAX_MESSAGE_BYTES {
                     return refused(RefusalReason::Malformed, "the message is too large");
                 }
-                self.ask_json(
-                    move |reply| SupervisorMsg::DeliverHere {
-                        from,
-                        agent,
-                        run,
-                        delivery_id,
-                        text,
-                        reply,
-                    },
-                    DIRECTORY_TIMEOUT_MS,
-                )
+                let timeout = Duration::from_millis(DIRECTORY_TIMEOUT_MS);
+                self.answer_json(|inbox| async move {
+                    inbox
+                        .deliver_here(from, agent, run, delivery_id, text, timeout)
+                        .await
+                })
                 .instrument(span)
                 .await
             }
@@ -269,16 +253,12 @@ impl Inbound {
                         "the asking agent is not served by the asking host",
                     );
                 };
-                self.ask_json(
-                    move |reply| SupervisorMsg::DeliveryStatus {
-                        audience,
-                        agent,
-                        run,
-                        delivery_id,
-                        reply,
-                    },
-                    DIRECTORY_TIMEOUT_MS,
-                )
+                let timeout = Duration::from_millis(DIRECTORY_TIMEOUT_MS);
+                self.answer_json(|inbox| async move {
+                    inbox
+                        .delivery_status(audience, agent, run, delivery_id, timeout)
+                        .await
+                })
                 .instrument(span)
                 .await
             }
@@ -306,18 +286,13 @@ impl Inbound {
                 "this host cannot sign presence reports",
             );
         };
-        let supervisor = match self.supervisor() {
-            Ok(supervisor) => supervisor.clone(),
+        let inbox = match self.inbox() {
+            Ok(inbox) => inbox,
             Err(frame) => return *frame,
         };
-        let asked = ractor::call_t!(
-            supervisor,
-            |reply| SupervisorMsg::Presence {
-                agents: agents.clone(),
-                reply
-            },
-            PRESENCE_TIMEOUT_MS
-        );
+        let asked = inbox
+            .presence(agents, Duration::from_millis(PRESENCE_TIMEOUT_MS))
+            .await;
         match asked {
             Ok((observed_at_ms, reports)) => {
                 let mut report = PresenceReport {
@@ -352,31 +327,28 @@ impl Inbound {
         }
     }
 
-    /// Asks the supervisor and answers with its answer as JSON.
-    async fn ask_json<T: serde::Serialize + Send + 'static>(
-        &self,
-        message: impl FnOnce(ractor::RpcReplyPort<T>) -> SupervisorMsg,
-        timeout_ms: u64,
-    ) -> Frame {
-        let supervisor = match self.supervisor() {
-            Ok(supervisor) => supervisor.clone(),
+    /// Asks the host through its inbox and answers with its answer as JSON (the inbox bounds
+    /// the wait with the timeout `ask` gives it).
+    async fn answer_json<T, F>(&self, ask: impl FnOnce(HostInbox) -> F) -> Frame
+    where
+        T: serde::Serialize,
+        F: Future<Output = Result<T, ActorsError>>,
+    {
+        let inbox = match self.inbox() {
+            Ok(inbox) => inbox.clone(),
             Err(frame) => return *frame,
         };
-        let (reply, answered) = ractor::concurrency::oneshot();
-        if supervisor.cast(message(reply.into())).is_err() {
-            return refused(RefusalReason::Internal, "the host supervisor is gone");
-        }
-        match tokio::time::timeout(Duration::from_millis(timeout_ms), answered).await {
-            Ok(Ok(value)) => match serde_json::to_string(&value) {
+        match ask(inbox).await {
+            Ok(value) => match serde_json::to_string(&value) {
                 Ok(json) => Frame::DirectoryAnswer { json },
                 Err(e) => refused(
                     RefusalReason::Internal,
                     format!("the answer could not be written: {e}"),
                 ),
             },
-            Ok(Err(_)) | Err(_) => refused(
+            Err(e) => refused(
                 RefusalReason::Internal,
-                "the host supervisor did not answer in time",
+                format!("the host did not answer: {e}"),
             ),
         }
     }
@@ -421,15 +393,13 @@ impl Inbound {
             warn!(peer_host = %peer, reason = refusal.code(), "call refused: {refusal}");
             return refusal_frame(&refusal);
         }
-        let supervisor = match self.supervisor() {
-            Ok(s) => s,
+        let inbox = match self.inbox() {
+            Ok(inbox) => inbox,
             Err(frame) => return *frame,
         };
-        let outcome = ractor::call_t!(
-            supervisor,
-            |reply| SupervisorMsg::PlaceCall { envelope, reply },
-            ACCEPT_TIMEOUT_MS
-        );
+        let outcome = inbox
+            .place_call(envelope, Duration::from_millis(ACCEPT_TIMEOUT_MS))
+            .await;
         match outcome {
             Ok(CallOutcome::Accepted {
                 child_run,
@@ -472,8 +442,8 @@ impl Inbound {
         }
         // Only a reply to a call this host's run placed is delivered: the caller's agent
         // actor, which owns the run, decides (and holds a reply that overtook its call's ack).
-        let supervisor = match self.supervisor() {
-            Ok(supervisor) => supervisor.clone(),
+        let inbox = match self.inbox() {
+            Ok(inbox) => inbox,
             Err(frame) => return *frame,
         };
         // Only what the refusal below names is kept: the reply itself moves to the actor.
@@ -482,11 +452,9 @@ impl Inbound {
             reply.child_run.clone(),
             reply.callee.clone(),
         );
-        let taken = ractor::call_t!(
-            supervisor,
-            |taken| SupervisorMsg::OfferReply { reply, taken },
-            REPLY_CHECK_TIMEOUT_MS
-        );
+        let taken = inbox
+            .offer_reply(reply, Duration::from_millis(REPLY_CHECK_TIMEOUT_MS))
+            .await;
         match taken {
             Ok(true) => Frame::Ack,
             Ok(false) => {
@@ -593,12 +561,9 @@ impl Inbound {
         if let Err(frame) = self.asked_run(peer, callee, child, RunQuery::Resend).await {
             return *frame;
         }
-        match self.supervisor() {
-            Ok(supervisor) => {
-                let asked = supervisor.cast(SupervisorMsg::ResendReply {
-                    callee: callee.to_owned(),
-                    child_run: child.clone(),
-                });
+        match self.inbox() {
+            Ok(inbox) => {
+                let asked = inbox.resend_reply(callee, child);
                 match asked {
                     Ok(()) => Frame::Ack,
                     Err(e) => {

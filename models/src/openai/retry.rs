@@ -18,6 +18,7 @@ pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// How one attempt failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Failure {
     /// The server answered with this status (and maybe a `Retry-After`).
     Status(u16, Option<Duration>),

@@ -44,7 +44,7 @@ use tracing::span::Attributes;
 use tracing::subscriber::Interest;
 use tracing_subscriber::layer::{Context as LayerContext, SubscriberExt};
 
-use consort_actors::supervisor::{RemoteCalls, SupervisorMsg};
+use consort_actors::supervisor::RemoteCalls;
 use consort_actors::visibility::Origin;
 use consort_actors::{AgentOptions, CallOutcome, Channel};
 use consort_core::directory::{Audience, DirectoryPacket, PresenceBasis};
@@ -336,7 +336,7 @@ async fn run(root: &std::path::Path) -> Result<()> {
         prepared.key,
         alpha.endpoint.clone(),
     ));
-    let supervisor = alpha.host.supervisor().clone();
+    let inbox = alpha.host.inbox();
     let sample = consort_net::encode_frame(&Frame::Call(envelope("cmo", "cfo", 0)))?.len();
     eprintln!("consort-bench: 2 hosts on loopback, call frame {sample} B");
 
@@ -495,7 +495,7 @@ async fn run(root: &std::path::Path) -> Result<()> {
         )
         .await?,
     );
-    let s = supervisor.clone();
+    let s = inbox.clone();
     rows.push(
         measure(
             &quiet,
@@ -506,14 +506,9 @@ async fn run(root: &std::path::Path) -> Result<()> {
             move |n| {
                 let s = s.clone();
                 async move {
-                    let outcome = ractor::call_t!(
-                        s,
-                        |reply| SupervisorMsg::PlaceCall {
-                            envelope: envelope("lcmo", "lcfo", n),
-                            reply
-                        },
-                        30_000
-                    )?;
+                    let outcome = s
+                        .place_call(envelope("lcmo", "lcfo", n), Duration::from_secs(30))
+                        .await?;
                     match outcome {
                         CallOutcome::Accepted { .. } => Ok(()),
                         CallOutcome::Refused(refusal) => anyhow::bail!("refused: {refusal}"),

@@ -285,8 +285,13 @@ pub(crate) async fn models_bench(root: &std::path::Path) -> Result<()> {
         ),
     )?;
     let set = AgentSet::load(&[root.join("agents")]).context("loading the bench agents")?;
-    let mut spec = HostSpec::new(set, root.join("data"));
-    spec.options.admission_limit = 100_000;
+    let options = consort_actors::AgentOptions {
+        admission_limit: 100_000,
+        ..Default::default()
+    };
+    let spec = HostSpec::builder(set, root.join("data"))
+        .options(options)
+        .build();
     let (host, _join) = Host::spawn(spec).await?;
     let one_run = |agent: &'static str| {
         let host = host.clone();

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use consort_actors::CallOutcome;
-use consort_actors::supervisor::SupervisorMsg;
 use consort_fleet::dev::{DevHost, DevOptions};
 
 use crate::{envelope, open_files, percentile, proc_status_mb};
@@ -74,19 +73,17 @@ async fn one_host(root: &std::path::Path, names: &[String], data: &std::path::Pa
     let rss_mb = proc_status_mb("VmRSS:");
     let files = open_files().saturating_sub(baseline_files);
 
-    let supervisor = host.host.supervisor().clone();
+    let inbox = host.host.inbox();
     let step = (names.len() / COLD_CALLS).max(1);
     let mut latencies = Vec::with_capacity(COLD_CALLS);
     for (i, callee) in names.iter().step_by(step).take(COLD_CALLS).enumerate() {
         let began = Instant::now();
-        let outcome = ractor::call_t!(
-            supervisor,
-            |reply| SupervisorMsg::PlaceCall {
-                envelope: envelope("caller", callee, i as u64),
-                reply
-            },
-            30_000
-        )?;
+        let outcome = inbox
+            .place_call(
+                envelope("caller", callee, i as u64),
+                Duration::from_secs(30),
+            )
+            .await?;
         latencies.push(began.elapsed());
         if let CallOutcome::Refused(refusal) = outcome {
             anyhow::bail!("a call to {callee} was refused: {refusal}");

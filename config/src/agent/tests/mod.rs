@@ -7,6 +7,7 @@
 
 mod a2a;
 mod adapters;
+mod builder;
 mod errors;
 mod loading;
 mod mcp;

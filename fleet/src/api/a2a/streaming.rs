@@ -30,7 +30,7 @@ use consort_net::RunId;
 use super::Failure;
 use super::task_view::{answer_artifact, task_of, task_state};
 use crate::api::follow::{self, REREAD_EVERY};
-use crate::api::{blocking, stored_run};
+use crate::api::stored_run;
 
 /// Reads a run off the async workers; one that is gone is `TaskNotFoundError`.
 async fn read_run(host: &Host, id: &RunId) -> Result<RunRecord, Failure> {
@@ -210,6 +210,5 @@ pub(super) async fn gate_of(
     if run.status != RunStatus::Blocked {
         return Ok(None);
     }
-    let asked = run.clone();
-    Ok(blocking(host, move |h| h.pending_gate(&asked)).await?)
+    Ok(host.pending_gate(run).await?)
 }

@@ -35,7 +35,7 @@ use super::streaming::{gate_of, stream_rejected, stream_task, until_paused};
 use super::task_view::{self, ListFilter, task_of, task_state};
 use super::{AGENT_BASE, ANSWER_WAIT, Answer, Call, Failure, result_of};
 use crate::access::{self, Action};
-use crate::api::{MAX_INPUT_BYTES, blocking};
+use crate::api::MAX_INPUT_BYTES;
 
 /// Tasks per `ListTasks` page unless `pageSize` says otherwise.
 const PAGE_DEFAULT: i32 = 50;
@@ -52,7 +52,9 @@ impl Call {
     /// The run of task `id`, if the caller may see it at this endpoint.
     async fn visible_run(&self, id: &str) -> Result<RunRecord, Failure> {
         let run_id = RunId::parse(id).map_err(|_| Failure::task_not_found(id))?;
-        let run = blocking(&self.host, move |h| h.run(&run_id))
+        let run = self
+            .host
+            .run(&run_id)
             .await?
             .ok_or_else(|| Failure::task_not_found(id))?;
         if self.agent.as_ref().is_some_and(|a| a != &run.agent) {
@@ -342,16 +344,14 @@ impl Call {
         let scope = access::listing_scope(&self.who);
         let agent = self.agent.clone();
         let size = usize::try_from(page_size).unwrap_or(50);
-        let scanned = blocking(&self.host, move |h| {
-            scan(
-                h,
-                agent.as_deref(),
-                scope.owner(),
-                &filter,
-                token.as_ref(),
-                size,
-            )
-        })
+        let scanned = scan(
+            &self.host,
+            agent.as_deref(),
+            scope.owner(),
+            &filter,
+            token.as_ref(),
+            size,
+        )
         .await?;
         let with_artifacts = params.include_artifacts.unwrap_or(false);
         let tasks = scanned
@@ -377,7 +377,7 @@ struct Scanned {
 
 /// Reads the caller's runs newest first (at most [`SCAN_LIMIT`]), counting those `filter`
 /// keeps and taking `size` of them from after `token`.
-fn scan(
+async fn scan(
     host: &Host,
     agent: Option<&str>,
     owner: Option<&str>,
@@ -393,7 +393,9 @@ fn scan(
     let mut cursor: Option<RunCursor> = None;
     let mut read = 0;
     loop {
-        let page = host.jobs_page(agent, cursor.as_ref(), owner, PAGE_MAX)?;
+        let page = host
+            .jobs_page(agent, cursor.as_ref(), owner, PAGE_MAX)
+            .await?;
         for run in &page.runs {
             read += 1;
             if !filter.keeps(run) {
