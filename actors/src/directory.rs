@@ -28,6 +28,7 @@ mod deliver;
 mod observe;
 mod outbox;
 mod requests;
+pub(crate) mod tools;
 mod wait;
 
 pub use deliver::{DeliveryRequest, MAX_MESSAGE_BYTES};

@@ -17,6 +17,7 @@
 //! This module never places calls and never writes run state; it runs one tool use and returns
 //! its text.
 
+mod listing;
 mod served;
 mod sql;
 
@@ -35,6 +36,7 @@ use crate::guard::{Guard, declared_guard};
 use crate::model::ToolSpec;
 use crate::visibility::{AuthMarkers, Identity, PolicyRef};
 
+pub(crate) use listing::{Listed, list_due};
 pub(crate) use served::{DueListing, ServerSlots};
 pub use served::{
     ListFuture, ListedTool, MAX_RELIST_AFTER, RELIST_AFTER, ToolServer, ToolServers, relist_after,
@@ -231,5 +233,36 @@ impl Tool for Declared {
     }
     fn check_resource(&self, caller: &Identity, input: &Value) -> Result<(), String> {
         self.inner.check_resource(caller, input)
+    }
+}
+
+/// Invokes `tool` on a task of its own, so a tool that panics fails its own use and nothing
+/// else: the text the model reads and whether it is an error (`via_meta`: the use came
+/// through `invoke_tool`, whose failures read as its typed JSON errors).
+pub(crate) async fn invoke_isolated(
+    tool: Arc<dyn Tool>,
+    (agent, run_id, run_input): (String, RunId, String),
+    env: BTreeMap<String, String>,
+    input: Value,
+    via_meta: bool,
+) -> (String, bool) {
+    let invocation = tokio::spawn(async move {
+        let ctx = ToolContext {
+            agent: &agent,
+            run_id: &run_id,
+            input: &run_input,
+            env: &env,
+        };
+        tool.invoke(ctx, &input).await
+    });
+    let outcome = invocation.await.unwrap_or_else(|e| {
+        tracing::warn!("tool task ended abnormally: {e}");
+        Err(ToolError::Failed(
+            "the tool failed unexpectedly (it panicked); nothing was returned".into(),
+        ))
+    });
+    match outcome {
+        Ok(text) => (text, false),
+        Err(e) => (crate::meta_tools::tool_error_text(&e, via_meta), true),
     }
 }

@@ -18,6 +18,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use consort_core::event::ReplyOutcome;
 use consort_core::step::CostDelta;
 use consort_core::visibility::Origin;
 use consort_core::{TreeBudget, TreeSpend};
@@ -121,6 +122,30 @@ pub struct CallEnvelope {
 }
 
 impl CallEnvelope {
+    /// The envelope of a call run `next.parent_run` places: its stored chain `hops` (empty for
+    /// a root run, whose call opens the chain with the tree's `origin`; a called run's chain
+    /// carries its origin in the first hop already) extended by the new hop, which hands the
+    /// child run `allowance` of the tree budget. Nothing is signed yet.
+    pub fn extend(
+        mut hops: Vec<Hop>,
+        origin: &Origin,
+        next: crate::chain::NextHop<'_>,
+        allowance: Option<TreeBudget>,
+    ) -> Self {
+        let input = next.input.to_owned();
+        let mut hop = match hops.last() {
+            None => crate::chain::first_hop(origin, next),
+            Some(last) => crate::chain::next_hop(last, next),
+        };
+        hop.budget = allowance;
+        hops.push(hop);
+        Self {
+            version: ENVELOPE_VERSION,
+            hops,
+            input,
+        }
+    }
+
     /// The hop this envelope asks the receiver to run.
     pub fn last_hop(&self) -> Option<&Hop> {
         self.hops.last()
@@ -174,4 +199,45 @@ pub struct ReplyEnvelope {
     pub tree_spent: Option<TreeSpend>,
     /// The signature of the host serving `callee`; `None` inside one host.
     pub signature: Option<HopSignature>,
+}
+
+impl ReplyEnvelope {
+    /// The reply agent `caller`'s call gets, as the callee's agent machine built it (capped,
+    /// with the subtree's spend), ready to be signed if it leaves the host.
+    pub fn from_machine(caller: String, reply: consort_core::step::ReplyIn) -> Self {
+        Self {
+            version: ENVELOPE_VERSION,
+            caller,
+            callee: reply.callee,
+            parent_run: reply.parent_run,
+            child_run: reply.child_run,
+            tool_use_id: reply.tool_use_id,
+            status: match reply.outcome {
+                ReplyOutcome::Succeeded => ReplyStatus::Succeeded,
+                ReplyOutcome::Failed => ReplyStatus::Failed,
+            },
+            output: reply.output,
+            tree_cost: reply.tree_cost,
+            tree_spent: reply.tree_spent,
+            signature: None,
+        }
+    }
+
+    /// The reply as the caller's agent machine reads it (its signature was checked where it
+    /// entered the host, if it came from another).
+    pub fn into_machine(self) -> consort_core::step::ReplyIn {
+        consort_core::step::ReplyIn {
+            parent_run: self.parent_run,
+            child_run: self.child_run,
+            callee: self.callee,
+            tool_use_id: self.tool_use_id,
+            outcome: match self.status {
+                ReplyStatus::Succeeded => ReplyOutcome::Succeeded,
+                ReplyStatus::Failed => ReplyOutcome::Failed,
+            },
+            output: self.output,
+            tree_cost: self.tree_cost,
+            tree_spent: self.tree_spent,
+        }
+    }
 }

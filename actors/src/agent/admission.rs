@@ -9,20 +9,19 @@
 //! (`AgentMachine::call_admitted`, from the actor's commits).
 
 use consort_core::guards;
-use consort_core::machine::{CallAdmission, InboundGate};
 use consort_core::step::CallOutcome;
 use consort_core::{Refusal, TreeBudget, TreeLimits};
 use consort_net::{CallEnvelope, RunId, TraceContext};
 use ractor::{ActorRef, RpcReplyPort};
 use tracing::{info, info_span, warn};
 
-use super::commits::{Admission, Committed, Done, NotStored};
+use super::commits::{Committed, Done, NotStored};
 use super::{AgentActor, AgentMsg, AgentState, refused, tell};
 use crate::ActorsError;
 use crate::fault::{self, Point};
 use crate::run::{Channel, RunRecord, now_ms};
 use crate::run_span;
-use crate::store::{Inserted, NewRun, RunLog};
+use crate::store::{Admission, Inserted, NewRun, admit_call};
 use crate::visibility::{Identity, Origin};
 
 impl AgentActor {
@@ -198,11 +197,11 @@ impl AgentActor {
         let depth = state.metrics.host().mailbox().clone();
         let (parent, child) = (hop.parent_run, hop.child_run);
         state.store.write_then(
-            move |store| admit(store, &gate, &parent, new),
-            move |result: Result<(Admission, Option<Refusal>), ActorsError>| {
+            move |store| admit_call(store, &gate, &parent, new),
+            move |result: Result<Admission, ActorsError>| {
                 let _in_span = span.enter();
                 let (outcome, admission) = match result {
-                    Ok((Admission::Replay, _)) => {
+                    Ok(Admission::Replay) => {
                         info!("replayed call finds the existing run");
                         let outcome = CallOutcome::Accepted {
                             child_run: child.clone(),
@@ -210,12 +209,15 @@ impl AgentActor {
                         };
                         (outcome, Ok(Admission::Replay))
                     }
-                    Ok((admission @ Admission::Refused { .. }, refusal)) => {
-                        let refusal = refusal.unwrap_or_else(|| Refusal::agent_down(&me));
+                    Ok(Admission::Refused { children, refusal }) => {
                         warn!(reason = refusal.code(), "call refused: {refusal}");
+                        let admission = Admission::Refused {
+                            children,
+                            refusal: refusal.clone(),
+                        };
                         (CallOutcome::Refused(refusal), Ok(admission))
                     }
-                    Ok((admission @ Admission::Stored { .. }, _)) => {
+                    Ok(admission @ Admission::Stored { .. }) => {
                         fault::crash_at(Point::ChildStored, &child);
                         info!("call accepted");
                         let outcome = CallOutcome::Accepted {
@@ -242,39 +244,6 @@ impl AgentActor {
                 );
             },
         )
-    }
-}
-
-/// The writer thread's side of an arriving call, in the order the gate decides
-/// ([`InboundGate::admit`]): replay check, inbound guards, insert.
-fn admit(
-    store: &mut dyn RunLog,
-    gate: &InboundGate,
-    parent: &RunId,
-    new: NewRun,
-) -> Result<(Admission, Option<Refusal>), ActorsError> {
-    let exists = store.has_run(&new.id)?;
-    match gate.admit(exists, || store.count_children(parent))? {
-        CallAdmission::Replay => Ok((Admission::Replay, None)),
-        CallAdmission::Refused { children, refusal } => {
-            Ok((Admission::Refused { children }, Some(refusal)))
-        }
-        CallAdmission::Insert { children_before } => {
-            // The log the insert starts, so the actor's first step of the run reads nothing
-            // back.
-            let created = new.created_event();
-            let Inserted::Created(record) = store.insert_run(new)? else {
-                return Ok((Admission::Replay, None));
-            };
-            Ok((
-                Admission::Stored {
-                    children_before,
-                    record: Box::new(record),
-                    created,
-                },
-                None,
-            ))
-        }
     }
 }
 

@@ -8,16 +8,15 @@
 //! mailbox keeps moving while a remote host answers.
 
 use consort_core::TreeBudget;
-use consort_core::event::ReplyOutcome;
 use consort_core::machine::SettledRun;
-use consort_core::step::{self, CallOutcome, Input, ReplyIn};
-use consort_net::{CallEnvelope, ENVELOPE_VERSION, Hop, ReplyEnvelope, ReplyStatus, RunId};
+use consort_core::step::{self, CallOutcome, Input};
+use consort_net::{CallEnvelope, ReplyEnvelope, RunId};
 use ractor::{ActorRef, RpcReplyPort};
 use serde_json::json;
 use tracing::{Instrument, info_span};
 
 use super::commits::Asker;
-use super::{AgentActor, AgentMsg, AgentState, tell};
+use super::{AgentActor, AgentMsg, AgentState};
 use crate::ActorsError;
 use crate::routing::SupervisorMsg;
 use crate::run::{RunRecord, now_ms};
@@ -32,41 +31,31 @@ impl AgentActor {
         record: &RunRecord,
         (tool_use_id, callee, input, allowance): (String, String, String, Option<TreeBudget>),
     ) -> Result<(), ActorsError> {
-        let mut envelope = build_envelope(state, record, &callee, &tool_use_id, input).await?;
-        // The new hop (not signed yet) hands the child run its share of the tree budget.
-        if let Some(hop) = envelope.hops.last_mut() {
-            hop.budget = allowance;
-        }
+        let call = (callee.as_str(), tool_use_id.as_str(), input.as_str());
+        let envelope = build_envelope(state, record, call, allowance).await?;
         state.machine.task_out(&record.id, &tool_use_id);
-        let (supervisor, me, run) = (state.supervisor.clone(), myself.clone(), record.id.clone());
-        let depth = state.metrics.host().mailbox().clone();
+        let (supervisor, run) = (state.supervisor.clone(), record.id.clone());
         let span = info_span!("call", run_id = %run, agent = %state.config.name, callee = %callee, hop_depth = envelope.depth(), origin = %record.origin);
-        tokio::spawn(
-            async move {
-                let asked = ractor::call_t!(
-                    supervisor,
-                    |reply| SupervisorMsg::PlaceCall { envelope, reply },
-                    60_000
-                );
-                let outcome = asked.unwrap_or_else(|e| {
-                    CallOutcome::Refused(consort_core::Refusal::unreachable(
-                        &callee,
-                        format!("the host supervisor did not answer: {e}"),
-                    ))
-                });
-                tell(
-                    &depth,
-                    &me,
-                    AgentMsg::CallDone {
-                        run,
-                        tool_use_id,
-                        callee,
-                        outcome,
-                    },
-                );
+        let placed = async move {
+            let asked = ractor::call_t!(
+                supervisor,
+                |reply| SupervisorMsg::PlaceCall { envelope, reply },
+                60_000
+            );
+            let outcome = asked.unwrap_or_else(|e| {
+                CallOutcome::Refused(consort_core::Refusal::unreachable(
+                    &callee,
+                    format!("the host supervisor did not answer: {e}"),
+                ))
+            });
+            AgentMsg::CallDone {
+                run,
+                tool_use_id,
+                callee,
+                outcome,
             }
-            .instrument(span),
-        );
+        };
+        state.spawn_then_tell(myself, placed.instrument(span));
         Ok(())
     }
 
@@ -81,49 +70,41 @@ impl AgentActor {
         callee: String,
     ) {
         state.machine.task_out(&record.id, &tool_use_id);
-        let (supervisor, me, run) = (state.supervisor.clone(), myself.clone(), record.id.clone());
-        let depth = state.metrics.host().mailbox().clone();
+        let (supervisor, run) = (state.supervisor.clone(), record.id.clone());
         let (caller, cap) = (state.config.name.clone(), state.options.reply_cap);
-        tokio::spawn(
-            async move {
-                let asked = ractor::call_t!(
-                    supervisor,
-                    |reply| SupervisorMsg::RunSummary {
-                        caller,
-                        parent_run: run.clone(),
-                        agent: callee.clone(),
-                        run: child,
-                        reply,
-                    },
-                    30_000
-                );
-                let (content, is_error) = match asked {
-                    Ok(Ok(r)) => (
-                        json!({
-                            "run_id": r.id, "agent": r.agent, "status": r.status,
-                            "output": r.output.as_deref().map(|o| step::cap_output(o, cap)),
-                            "error": r.error,
-                        })
-                        .to_string(),
-                        false,
-                    ),
-                    Ok(Err(e)) => (e.to_string(), true),
-                    Err(e) => (format!("{callee} did not answer check_run: {e}"), true),
-                };
-                tell(
-                    &depth,
-                    &me,
-                    AgentMsg::ToolDone {
-                        run,
-                        tool_use_id,
-                        result_name: step::CHECK_RUN.to_owned(),
-                        content,
-                        is_error,
-                    },
-                );
+        state.spawn_then_tell(myself, async move {
+            let asked = ractor::call_t!(
+                supervisor,
+                |reply| SupervisorMsg::RunSummary {
+                    caller,
+                    parent_run: run.clone(),
+                    agent: callee.clone(),
+                    run: child,
+                    reply,
+                },
+                30_000
+            );
+            let (content, is_error) = match asked {
+                Ok(Ok(r)) => (
+                    json!({
+                        "run_id": r.id, "agent": r.agent, "status": r.status,
+                        "output": r.output.as_deref().map(|o| step::cap_output(o, cap)),
+                        "error": r.error,
+                    })
+                    .to_string(),
+                    false,
+                ),
+                Ok(Err(e)) => (e.to_string(), true),
+                Err(e) => (format!("{callee} did not answer check_run: {e}"), true),
+            };
+            AgentMsg::ToolDone {
+                run,
+                tool_use_id,
+                result_name: step::CHECK_RUN.to_owned(),
+                content,
+                is_error,
             }
-            .in_current_span(),
-        );
+        });
     }
 
     /// A placed call's outcome: the machine records it, then a reply that beat it.
@@ -154,7 +135,7 @@ impl AgentActor {
         reply: ReplyEnvelope,
         taken: Option<RpcReplyPort<bool>>,
     ) -> Result<(), ActorsError> {
-        let reply = reply_in(reply);
+        let reply = reply.into_machine();
         let parent = reply.parent_run.clone();
         let input = state.machine.reply_arrived(reply);
         match taken {
@@ -164,23 +145,6 @@ impl AgentActor {
             }
             None => self.drive(myself, state, &parent, input).await,
         }
-    }
-}
-
-/// A reply envelope as the machine and the step read it.
-fn reply_in(reply: ReplyEnvelope) -> ReplyIn {
-    ReplyIn {
-        parent_run: reply.parent_run,
-        child_run: reply.child_run,
-        callee: reply.callee,
-        tool_use_id: reply.tool_use_id,
-        outcome: match reply.status {
-            ReplyStatus::Succeeded => ReplyOutcome::Succeeded,
-            ReplyStatus::Failed => ReplyOutcome::Failed,
-        },
-        output: reply.output,
-        tree_cost: reply.tree_cost,
-        tree_spent: reply.tree_spent,
     }
 }
 
@@ -206,25 +170,10 @@ pub(super) fn report_settled(state: &AgentState, record: &RunRecord) {
         error: record.error.as_deref(),
         tree_cost: record.tree_usage(),
     };
-    let reply = state.machine.reply_of(&settled).map(|out| {
-        let reply = out.reply;
-        ReplyEnvelope {
-            version: ENVELOPE_VERSION,
-            caller: out.caller,
-            callee: reply.callee,
-            parent_run: reply.parent_run,
-            child_run: reply.child_run,
-            tool_use_id: reply.tool_use_id,
-            status: match reply.outcome {
-                ReplyOutcome::Succeeded => ReplyStatus::Succeeded,
-                ReplyOutcome::Failed => ReplyStatus::Failed,
-            },
-            output: reply.output,
-            tree_cost: reply.tree_cost,
-            tree_spent: reply.tree_spent,
-            signature: None,
-        }
-    });
+    let reply = state
+        .machine
+        .reply_of(&settled)
+        .map(|out| ReplyEnvelope::from_machine(out.caller, out.reply));
     state.tell_supervisor(SupervisorMsg::Settled {
         record: Box::new(record.clone()),
         reply,
@@ -249,14 +198,14 @@ pub(super) fn a2a_call(
     })
 }
 
+/// The envelope of a call run `record` places, from the run's stored chain.
 async fn build_envelope(
     state: &mut AgentState,
     record: &RunRecord,
-    callee: &str,
-    tool_use_id: &str,
-    input: String,
+    (callee, tool_use_id, input): (&str, &str, &str),
+    allowance: Option<TreeBudget>,
 ) -> Result<CallEnvelope, ActorsError> {
-    let mut hops: Vec<Hop> = match state.chains.get(&record.id) {
+    let hops = match state.chains.get(&record.id) {
         Some(hops) => hops.clone(),
         None => {
             let hops = state.store.chain(&record.id).await?;
@@ -270,7 +219,7 @@ async fn build_envelope(
         callee,
         parent_run: &record.id,
         tool_use_id,
-        input: &input,
+        input,
         issued_at_ms: now,
         expires_at_ms: now + state.options.call_ttl.as_millis() as u64,
         // The callee's run span becomes a child of this run's span, wherever it runs.
@@ -279,16 +228,10 @@ async fn build_envelope(
             .get(&record.id)
             .and_then(crate::run_span::trace_context),
     };
-    // A root run's call opens the chain with the run's origin (its own identity); a called
-    // run's chain already carries its origin in the first hop.
-    let hop = match hops.last() {
-        None => consort_net::chain::first_hop(&record.origin(), next),
-        Some(last) => consort_net::chain::next_hop(last, next),
-    };
-    hops.push(hop);
-    Ok(CallEnvelope {
-        version: ENVELOPE_VERSION,
+    Ok(CallEnvelope::extend(
         hops,
-        input,
-    })
+        &record.origin(),
+        next,
+        allowance,
+    ))
 }

@@ -29,7 +29,7 @@ use consort_net::RunId;
 use super::{AgentActor, AgentMsg, AgentState, refused, tell};
 use crate::ActorsError;
 use crate::run::RunRecord;
-use crate::store::Applied;
+use crate::store::{Admission, Applied};
 
 /// A job of this actor that the store writer has committed (or failed to).
 pub(crate) struct Committed {
@@ -68,20 +68,6 @@ pub(super) struct NotStored {
     pub(super) detail: String,
     /// Whether the store could not be written: the actor's failure says so too.
     pub(super) not_writable: bool,
-}
-
-/// What the store writer's admission job found for an arriving call.
-pub(super) enum Admission {
-    /// The child run exists: a replayed call.
-    Replay,
-    /// The inbound guards refused it; the parent's children counted in the store.
-    Refused { children: u64 },
-    /// Stored: the new run, its first event, and the parent's children before it.
-    Stored {
-        children_before: u64,
-        record: Box<RunRecord>,
-        created: RunEvent,
-    },
 }
 
 /// Someone waiting for a verdict of the agent machine, with what to answer them through.
@@ -371,7 +357,7 @@ impl AgentActor {
             }) => CallAdmitted::Stored {
                 children_before: *children_before,
             },
-            Ok(Admission::Refused { children }) => CallAdmitted::Refused {
+            Ok(Admission::Refused { children, .. }) => CallAdmitted::Refused {
                 children: *children,
             },
             Ok(Admission::Replay) => CallAdmitted::Replay,

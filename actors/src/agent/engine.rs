@@ -3,7 +3,7 @@
 //!
 //! Nothing here decides: an effect is what the machine handed out, executed by the module that
 //! owns its kind of work (the model in `model_turn`, calls in `calls`, tools in `tool_use`,
-//! the directory's tools in `peers`); an outcome known at once goes back to the machine as the
+//! the directory's tools in `crate::directory::tools`); an outcome known at once goes back to the machine as the
 //! run's next input.
 
 use consort_core::step::{Effect, Input};
@@ -13,7 +13,7 @@ use tracing::{info, warn};
 
 use super::calls::{a2a_call, report_settled};
 use super::commits::Asker;
-use super::{AgentActor, AgentMsg, AgentState, tell};
+use super::{AgentActor, AgentMsg, AgentState};
 use crate::fault::{self, Point};
 use crate::routing::SupervisorMsg;
 use crate::run::RunRecord;
@@ -122,11 +122,10 @@ impl AgentActor {
                 wait_s,
             } => {
                 state.machine.wait_started(id, &tool_use_id);
-                let (me, run) = (myself.clone(), id.clone());
-                let depth = state.metrics.host().mailbox().clone();
-                tokio::spawn(async move {
+                let run = id.clone();
+                state.spawn_then_tell(myself, async move {
                     tokio::time::sleep(std::time::Duration::from_secs(u64::from(wait_s))).await;
-                    tell(&depth, &me, AgentMsg::WaitElapsed { run, tool_use_id });
+                    AgentMsg::WaitElapsed { run, tool_use_id }
                 });
             }
             Effect::AskReplies(calls) => {

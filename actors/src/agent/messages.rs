@@ -8,7 +8,7 @@ use consort_config::AgentConfig;
 use consort_core::step::{CallOutcome, Decision, TurnAsked};
 use consort_net::{CallEnvelope, ReplyEnvelope, RunId};
 
-use super::{commits, model_turn};
+use super::commits;
 use crate::model::{ModelError, ModelReply};
 use crate::run::{Channel, RunRecord};
 use crate::visibility::Identity;
@@ -114,7 +114,7 @@ pub(crate) enum AgentMsg {
     /// The store writer committed a job of this actor (or failed to).
     Committed(Box<commits::Committed>),
     /// What the agent's MCP servers listed (or why they could not), by entry name.
-    ToolsListed(Vec<model_turn::Listed>),
+    ToolsListed(Vec<crate::tools::Listed>),
     /// Ask a run's model turn again: it waited for a listing of the MCP servers.
     AskAgain { run: RunId, asked: Box<TurnAsked> },
     /// Step a run again: a tool use of it waited for a listing of the MCP servers (a use

@@ -6,8 +6,8 @@
 //! answer whoever asked). The files: [`drive`] (the loop over the machine's commands),
 //! [`commits`] (store jobs, their commits, and the askers waiting for verdicts),
 //! [`admission`] (new runs and accepted calls), [`engine`] (executing effects), [`model_turn`]
-//! (asking the model), [`calls`] (placing calls, replies both ways), [`tool_use`] (tools and
-//! meta-tools), [`peers`] (the directory's tools), [`delivery`] (deliveries into the agent),
+//! (asking the model), [`calls`] (placing calls, replies both ways), [`tool_use`] (acting on
+//! what a tool use resolves to), [`delivery`] (deliveries into the agent),
 //! [`messages`] (what the actor is told), [`options`] (its settings and the step's policy) and
 //! [`state`] (what the actor keeps between messages). Each run's span is made by
 //! [`run_span`](crate::run_span).
@@ -29,7 +29,6 @@ mod engine;
 mod messages;
 mod model_turn;
 mod options;
-mod peers;
 mod state;
 mod tool_use;
 
@@ -60,7 +59,7 @@ use crate::model::openai::OpenAiAdapter;
 use crate::routing::SupervisorMsg;
 use crate::script::ScriptModel;
 use crate::store::StoreWriter;
-use crate::tools::{ServerSlots, Tool, ToolError, ToolServers};
+use crate::tools::{ServerSlots, Tool, ToolServers};
 use crate::visibility::ProbeCache;
 
 /// Everything needed to (re)start an agent actor.
@@ -480,13 +479,4 @@ impl AgentActor {
 /// A refusal as this crate's error (for requests that wait on an answer).
 fn refused(refusal: Refusal) -> ActorsError {
     ActorsError::Refused(refusal)
-}
-
-/// A tool's failure, as the model reads it.
-fn tool_error_text(error: &ToolError, via_meta: bool) -> String {
-    if via_meta {
-        crate::meta_tools::MetaAnswer::from_tool_error(error).content
-    } else {
-        error.to_string()
-    }
 }

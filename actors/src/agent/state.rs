@@ -10,14 +10,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ractor::ActorRef;
-use tracing::{Span, debug, warn};
+use tracing::{Instrument, Span, debug, warn};
 
 use consort_config::AgentConfig;
 use consort_core::machine::AgentMachine;
 use consort_core::step::TurnAsked;
 use consort_net::{Hop, RunId};
 
-use super::{AgentOptions, commits};
+use super::{AgentMsg, AgentOptions, commits, tell};
 use crate::ActorsError;
 use crate::meta_tools::AgentCatalog;
 use crate::model::Model;
@@ -194,5 +194,22 @@ impl AgentState {
         if let Err(e) = self.supervisor.cast(message) {
             warn!(agent = %self.config.name, "the host supervisor is gone; message dropped: {e}");
         }
+    }
+
+    /// Runs `work` on a task of its own and tells this actor the message it ends with: the
+    /// mailbox keeps moving while a model, a tool, a server or another host answers.
+    pub(super) fn spawn_then_tell<F>(&self, myself: &ActorRef<AgentMsg>, work: F)
+    where
+        F: Future<Output = AgentMsg> + Send + 'static,
+    {
+        let depth = self.metrics.host().mailbox().clone();
+        let me = myself.clone();
+        tokio::spawn(
+            async move {
+                let message = work.await;
+                tell(&depth, &me, message);
+            }
+            .in_current_span(),
+        );
     }
 }

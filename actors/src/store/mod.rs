@@ -664,6 +664,7 @@ fn query_one<T>(
     conn.prepare_cached(sql)?.query_row(params, f)
 }
 
+mod admit;
 pub(crate) mod postgres;
 mod probe;
 mod rows;
@@ -672,6 +673,7 @@ mod schema;
 mod tests;
 mod writer;
 
+pub(crate) use admit::{Admission, admit_call};
 pub use postgres::PostgresUrl;
 pub use writer::WriterCounts;
 pub(crate) use writer::{AgentStore, DEFAULT_MAX_OPEN, StoreWriter};

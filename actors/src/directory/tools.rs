@@ -5,13 +5,14 @@
 //! never from what the model wrote (a `goal` argument only chooses among the agent's own
 //! goals; an `agent` outside them is a scope gap). Each answer is gathered on its own task
 //! (other hosts answer inside their deadlines), so the agent's mailbox never waits for it; its
-//! JSON is the tool result.
+//! JSON is the tool result. The agent actor only starts the task: [`parse`] reads the use,
+//! [`answer`] asks the supervisor.
 
 use std::time::Duration;
 
 use ractor::ActorRef;
 use serde_json::{Value, json};
-use tracing::{Instrument, warn};
+use tracing::warn;
 
 use consort_core::directory::{
     Audience, DELIVER, DeliveryOutcome, ExcerptSource, LIST_PEERS, NEEDS_ATTENTION, OBSERVE_PEER,
@@ -19,11 +20,9 @@ use consort_core::directory::{
 };
 use consort_core::{RunId, ToolUse};
 
-use super::{AgentMsg, AgentState, tell};
 use crate::directory::{DeliveryRequest, WaitRequest};
 use crate::model::ToolSpec;
 use crate::routing::SupervisorMsg;
-use crate::run::RunRecord;
 
 /// How long a directory tool waits for the supervisor beyond its own bound.
 const ANSWER_MARGIN: Duration = Duration::from_secs(30);
@@ -31,7 +30,7 @@ const ANSWER_MARGIN: Duration = Duration::from_secs(30);
 const MAX_WAIT_PEER_S: u64 = 60;
 
 /// True for the directory tools' names.
-pub(super) fn is_directory_tool(name: &str) -> bool {
+pub(crate) fn is_directory_tool(name: &str) -> bool {
     matches!(
         name,
         LIST_PEERS | OBSERVE_PEER | WAIT_PEER | NEEDS_ATTENTION | DELIVER
@@ -39,7 +38,7 @@ pub(super) fn is_directory_tool(name: &str) -> bool {
 }
 
 /// The directory tools as the model is told about them, when the agent belongs to a goal.
-pub(super) fn specs(goals: &[String]) -> Vec<ToolSpec> {
+pub(crate) fn specs(goals: &[String]) -> Vec<ToolSpec> {
     if goals.is_empty() {
         return Vec::new();
     }
@@ -88,19 +87,13 @@ fn text(input: &Value, key: &str) -> Option<String> {
         .map(|v| v.chars().take(200).collect())
 }
 
-/// Starts a directory tool use; its result comes back as [`AgentMsg::ToolDone`].
-pub(super) fn use_directory_tool(
-    myself: &ActorRef<AgentMsg>,
-    state: &mut AgentState,
-    record: &RunRecord,
-    tool_use: &ToolUse,
-) {
-    let audience = Audience::Agent(state.config.name.clone());
+/// Reads a use of a directory tool by run `asking_run`: what to ask the supervisor, or the
+/// text the model reads for a use it got wrong.
+pub(crate) fn parse(asking_run: &RunId, tool_use: &ToolUse) -> Result<DirectoryToolUse, String> {
     let input = &tool_use.input;
-    let name = tool_use.name.clone();
-    let asked: Result<Asked, String> = match name.as_str() {
-        LIST_PEERS => Ok(Asked::List(text(input, "goal"))),
-        NEEDS_ATTENTION => Ok(Asked::Attention(text(input, "goal"))),
+    match tool_use.name.as_str() {
+        LIST_PEERS => Ok(DirectoryToolUse::List(text(input, "goal"))),
+        NEEDS_ATTENTION => Ok(DirectoryToolUse::Attention(text(input, "goal"))),
         DELIVER => match (
             text(input, "agent"),
             input.get("message").and_then(Value::as_str),
@@ -110,13 +103,13 @@ pub(super) fn use_directory_tool(
             (Some(agent), Some(message)) => {
                 match text(input, "run").map(|r| RunId::parse(&r)).transpose() {
                     Err(e) => Err(format!("deliver: {e}")),
-                    Ok(run) => Ok(Asked::Deliver(DeliveryRequest {
+                    Ok(run) => Ok(DirectoryToolUse::Deliver(DeliveryRequest {
                         agent,
                         run,
                         // The same tool use names the same delivery across a replay, so a
                         // crash never delivers twice.
                         delivery_id: text(input, "delivery_id")
-                            .unwrap_or_else(|| format!("{}.{}", record.id, tool_use.id)),
+                            .unwrap_or_else(|| format!("{asking_run}.{}", tool_use.id)),
                         text: message.to_owned(),
                         timeout: Duration::from_secs(10),
                         window: None,
@@ -131,7 +124,7 @@ pub(super) fn use_directory_tool(
                 let run = text(input, "run").map(|r| RunId::parse(&r));
                 match run.transpose() {
                     Err(e) => Err(format!("observe_peer: {e}")),
-                    Ok(run) => Ok(Asked::Observe {
+                    Ok(run) => Ok(DirectoryToolUse::Observe {
                         agent,
                         run,
                         source: if text(input, "source").as_deref() == Some("output") {
@@ -150,7 +143,7 @@ pub(super) fn use_directory_tool(
         _ => match (text(input, "agent"), text(input, "run")) {
             (Some(agent), Some(run)) => match RunId::parse(&run) {
                 Err(e) => Err(format!("wait_peer: {e}")),
-                Ok(run) => Ok(Asked::Wait(
+                Ok(run) => Ok(DirectoryToolUse::Wait(
                     WaitRequest {
                         agent,
                         run,
@@ -171,35 +164,11 @@ pub(super) fn use_directory_tool(
             },
             _ => Err("wait_peer expects {\"agent\": \"<name>\", \"run\": \"<run id>\"}".to_owned()),
         },
-    };
-    state.machine.task_out(&record.id, &tool_use.id);
-    let (me, supervisor) = (myself.clone(), state.supervisor.clone());
-    let depth = state.metrics.host().mailbox().clone();
-    let (run, tool_use_id) = (record.id.clone(), tool_use.id.clone());
-    tokio::spawn(
-        async move {
-            let (content, is_error) = match asked {
-                Err(message) => (message, true),
-                Ok(asked) => ask(&supervisor, audience, asked).await,
-            };
-            tell(
-                &depth,
-                &me,
-                AgentMsg::ToolDone {
-                    run,
-                    tool_use_id,
-                    result_name: name,
-                    content,
-                    is_error,
-                },
-            );
-        }
-        .in_current_span(),
-    );
+    }
 }
 
 /// A parsed directory tool use.
-enum Asked {
+pub(crate) enum DirectoryToolUse {
     List(Option<String>),
     Attention(Option<String>),
     Observe {
@@ -212,15 +181,16 @@ enum Asked {
     Deliver(DeliveryRequest),
 }
 
-/// Asks the supervisor; the answer's JSON and whether it is an error for the model.
-async fn ask(
+/// Asks the supervisor for the answer to a directory tool use; the answer's JSON and whether
+/// it is an error for the model.
+pub(crate) async fn answer(
     supervisor: &ActorRef<SupervisorMsg>,
     audience: Audience,
-    asked: Asked,
+    asked: DirectoryToolUse,
 ) -> (String, bool) {
     let margin = u64::try_from(ANSWER_MARGIN.as_millis()).unwrap_or(u64::MAX);
     let answered = match asked {
-        Asked::List(goal) => ractor::call_t!(
+        DirectoryToolUse::List(goal) => ractor::call_t!(
             supervisor,
             |reply| SupervisorMsg::Directory {
                 audience: audience.clone(),
@@ -230,7 +200,7 @@ async fn ask(
             margin
         )
         .map(|p| (serde_json::to_string(&p), p.scope_gap.is_some())),
-        Asked::Attention(goal) => ractor::call_t!(
+        DirectoryToolUse::Attention(goal) => ractor::call_t!(
             supervisor,
             |reply| SupervisorMsg::Attention {
                 audience: audience.clone(),
@@ -240,7 +210,7 @@ async fn ask(
             margin
         )
         .map(|r| (serde_json::to_string(&r), r.scope_gap.is_some())),
-        Asked::Observe {
+        DirectoryToolUse::Observe {
             agent,
             run,
             source,
@@ -258,7 +228,7 @@ async fn ask(
             margin
         )
         .map(|o| (serde_json::to_string(&o), o.scope_gap.is_some())),
-        Asked::Deliver(request) => {
+        DirectoryToolUse::Deliver(request) => {
             let bound = request.timeout + request.window.unwrap_or(crate::directory::MAX_WAIT);
             ractor::call_t!(
                 supervisor,
@@ -274,7 +244,7 @@ async fn ask(
                 (serde_json::to_string(&outcome), is_error)
             })
         }
-        Asked::Wait(request, timeout) => ractor::call_t!(
+        DirectoryToolUse::Wait(request, timeout) => ractor::call_t!(
             supervisor,
             |reply| SupervisorMsg::WaitRun {
                 audience: audience.clone(),
