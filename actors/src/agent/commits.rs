@@ -86,6 +86,31 @@ pub(super) enum Asker {
     },
 }
 
+impl Asker {
+    /// Answers an asker whose input never reached the machine: `error` says why.
+    pub(super) fn fail(self, error: ActorsError) {
+        let answered = match self {
+            Self::Taken(port) => port.send(false).is_ok(),
+            Self::Request(port) => port.send(Err(error)).is_ok(),
+            Self::Decide(port) => port.send(Err(error)).is_ok(),
+            Self::Receipt {
+                port, delivery_id, ..
+            } => {
+                let reason = format!("the message was not stored: {error}");
+                let receipt = Receipt::Rejected {
+                    delivery_id,
+                    code: "not_stored".into(),
+                    reason,
+                };
+                port.send(receipt).is_ok()
+            }
+        };
+        if !answered {
+            warn!("a requester stopped waiting for its answer");
+        }
+    }
+}
+
 /// The askers waiting for the machine, by the id it hands back.
 #[derive(Default)]
 pub(super) struct Askers {

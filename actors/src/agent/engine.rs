@@ -8,65 +8,37 @@
 
 use consort_core::step::{Effect, Input};
 use consort_net::RunId;
-use ractor::{ActorRef, RpcReplyPort};
-use tracing::{info, warn};
+use ractor::ActorRef;
+use tracing::info;
 
 use super::calls::{a2a_call, report_settled};
 use super::commits::Asker;
 use super::{AgentActor, AgentMsg, AgentState};
+use crate::ActorsError;
 use crate::fault::{self, Point};
 use crate::routing::SupervisorMsg;
 use crate::run::RunRecord;
-use crate::{ActorsError, Decided};
 
 impl AgentActor {
-    /// A decision (an [`Input::Decide`]) on a gate of run `run`; `reply` gets the run as
-    /// committed after it, with the gate decided, or the step's refusal.
-    pub(super) async fn decide(
-        &self,
-        myself: &ActorRef<AgentMsg>,
-        state: &mut AgentState,
-        run: &RunId,
-        input: Input,
-        reply: RpcReplyPort<Result<Decided, ActorsError>>,
-    ) -> Result<(), ActorsError> {
-        match state.record(run).await {
-            Ok(Some(_)) => {
-                self.drive_asked(myself, state, run, input, Asker::Decide(reply))
-                    .await
-            }
-            Ok(None) => {
-                send_or_log(reply, Err(ActorsError::UnknownRun(run.to_string())));
-                Ok(())
-            }
-            Err(e) => {
-                send_or_log(reply, Err(e));
-                Ok(())
-            }
-        }
-    }
-
-    /// Steps run `run` with a request someone the host checked made of it (a cancel); `reply`
-    /// gets the run as committed after it, or the step's refusal.
+    /// Steps run `run` with a request someone the host checked made of it (an operator's
+    /// decision, a cancel); `asker` gets the run as committed after it (with the gate decided,
+    /// for a decision), or the step's refusal, or why the run could not be read.
     pub(super) async fn on_request(
         &self,
         myself: &ActorRef<AgentMsg>,
         state: &mut AgentState,
         run: &RunId,
         input: Input,
-        reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
+        asker: Asker,
     ) -> Result<(), ActorsError> {
         match state.record(run).await {
-            Ok(Some(_)) => {
-                self.drive_asked(myself, state, run, input, Asker::Request(reply))
-                    .await
-            }
+            Ok(Some(_)) => self.drive_asked(myself, state, run, input, asker).await,
             Ok(None) => {
-                send_or_log(reply, Err(ActorsError::UnknownRun(run.to_string())));
+                asker.fail(ActorsError::UnknownRun(run.to_string()));
                 Ok(())
             }
             Err(e) => {
-                send_or_log(reply, Err(e));
+                asker.fail(e);
                 Ok(())
             }
         }
@@ -146,12 +118,5 @@ impl AgentActor {
             }
         }
         Ok(())
-    }
-}
-
-/// Answers a requester, or logs that it stopped waiting.
-fn send_or_log<T>(port: RpcReplyPort<T>, answer: T) {
-    if port.send(answer).is_err() {
-        warn!("a requester stopped waiting for its answer");
     }
 }

@@ -314,7 +314,8 @@ impl AgentActor {
                     decision,
                     by,
                 };
-                self.decide(myself, state, &run, input, reply).await?;
+                let asker = commits::Asker::Decide(reply);
+                self.on_request(myself, state, &run, input, asker).await?;
             }
             AgentMsg::Cancel {
                 run,
@@ -327,7 +328,8 @@ impl AgentActor {
                     by,
                     reason,
                 };
-                self.on_request(myself, state, &run, input, reply).await?;
+                let asker = commits::Asker::Request(reply);
+                self.on_request(myself, state, &run, input, asker).await?;
             }
             AgentMsg::Deliver {
                 from,

@@ -275,3 +275,64 @@ pub(crate) async fn answer(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn use_of(name: &str, input: Value) -> ToolUse {
+        ToolUse {
+            id: "tu_9".into(),
+            name: name.into(),
+            input,
+        }
+    }
+
+    #[test]
+    fn a_deliver_without_an_id_is_named_by_its_run_and_tool_use() {
+        let run = RunId::random();
+        let asked = parse(&run, &use_of(DELIVER, json!({"agent": "b3", "message": "hi"})));
+        let Ok(DirectoryToolUse::Deliver(request)) = asked else {
+            panic!("a deliver request");
+        };
+        assert_eq!(request.delivery_id, format!("{run}.tu_9"));
+        assert_eq!((request.agent.as_str(), request.run), ("b3", None));
+        let named = json!({"agent": "b3", "message": "hi", "delivery_id": "d-1"});
+        let Ok(DirectoryToolUse::Deliver(request)) = parse(&run, &use_of(DELIVER, named)) else {
+            panic!("a deliver request");
+        };
+        assert_eq!(request.delivery_id, "d-1");
+    }
+
+    #[test]
+    fn a_wait_is_bounded_and_defaults_to_settled() {
+        let run = RunId::random();
+        let target = RunId::random();
+        let input = json!({"agent": "cfo", "run": target.to_string(), "timeout_s": 100_000});
+        let Ok(DirectoryToolUse::Wait(request, timeout)) = parse(&run, &use_of(WAIT_PEER, input))
+        else {
+            panic!("a wait request");
+        };
+        assert_eq!(timeout, Duration::from_secs(MAX_WAIT_PEER_S));
+        assert_eq!(request.until, WaitUntil::Settled);
+        assert_eq!(request.run, target);
+    }
+
+    #[test]
+    fn a_use_the_model_got_wrong_reads_what_was_expected() {
+        let run = RunId::random();
+        for (name, input, expected) in [
+            (DELIVER, json!({"agent": "b3"}), "deliver expects"),
+            (WAIT_PEER, json!({"agent": "cfo"}), "wait_peer expects"),
+            (OBSERVE_PEER, json!({}), "observe_peer expects"),
+            (OBSERVE_PEER, json!({"agent": "cfo", "run": "nope"}), "observe_peer:"),
+        ] {
+            match parse(&run, &use_of(name, input)) {
+                Err(text) => assert!(text.starts_with(expected), "{name}: {text}"),
+                Ok(_) => panic!("{name}: a bad use was read as a request"),
+            }
+        }
+    }
+}

@@ -212,3 +212,237 @@ fn answer_of(name: &str, content: String, is_error: bool) -> Resolution {
 fn no_such_tool(name: &str) -> String {
     format!("no tool named `{name}`; use search_tools to find the tools you can use")
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use consort_config::AgentConfig;
+    use consort_core::RunId;
+
+    use super::*;
+    use crate::model::ToolSpec;
+    use crate::run::Channel;
+    use crate::store::NewRun;
+    use crate::tools::{Tool, ToolContext, ToolFuture};
+    use crate::visibility::{AuthMarkers, Caller, Origin, PolicyRef, Principal};
+
+    /// A tool with a schema, a policy and an approval of its own; it never runs here.
+    struct Declared {
+        name: &'static str,
+        policy: Option<&'static str>,
+        approval: Approval,
+    }
+
+    impl Tool for Declared {
+        fn spec(&self) -> ToolSpec {
+            ToolSpec {
+                name: self.name.into(),
+                description: format!("{} tool", self.name),
+                input_schema: json!({"type": "object", "properties": {"amount": {"type": "integer"}}, "required": ["amount"], "additionalProperties": false}),
+            }
+        }
+        fn invoke<'a>(&'a self, _ctx: ToolContext<'a>, _input: &'a Value) -> ToolFuture<'a> {
+            unreachable!("resolving a use never runs its tool")
+        }
+        fn approval(&self) -> Approval {
+            self.approval
+        }
+        fn auth_markers(&self) -> AuthMarkers {
+            AuthMarkers {
+                policies: self
+                    .policy
+                    .and_then(|p| PolicyRef::parse(p).ok())
+                    .into_iter()
+                    .collect(),
+                ..AuthMarkers::default()
+            }
+        }
+    }
+
+    fn catalog() -> AgentCatalog {
+        let tools: Vec<Arc<dyn Tool>> = vec![
+            Arc::new(Declared {
+                name: "pay",
+                policy: None,
+                approval: Approval::Required,
+            }),
+            Arc::new(Declared {
+                name: "payroll",
+                policy: Some("roles:finance"),
+                approval: Approval::None,
+            }),
+        ];
+        let config = AgentConfig::builder("cfo").build().expect("a valid agent");
+        AgentCatalog::build(&config, &tools, 1)
+    }
+
+    /// A root run started through the API by `alice` holding `roles`.
+    fn run_of(roles: &[&str]) -> RunRecord {
+        let identity = Identity::Present(Caller::new(
+            Principal::Api("alice".into()),
+            roles.iter().map(|r| r.to_string()).collect(),
+        ));
+        NewRun {
+            id: RunId::random(),
+            agent: "cfo".into(),
+            channel: Channel::Api,
+            parent_run: None,
+            parent_agent: None,
+            tool_use_id: None,
+            chain: Vec::new(),
+            input: "pay the invoice".into(),
+            origin: Origin::of(&identity),
+            identity,
+            budget: None,
+        }
+        .record(0)
+    }
+
+    fn resolved(record: &RunRecord, name: &str, input: Value, directory: bool) -> Resolution {
+        let catalog = catalog();
+        let mut probe_cache = ProbeCache::new(catalog.generation());
+        let scope = UseScope {
+            catalog: &catalog,
+            probe_cache: &mut probe_cache,
+            servers: &ServerSlots::default(),
+            host_grants: &RoleGrants::new(),
+            directory,
+        };
+        let tool_use = ToolUse {
+            id: "tu_1".into(),
+            name: name.into(),
+            input,
+        };
+        resolve(scope, record, &tool_use)
+    }
+
+    fn answer(resolution: Resolution) -> (String, String, bool) {
+        match resolution {
+            Resolution::Answer {
+                name,
+                content,
+                is_error,
+            } => (name, content, is_error),
+            other => panic!("expected an answer, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_declared_tool_by_name_is_authorized_with_its_approval() {
+        let record = run_of(&[]);
+        match resolved(&record, "pay", json!({"amount": 5}), false) {
+            Resolution::Authorized {
+                result_name,
+                tool,
+                input,
+                approval,
+            } => {
+                assert_eq!((result_name.as_str(), tool.as_str()), ("pay", "pay"));
+                assert_eq!(input, json!({"amount": 5}));
+                assert_eq!(approval, Approval::Required);
+            }
+            other => panic!("expected an authorized use, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_use_through_invoke_tool_is_recorded_under_invoke_tool() {
+        let record = run_of(&[]);
+        let input = json!({"name": "pay", "arguments": {"amount": 5}});
+        match resolved(&record, INVOKE_TOOL, input, false) {
+            Resolution::Authorized {
+                result_name, tool, ..
+            } => assert_eq!((result_name.as_str(), tool.as_str()), (INVOKE_TOOL, "pay")),
+            other => panic!("expected an authorized use, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_policy_the_run_fails_is_refused_as_the_models_result() {
+        let record = run_of(&[]);
+        let (name, text, is_error) = answer(resolved(&record, "payroll", json!({}), false));
+        assert_eq!(name, "payroll");
+        assert!(is_error);
+        assert!(!text.is_empty());
+        // Through invoke_tool the same refusal reads as the meta-tools' typed error.
+        let input = json!({"name": "payroll", "arguments": {"amount": 1}});
+        let (name, text, is_error) = answer(resolved(&record, INVOKE_TOOL, input, false));
+        assert_eq!(name, INVOKE_TOOL);
+        assert!(is_error);
+        assert!(text.contains("\"forbidden\""), "{text}");
+        // A run holding the role may use it.
+        let finance = run_of(&["finance"]);
+        assert!(matches!(
+            resolved(&finance, "payroll", json!({"amount": 1}), false),
+            Resolution::Authorized { .. }
+        ));
+    }
+
+    #[test]
+    fn unknown_tools_and_bad_arguments_are_typed_answers() {
+        let record = run_of(&[]);
+        let (_, text, is_error) = answer(resolved(&record, "wire", json!({}), false));
+        assert!(is_error && text.contains("no tool named `wire`"), "{text}");
+        let input = json!({"name": "wire", "arguments": {}});
+        let (_, text, _) = answer(resolved(&record, INVOKE_TOOL, input, false));
+        assert!(text.contains("\"no_such_tool\""), "{text}");
+        let input = json!({"name": "pay", "arguments": {"amount": "five"}});
+        let (_, text, is_error) = answer(resolved(&record, INVOKE_TOOL, input, false));
+        assert!(is_error && text.contains("\"invalid_arguments\""), "{text}");
+    }
+
+    #[test]
+    fn search_and_load_answer_at_once() {
+        let record = run_of(&[]);
+        let (name, text, is_error) = answer(resolved(
+            &record,
+            SEARCH_TOOLS,
+            json!({"query": "pay"}),
+            false,
+        ));
+        assert_eq!(name, SEARCH_TOOLS);
+        assert!(!is_error && text.contains("\"pay\""), "{text}");
+        let (name, _, is_error) =
+            answer(resolved(&record, LOAD_TOOL, json!({"name": "pay"}), false));
+        assert_eq!(name, LOAD_TOOL);
+        assert!(!is_error);
+    }
+
+    #[test]
+    fn directory_tools_are_the_directorys_only_for_an_agent_of_a_goal() {
+        let record = run_of(&[]);
+        assert!(matches!(
+            resolved(&record, "list_peers", json!({}), true),
+            Resolution::Directory
+        ));
+        let (_, text, _) = answer(resolved(&record, "list_peers", json!({}), false));
+        assert!(text.contains("no tool named `list_peers`"), "{text}");
+    }
+
+    #[test]
+    fn the_listing_target_is_the_tool_a_use_names_that_the_catalog_lacks() {
+        let catalog = catalog();
+        let use_of = |name: &str, input: Value| ToolUse {
+            id: "tu".into(),
+            name: name.into(),
+            input,
+        };
+        let target = |u: &ToolUse, directory| listing_target(&catalog, u, directory);
+        assert_eq!(
+            target(&use_of("bank__pay", json!({})), false).as_deref(),
+            Some("bank__pay")
+        );
+        assert_eq!(target(&use_of("pay", json!({})), false), None);
+        let via = use_of(INVOKE_TOOL, json!({"name": "bank__pay", "arguments": {}}));
+        assert_eq!(target(&via, false).as_deref(), Some("bank__pay"));
+        assert_eq!(target(&use_of(SEARCH_TOOLS, json!({})), false), None);
+        assert_eq!(target(&use_of("list_peers", json!({})), true), None);
+        assert_eq!(
+            target(&use_of("list_peers", json!({})), false).as_deref(),
+            Some("list_peers")
+        );
+    }
+}
