@@ -23,7 +23,7 @@ use crate::run::{RunRecord, now_ms};
 
 impl AgentActor {
     /// Places a call from its own task: the envelope goes to the supervisor, whose answer
-    /// comes back as `CallDone`.
+    /// comes back as `AgentMsg::TaskDone` (`Input::CallEnded`).
     pub(super) async fn place_call(
         &self,
         myself: &ActorRef<AgentMsg>,
@@ -48,11 +48,14 @@ impl AgentActor {
                     format!("the host supervisor did not answer: {e}"),
                 ))
             });
-            AgentMsg::CallDone {
-                run,
+            let input = Input::CallEnded {
                 tool_use_id,
                 callee,
                 outcome,
+            };
+            AgentMsg::TaskDone {
+                run,
+                input: Box::new(input),
             }
         };
         state.spawn_then_tell(myself, placed.instrument(span));
@@ -84,7 +87,7 @@ impl AgentActor {
                 },
                 30_000
             );
-            let (content, is_error) = match asked {
+            let answer = match asked {
                 Ok(Ok(r)) => (
                     json!({
                         "run_id": r.id, "agent": r.agent, "status": r.status,
@@ -97,32 +100,8 @@ impl AgentActor {
                 Ok(Err(e)) => (e.to_string(), true),
                 Err(e) => (format!("{callee} did not answer check_run: {e}"), true),
             };
-            AgentMsg::ToolDone {
-                run,
-                tool_use_id,
-                result_name: step::CHECK_RUN.to_owned(),
-                content,
-                is_error,
-            }
+            AgentMsg::tool_done(run, tool_use_id, step::CHECK_RUN.to_owned(), answer)
         });
-    }
-
-    /// A placed call's outcome: the machine records it, then a reply that beat it.
-    pub(super) async fn call_done(
-        &self,
-        myself: &ActorRef<AgentMsg>,
-        state: &mut AgentState,
-        run: RunId,
-        tool_use_id: String,
-        callee: String,
-        outcome: CallOutcome,
-    ) -> Result<(), ActorsError> {
-        let input = Input::CallEnded {
-            tool_use_id,
-            callee,
-            outcome,
-        };
-        self.drive(myself, state, &run, input).await
     }
 
     /// Takes a peer's reply. `taken` (a reply from another host) is told whether it answers a

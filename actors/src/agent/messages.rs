@@ -5,7 +5,7 @@
 use ractor::RpcReplyPort;
 
 use consort_config::AgentConfig;
-use consort_core::step::{CallOutcome, Decision, TurnAsked};
+use consort_core::step::{CallOutcome, Decision, Input, TurnAsked};
 use consort_net::{CallEnvelope, ReplyEnvelope, RunId};
 
 use super::commits;
@@ -86,23 +86,10 @@ pub(crate) enum AgentMsg {
     // --- the engine -----------------------------------------------------------------------------
     /// Resume a run after a restart: ask again for its lost replies, then move it forward.
     Resume(RunId),
-    /// The outcome of a call this agent placed.
-    CallDone {
-        run: RunId,
-        tool_use_id: String,
-        callee: String,
-        outcome: CallOutcome,
-    },
-    /// The outcome of a tool use run on a separate task (a tool, `check_run`).
-    ToolDone {
-        run: RunId,
-        tool_use_id: String,
-        /// The name its result is recorded under (`invoke_tool` for a use through it).
-        result_name: String,
-        /// The text the model reads, and whether it is an error.
-        content: String,
-        is_error: bool,
-    },
+    /// An input for run `run` from a task this actor spawned: a placed call's outcome
+    /// (`Input::CallEnded`), a tool use's result (`Input::ToolFinished`: a tool, `check_run`, a
+    /// directory tool).
+    TaskDone { run: RunId, input: Box<Input> },
     /// A blocking call's wait is over.
     WaitElapsed { run: RunId, tool_use_id: String },
     /// A model's answer for a turn asked for on a separate task.
@@ -120,4 +107,27 @@ pub(crate) enum AgentMsg {
     /// Step a run again: a tool use of it waited for a listing of the MCP servers (a use
     /// resumed after a restart, before any turn listed them).
     UseAgain(RunId),
+}
+
+impl AgentMsg {
+    /// A tool use's result from its task: `content` is what the model reads, recorded under
+    /// `name` (`invoke_tool` for a use through it); it counts as a tool call.
+    pub(super) fn tool_done(
+        run: RunId,
+        tool_use_id: String,
+        name: String,
+        (content, is_error): (String, bool),
+    ) -> Self {
+        let input = Input::ToolFinished {
+            tool_use_id,
+            name,
+            content,
+            is_error,
+            counts: true,
+        };
+        Self::TaskDone {
+            run,
+            input: Box::new(input),
+        }
+    }
 }

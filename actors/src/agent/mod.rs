@@ -416,31 +416,7 @@ impl AgentActor {
             AgentMsg::Resume(run) => {
                 self.drive(myself, state, &run, Input::Resume).await?;
             }
-            AgentMsg::CallDone {
-                run,
-                tool_use_id,
-                callee,
-                outcome,
-            } => {
-                self.call_done(myself, state, run, tool_use_id, callee, outcome)
-                    .await?;
-            }
-            AgentMsg::ToolDone {
-                run,
-                tool_use_id,
-                result_name,
-                content,
-                is_error,
-            } => {
-                let input = Input::ToolFinished {
-                    tool_use_id,
-                    name: result_name,
-                    content,
-                    is_error,
-                    counts: true,
-                };
-                self.drive(myself, state, &run, input).await?;
-            }
+            AgentMsg::TaskDone { run, input } => self.drive(myself, state, &run, *input).await?,
             AgentMsg::WaitElapsed { run, tool_use_id } => {
                 if state.machine.wait_over(&run, &tool_use_id) {
                     self.drive(myself, state, &run, Input::WaitElapsed { tool_use_id })

@@ -3,7 +3,7 @@
 //! refusal) goes back to the machine as the use's result; an authorized use goes to its
 //! approval gate in the machine (`Input::ToolAuthorized`), which hands it back to be run
 //! (`Effect::RunTool`) or parks it; a directory tool's answer and a tool's result come back
-//! from tasks of their own as [`AgentMsg::ToolDone`].
+//! from tasks of their own as [`AgentMsg::TaskDone`].
 
 use ractor::ActorRef;
 use tracing::info;
@@ -89,17 +89,11 @@ impl AgentActor {
                     (id.clone(), tool_use.id.clone(), tool_use.name.clone());
                 state.machine.task_out(id, &tool_use.id);
                 state.spawn_then_tell(myself, async move {
-                    let (content, is_error) = match asked {
+                    let answer = match asked {
                         Err(message) => (message, true),
                         Ok(asked) => directory_tools::answer(&supervisor, audience, asked).await,
                     };
-                    AgentMsg::ToolDone {
-                        run,
-                        tool_use_id,
-                        result_name,
-                        content,
-                        is_error,
-                    }
+                    AgentMsg::tool_done(run, tool_use_id, result_name, answer)
                 });
             }
         }
@@ -166,15 +160,8 @@ impl AgentActor {
         let caller = (state.config.name.clone(), run.clone(), record.input.clone());
         let (env, result_name) = (state.config.env.clone(), result_name.to_owned());
         state.spawn_then_tell(myself, async move {
-            let (content, is_error) =
-                crate::tools::invoke_isolated(tool, caller, env, input, via_meta).await;
-            AgentMsg::ToolDone {
-                run,
-                tool_use_id,
-                result_name,
-                content,
-                is_error,
-            }
+            let answer = crate::tools::invoke_isolated(tool, caller, env, input, via_meta).await;
+            AgentMsg::tool_done(run, tool_use_id, result_name, answer)
         });
     }
 }

@@ -293,7 +293,10 @@ mod tests {
     #[test]
     fn a_deliver_without_an_id_is_named_by_its_run_and_tool_use() {
         let run = RunId::random();
-        let asked = parse(&run, &use_of(DELIVER, json!({"agent": "b3", "message": "hi"})));
+        let asked = parse(
+            &run,
+            &use_of(DELIVER, json!({"agent": "b3", "message": "hi"})),
+        );
         let Ok(DirectoryToolUse::Deliver(request)) = asked else {
             panic!("a deliver request");
         };
@@ -327,7 +330,11 @@ mod tests {
             (DELIVER, json!({"agent": "b3"}), "deliver expects"),
             (WAIT_PEER, json!({"agent": "cfo"}), "wait_peer expects"),
             (OBSERVE_PEER, json!({}), "observe_peer expects"),
-            (OBSERVE_PEER, json!({"agent": "cfo", "run": "nope"}), "observe_peer:"),
+            (
+                OBSERVE_PEER,
+                json!({"agent": "cfo", "run": "nope"}),
+                "observe_peer:",
+            ),
         ] {
             match parse(&run, &use_of(name, input)) {
                 Err(text) => assert!(text.starts_with(expected), "{name}: {text}"),
