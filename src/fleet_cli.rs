@@ -108,10 +108,7 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<ExitCode> {
         .data
         .clone()
         .unwrap_or_else(|| PathBuf::from(".consort").join(&args.host));
-    let agent_options = AgentOptions {
-        durability,
-        ..AgentOptions::default()
-    };
+    let agent_options = AgentOptions::default().with_durability(durability);
     let link = LinkConfig {
         dial_timeout: std::time::Duration::from_secs(3),
         request_timeout: std::time::Duration::from_secs(10),

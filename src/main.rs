@@ -788,10 +788,7 @@ async fn dev(args: DevArgs) -> Result<ExitCode> {
     } else {
         SocketAddr::from(([127, 0, 0, 1], 7400))
     };
-    let agent_options = AgentOptions {
-        durability,
-        ..AgentOptions::default()
-    };
+    let agent_options = AgentOptions::default().with_durability(durability);
     let auth = args
         .auth
         .as_deref()

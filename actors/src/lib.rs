@@ -18,6 +18,7 @@
 
 pub mod a2a;
 mod agent;
+mod agent_options;
 mod data;
 pub mod directory;
 mod error;
@@ -47,7 +48,7 @@ mod visibility_files;
 /// `consort_actors::visibility::…` and `crate::visibility::…` keep working.
 pub use consort_core::visibility;
 
-pub use agent::AgentOptions;
+pub use agent_options::AgentOptions;
 pub use consort_core::step::CallOutcome;
 pub use data::DataFolder;
 pub use error::ActorsError;

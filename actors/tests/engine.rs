@@ -404,10 +404,7 @@ tools:
     );
     ledger(&agents);
     let set = AgentSet::load(std::slice::from_ref(&agents)).unwrap();
-    let options = consort_actors::AgentOptions {
-        admission_limit: 2,
-        ..Default::default()
-    };
+    let options = consort_actors::AgentOptions::default().with_admission_limit(2);
     let spec = HostSpec::builder(set.clone(), tmp.path().join("data"))
         .options(options)
         .build();

@@ -45,10 +45,7 @@ fn agents(dir: &Path, idle: usize) -> AgentSet {
 }
 
 async fn host(dir: &Path, idle: usize, idle_after: Option<Duration>) -> Host {
-    let options = consort_actors::AgentOptions {
-        idle_after,
-        ..Default::default()
-    };
+    let options = consort_actors::AgentOptions::default().with_idle_after(idle_after);
     let spec = HostSpec::builder(agents(dir, idle), dir.join("data"))
         .options(options)
         .checkpoint_every(Duration::from_millis(50))
@@ -270,10 +267,7 @@ async fn agents_that_retire_between_every_call_lose_nothing() {
     );
     let set = AgentSet::load(std::slice::from_ref(&agents)).unwrap();
     // Retired at every timer tick they are idle at: sleep and wake race the runs all along.
-    let options = consort_actors::AgentOptions {
-        idle_after: Some(Duration::ZERO),
-        ..Default::default()
-    };
+    let options = consort_actors::AgentOptions::default().with_idle_after(Some(Duration::ZERO));
     let spec = HostSpec::builder(set, tmp.path().join("data"))
         .options(options)
         .checkpoint_every(Duration::from_millis(5))

@@ -112,9 +112,10 @@ impl DevHost {
             .auth
             .as_ref()
             .map_or_else(HostAuth::none, HostAuth::new);
-        let mut agent_options = options.agent_options;
         // What an origin (`api:<name>`) holds here bounds what a called agent acts with.
-        agent_options.host_grants = auth.grants().clone();
+        let agent_options = options
+            .agent_options
+            .with_host_grants(auth.grants().clone());
         let spec = HostSpec::builder(agents, options.data_dir.clone())
             .store(options.store.clone())
             .directory(crate::directory_spec(&goals, Default::default()))

@@ -334,10 +334,11 @@ impl ServedHost {
             .auth
             .as_ref()
             .map_or_else(HostAuth::none, HostAuth::new);
-        let mut agent_options = options.agent_options;
         // What an origin (`api:<name>`) holds here bounds what a called agent acts with, for
         // calls from this host's runs and from other hosts' alike.
-        agent_options.host_grants = auth.grants().clone();
+        let agent_options = options
+            .agent_options
+            .with_host_grants(auth.grants().clone());
         let spec = HostSpec::builder(prepared.local, options.data_dir.clone())
             .store(store)
             .remote_agents(prepared.remote_agents)

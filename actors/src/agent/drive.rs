@@ -16,9 +16,13 @@ use consort_net::RunId;
 use ractor::ActorRef;
 use tracing::{Instrument, warn};
 
+use consort_config::AgentConfig;
+use consort_core::step::Policy;
+
 use super::commits::Asker;
-use super::{AgentActor, AgentMsg, AgentState, policy};
+use super::{AgentActor, AgentMsg, AgentState};
 use crate::ActorsError;
+use crate::AgentOptions;
 use crate::fault::{self, Point};
 
 impl AgentActor {
@@ -166,4 +170,36 @@ fn crash_boundary(transition: &consort_core::Transition) -> Option<Point> {
         RunEvent::CallPlaced(_) => Some(Point::CallRecorded),
         _ => None,
     })
+}
+
+/// The facts a step needs from the agent's current config and options: its `limits:` (the
+/// call guards, and its runs' turn limit, token budget and loop guard) come from agent.yaml;
+/// `immediate_model` says its model answers at once (`Model::is_immediate`).
+fn policy<'a>(
+    config: &'a AgentConfig,
+    fleet_agents: &'a [String],
+    options: &AgentOptions,
+    immediate_model: bool,
+) -> Policy<'a> {
+    let mut policy = Policy {
+        agent: &config.name,
+        can_call: &config.can_call,
+        fleet_agents,
+        limits: config.limits,
+        reply_cap: options.reply_cap,
+        immediate_model,
+        now_ms: crate::run::now_ms(),
+    };
+    if fault::skip_outbound_checks() {
+        // Test-only (the `fault-injection` feature): a sending host with its own checks off,
+        // to prove the receiving host still enforces every rule.
+        warn!(agent = %config.name, "fault switch: outbound checks skipped (tests only)");
+        policy.can_call = fleet_agents;
+        policy.limits = consort_config::Limits {
+            max_depth: consort_config::Limits::MAX_DEPTH_BOUND,
+            max_calls_per_run: consort_config::Limits::MAX_CALLS_BOUND,
+            ..policy.limits
+        };
+    }
+    policy
 }

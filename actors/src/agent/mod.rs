@@ -8,8 +8,8 @@
 //! [`admission`] (new runs and accepted calls), [`engine`] (executing effects), [`model_turn`]
 //! (asking the model), [`calls`] (placing calls, replies both ways), [`tool_use`] (acting on
 //! what a tool use resolves to), [`delivery`] (deliveries into the agent),
-//! [`messages`] (what the actor is told), [`options`] (its settings and the step's policy) and
-//! [`state`] (what the actor keeps between messages). Each run's span is made by
+//! [`messages`] (what the actor is told) and [`state`] (what the actor keeps between
+//! messages); its settings are the host's [`AgentOptions`](crate::AgentOptions). Each run's span is made by
 //! [`run_span`](crate::run_span).
 //!
 //! The actor never awaits another actor inside its handler, nor a commit: a call or a
@@ -28,13 +28,10 @@ mod drive;
 mod engine;
 mod messages;
 mod model_turn;
-mod options;
 mod state;
 mod tool_use;
 
 pub(crate) use messages::AgentMsg;
-pub use options::AgentOptions;
-use options::policy;
 pub(crate) use state::AgentState;
 
 use std::collections::HashMap;
@@ -50,7 +47,6 @@ use consort_core::Refusal;
 use consort_core::machine::AgentMachine;
 use consort_core::step::Input;
 
-use crate::ActorsError;
 use crate::meta_tools::AgentCatalog;
 use crate::model::Model;
 use crate::model::UnusableModel;
@@ -61,6 +57,7 @@ use crate::script::ScriptModel;
 use crate::store::StoreWriter;
 use crate::tools::{ServerSlots, Tool, ToolServers};
 use crate::visibility::ProbeCache;
+use crate::{ActorsError, AgentOptions};
 
 /// Everything needed to (re)start an agent actor.
 #[derive(Clone)]

@@ -17,8 +17,9 @@ use consort_core::machine::AgentMachine;
 use consort_core::step::TurnAsked;
 use consort_net::{Hop, RunId};
 
-use super::{AgentMsg, AgentOptions, commits, tell};
+use super::{AgentMsg, commits, tell};
 use crate::ActorsError;
+use crate::AgentOptions;
 use crate::meta_tools::AgentCatalog;
 use crate::model::Model;
 use crate::routing::SupervisorMsg;

@@ -18,8 +18,8 @@ use std::time::Duration;
 use consort_config::AgentSet;
 
 use super::RemoteCalls;
+use crate::AgentOptions;
 use crate::a2a::A2aCalls;
-use crate::agent::AgentOptions;
 use crate::directory::DirectorySpec;
 use crate::model::Model;
 use crate::restart::{ProbeBackoff, RestartBudget};

@@ -313,10 +313,7 @@ async fn run(root: &std::path::Path) -> Result<()> {
     }
     let fleet_file = root.join("fleet.yaml");
     std::fs::write(&fleet_file, yaml)?;
-    let options = AgentOptions {
-        admission_limit: 100_000,
-        ..AgentOptions::default()
-    };
+    let options = AgentOptions::default().with_admission_limit(100_000);
     let mut hosts = Vec::new();
     for host in ["alpha", "beta"] {
         hosts.push(

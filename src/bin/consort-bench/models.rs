@@ -285,10 +285,7 @@ pub(crate) async fn models_bench(root: &std::path::Path) -> Result<()> {
         ),
     )?;
     let set = AgentSet::load(&[root.join("agents")]).context("loading the bench agents")?;
-    let options = consort_actors::AgentOptions {
-        admission_limit: 100_000,
-        ..Default::default()
-    };
+    let options = consort_actors::AgentOptions::default().with_admission_limit(100_000);
     let spec = HostSpec::builder(set, root.join("data"))
         .options(options)
         .build();
