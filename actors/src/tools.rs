@@ -17,6 +17,7 @@
 //! This module never places calls and never writes run state; it runs one tool use and returns
 //! its text.
 
+mod agent_tools;
 mod listing;
 mod served;
 mod sql;
@@ -36,6 +37,7 @@ use crate::guard::{Guard, declared_guard};
 use crate::model::ToolSpec;
 use crate::visibility::{AuthMarkers, Identity, PolicyRef};
 
+pub(crate) use agent_tools::AgentTools;
 pub(crate) use listing::{Listed, list_due};
 pub(crate) use served::{DueListing, ServerSlots};
 pub use served::{

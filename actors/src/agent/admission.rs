@@ -184,9 +184,11 @@ impl AgentActor {
             // The principal is the caller the verified chain names, never a field of the
             // input; its roles are what this agent grants it, as far as the origin the chain's
             // first hop carries holds them.
-            identity: state
-                .catalog
-                .peer_identity(&hop.caller, &origin, &state.options.host_grants),
+            identity: state.tools.catalog.peer_identity(
+                &hop.caller,
+                &origin,
+                &state.options.host_grants,
+            ),
             origin,
             // The child's budget is the allowance its call's hop carries.
             budget: hop.budget,

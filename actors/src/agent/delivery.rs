@@ -119,9 +119,11 @@ impl AgentActor {
             (Identity::Absent, Origin::Absent)
         } else {
             let origin = Origin::Unknown;
-            let identity = state
-                .catalog
-                .peer_identity(&from, &origin, &state.options.host_grants);
+            let identity =
+                state
+                    .tools
+                    .catalog
+                    .peer_identity(&from, &origin, &state.options.host_grants);
             (identity, origin)
         };
         let (port, stored) = ractor::concurrency::oneshot();

@@ -47,7 +47,6 @@ use consort_core::Refusal;
 use consort_core::machine::AgentMachine;
 use consort_core::step::Input;
 
-use crate::meta_tools::AgentCatalog;
 use crate::model::Model;
 use crate::model::UnusableModel;
 use crate::model::command::CommandAdapter;
@@ -55,8 +54,7 @@ use crate::model::openai::OpenAiAdapter;
 use crate::routing::SupervisorMsg;
 use crate::script::ScriptModel;
 use crate::store::StoreWriter;
-use crate::tools::{ServerSlots, Tool, ToolServers};
-use crate::visibility::ProbeCache;
+use crate::tools::{AgentTools, Tool, ToolServers};
 use crate::{ActorsError, AgentOptions};
 
 /// Everything needed to (re)start an agent actor.
@@ -139,15 +137,9 @@ impl Actor for AgentActor {
             .await?;
         let model_from_app = args.model.is_some();
         let model = args.model.unwrap_or_else(|| model_for(&args.config));
-        let catalog = AgentCatalog::build(&args.config, &args.extra_tools, 1);
         // Nothing is started here: a server is asked for its tools before the first model
         // turn that needs them (see `tools::served`).
-        let servers = ServerSlots::for_config(
-            &args.config,
-            args.tool_servers.as_ref(),
-            ServerSlots::default(),
-            &args.config.env,
-        );
+        let tools = AgentTools::new(&args.config, args.extra_tools, args.tool_servers);
         let metrics = args.metrics.agent(&args.config.name);
         let callable = state::callable_agents(&args.fleet_agents, &args.config);
         let machine = AgentMachine::new(
@@ -156,15 +148,11 @@ impl Actor for AgentActor {
             args.options.admission_limits(),
         );
         Ok(AgentState {
-            probe_cache: ProbeCache::new(catalog.generation()),
-            catalog,
+            tools,
             config: args.config,
             store,
             model,
             model_from_app,
-            extra_tools: args.extra_tools,
-            tool_servers: args.tool_servers,
-            servers,
             awaiting_listing: Vec::new(),
             uses_awaiting_listing: Vec::new(),
             supervisor: args.supervisor,
@@ -345,16 +333,8 @@ impl AgentActor {
                     state.model = model_for(&config);
                 }
                 state.callable = state::callable_agents(&state.fleet_agents, &config);
-                // An unchanged mcp entry keeps its session and listing; a changed one is
-                // opened again (the old session closes once its last use is over).
-                state.servers = ServerSlots::for_config(
-                    &config,
-                    state.tool_servers.as_ref(),
-                    std::mem::take(&mut state.servers),
-                    &state.config.env,
-                );
+                let generation = state.tools.reconfigure(&state.config, &config);
                 state.config = *config;
-                let generation = state.rebuild_catalog();
                 info!(agent = %state.config.name, generation, "config reloaded; tool catalog generation changed");
             }
             AgentMsg::ToolsListed(listings) => self.tools_listed(myself, state, listings),

@@ -20,7 +20,7 @@ impl AgentActor {
     /// Starts listing the agent's MCP servers that are due, on a task of its own; what they
     /// answer comes back as [`AgentMsg::ToolsListed`].
     pub(super) fn list_due_servers(&self, myself: &ActorRef<AgentMsg>, state: &mut AgentState) {
-        let due = state.servers.take_due(Instant::now());
+        let due = state.tools.servers.take_due(Instant::now());
         if !due.is_empty() {
             state.spawn_then_tell(myself, async move {
                 AgentMsg::ToolsListed(crate::tools::list_due(due).await)
@@ -42,16 +42,17 @@ impl AgentActor {
         // The agent's MCP servers are listed before a turn that would not see their tools: the
         // turn waits (the run counts as thinking) and is asked again once the answers are in.
         self.list_due_servers(myself, state);
-        if state.servers.asking() {
+        if state.tools.servers.asking() {
             state.machine.thinking(&id);
             state.awaiting_listing.push((id, asked));
             return None;
         }
-        let identity = meta_tools::run_identity(record, &state.catalog, &state.options.host_grants);
+        let tools = &mut state.tools;
+        let identity = meta_tools::run_identity(record, &tools.catalog, &state.options.host_grants);
         let specs = meta_tools::turn_specs(
-            &state.catalog,
+            &tools.catalog,
             &identity,
-            &mut state.probe_cache,
+            &mut tools.probe_cache,
             &state.config,
             &state.goals,
         );
@@ -93,12 +94,8 @@ impl AgentActor {
         state: &mut AgentState,
         listings: Vec<Listed>,
     ) {
-        let agent = state.config.name.clone();
-        state
-            .servers
-            .take_listings(&agent, listings, Instant::now());
-        state.rebuild_catalog();
-        if state.servers.asking() {
+        state.tools.listed(&state.config, listings);
+        if state.tools.servers.asking() {
             return;
         }
         let depth = state.metrics.host().mailbox().clone();

@@ -18,15 +18,12 @@ use consort_core::step::TurnAsked;
 use consort_net::{Hop, RunId};
 
 use super::{AgentMsg, commits, tell};
-use crate::ActorsError;
-use crate::AgentOptions;
-use crate::meta_tools::AgentCatalog;
 use crate::model::Model;
 use crate::routing::SupervisorMsg;
 use crate::run::RunRecord;
 use crate::store::AgentStore;
-use crate::tools::{ServerSlots, Tool, ToolServers};
-use crate::visibility::ProbeCache;
+use crate::tools::AgentTools;
+use crate::{ActorsError, AgentOptions};
 
 /// The names a call of `config`'s agent may name: every agent of the fleet and the agent's own
 /// A2A agents (the fleet's list itself, shared, when it declares none).
@@ -48,15 +45,8 @@ pub(crate) struct AgentState {
     pub(super) model: Arc<dyn Model>,
     /// The model was set by an embedding app in code: a reload of agent.yaml keeps it.
     pub(super) model_from_app: bool,
-    /// The agent's tools with their auth, policies, grants and catalog generation.
-    pub(super) catalog: AgentCatalog,
-    /// T2 probe outcomes per principal, for the catalog's generation.
-    pub(super) probe_cache: ProbeCache,
-    pub(super) extra_tools: Vec<Arc<dyn Tool>>,
-    /// The host's MCP client, which opens the sessions of `servers`.
-    pub(super) tool_servers: Option<Arc<dyn ToolServers>>,
-    /// The agent's MCP servers (`kind: mcp`): their sessions and what each listed.
-    pub(super) servers: ServerSlots,
+    /// The agent's tools: their catalog, its probe cache, the MCP servers and their listings.
+    pub(super) tools: AgentTools,
     /// Runs whose model turn waits for a listing of the agent's MCP servers.
     pub(super) awaiting_listing: Vec<(RunId, TurnAsked)>,
     /// Tool uses that wait for a listing of the agent's MCP servers (counted as in flight).
@@ -100,19 +90,6 @@ pub(crate) struct AgentState {
 }
 
 impl AgentState {
-    /// Builds the catalog again from the config, the app's tools and what the MCP servers
-    /// listed, at the next generation (cached probe outcomes of the last one go stale).
-    pub(super) fn rebuild_catalog(&mut self) -> u64 {
-        let generation = self.catalog.generation() + 1;
-        self.catalog = AgentCatalog::build_with_served(
-            &self.config,
-            &self.extra_tools,
-            &self.servers.tools(),
-            generation,
-        );
-        generation
-    }
-
     /// Whether the actor holds nothing a retirement would lose: no unsettled run, no job out
     /// at the store writer, no task out, nothing held for later.
     pub(super) fn is_idle(&self) -> bool {

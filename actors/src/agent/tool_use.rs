@@ -14,7 +14,7 @@ use consort_core::step::Input;
 
 use super::{AgentActor, AgentMsg, AgentState};
 use crate::directory::tools as directory_tools;
-use crate::meta_tools::{self, Resolution, UseScope};
+use crate::meta_tools::{self, Resolution};
 use crate::run::RunRecord;
 use consort_core::directory::Audience;
 
@@ -41,18 +41,12 @@ impl AgentActor {
     ) {
         let id = &record.id;
         let directory = !state.goals.is_empty();
-        if let Some(name) = meta_tools::listing_target(&state.catalog, tool_use, directory)
+        if let Some(name) = meta_tools::listing_target(&state.tools.catalog, tool_use, directory)
             && self.wait_for_listing(myself, state, id, &tool_use.id, &name)
         {
             return;
         }
-        let scope = UseScope {
-            catalog: &state.catalog,
-            probe_cache: &mut state.probe_cache,
-            servers: &state.servers,
-            host_grants: &state.options.host_grants,
-            directory,
-        };
+        let scope = state.tools.scope(&state.options.host_grants, directory);
         match meta_tools::resolve(scope, record, tool_use) {
             Resolution::Answer {
                 name,
@@ -112,11 +106,11 @@ impl AgentActor {
         tool_use_id: &str,
         name: &str,
     ) -> bool {
-        if !state.servers.listing_pending(name) {
+        if !state.tools.servers.listing_pending(name) {
             return false;
         }
         self.list_due_servers(myself, state);
-        if !state.servers.asking() {
+        if !state.tools.servers.asking() {
             return false;
         }
         info!(
@@ -142,7 +136,7 @@ impl AgentActor {
         input: serde_json::Value,
     ) {
         let id = &record.id;
-        let Some(tool) = state.catalog.tool(name).cloned() else {
+        let Some(tool) = state.tools.catalog.tool(name).cloned() else {
             // The tool left the catalog (a reload) between its authorization and now.
             let text = format!(
                 "no tool named `{name}` any more; use search_tools to find the tools you can use"
@@ -152,8 +146,9 @@ impl AgentActor {
                 .input(id, recorded(tool_use_id, result_name, text, true), None);
             return;
         };
-        let identity = meta_tools::run_identity(record, &state.catalog, &state.options.host_grants);
-        state.catalog.record_use(name, &identity);
+        let catalog = &state.tools.catalog;
+        let identity = meta_tools::run_identity(record, catalog, &state.options.host_grants);
+        catalog.record_use(name, &identity);
         state.machine.task_out(id, tool_use_id);
         let via_meta = result_name != name;
         let (run, tool_use_id) = (id.clone(), tool_use_id.to_owned());
