@@ -7,6 +7,13 @@
 //! on a blocking thread, never on the caller's async worker. Writes go through the supervisor's
 //! mailbox. Build one with [`Host::spawn`], or [`Host::spawn_linked`]
 //! to put the host under an app's own ractor supervisor.
+//!
+//! The reads are in `host/reads.rs`, the directory's requests in `host/directory.rs`; this
+//! file holds the handle, its start and the requests that write (runs, decisions, cancels,
+//! reloads, draining, restarts).
+
+mod directory;
+mod reads;
 
 use std::time::Duration;
 
@@ -22,7 +29,7 @@ use crate::data::DataFolder;
 use crate::feed::RunFeed;
 use crate::inbox::HostInbox;
 use crate::metrics::HostMetrics;
-use crate::run::{Channel, EventRecord, RunRecord};
+use crate::run::{Channel, RunRecord};
 use crate::store::{StoreWriter, WriterCounts};
 use crate::supervisor::{AgentStatus, HostSpec, Reloaded, SupervisorMsg, spawn_supervisor};
 use crate::visibility::Identity;
@@ -266,120 +273,6 @@ impl Host {
         &self.feed
     }
 
-    /// Runs `read` against the host's stores on a blocking thread: the SQLite files and the
-    /// PostgreSQL client are never called on an async worker. It reads through [`DataFolder`],
-    /// not the store writer: every write the handle answered has committed, and each read sees
-    /// the latest commit, while the writer thread is left to the agents' group commits.
-    async fn read<T: Send + 'static>(
-        &self,
-        read: impl FnOnce(&DataFolder) -> Result<T, ActorsError> + Send + 'static,
-    ) -> Result<T, ActorsError> {
-        let data = self.data.clone();
-        tokio::task::spawn_blocking(move || read(&data))
-            .await
-            .map_err(|e| ActorsError::Actor(format!("a store read did not finish: {e}")))?
-    }
-
-    /// The run with this id from any local agent's store; `None` when no store holds it.
-    pub async fn run(&self, id: &RunId) -> Result<Option<RunRecord>, ActorsError> {
-        let id = id.clone();
-        self.read(move |data| data.run(&id)).await
-    }
-
-    /// The run's event log, oldest first.
-    pub async fn events(&self, id: &RunId) -> Result<Vec<EventRecord>, ActorsError> {
-        let id = id.clone();
-        self.read(move |data| data.events(&id)).await
-    }
-
-    /// Runs of every agent (or one), newest first.
-    pub async fn jobs(&self, agent: Option<&str>) -> Result<Vec<RunRecord>, ActorsError> {
-        let agent = agent.map(str::to_owned);
-        if let Some(name) = &agent
-            && !self.agents.iter().any(|a| a == name)
-        {
-            return Err(ActorsError::UnknownAgent(name.clone()));
-        }
-        self.read(move |data| {
-            if let Some(name) = &agent
-                && !data.has_store(name)?
-            {
-                return Ok(Vec::new());
-            }
-            data.runs(agent.as_deref())
-        })
-        .await
-    }
-
-    /// One page of runs of every agent (or one), newest first: after `cursor`, only those
-    /// acting for `owner` when it is given, at most `limit` (see [`crate::page`]).
-    pub async fn jobs_page(
-        &self,
-        agent: Option<&str>,
-        cursor: Option<&crate::page::RunCursor>,
-        owner: Option<&str>,
-        limit: usize,
-    ) -> Result<crate::page::RunPage, ActorsError> {
-        if let Some(name) = agent
-            && !self.agents.iter().any(|a| a == name)
-        {
-            return Err(ActorsError::UnknownAgent(name.to_owned()));
-        }
-        let (agent, cursor, owner) = (
-            agent.map(str::to_owned),
-            cursor.cloned(),
-            owner.map(str::to_owned),
-        );
-        self.read(move |data| {
-            data.runs_page(agent.as_deref(), cursor.as_ref(), owner.as_deref(), limit)
-        })
-        .await
-    }
-
-    /// One page of a run's event log, oldest first, after sequence number `after`.
-    pub async fn events_page(
-        &self,
-        id: &RunId,
-        after: u64,
-        limit: usize,
-    ) -> Result<crate::page::EventPage, ActorsError> {
-        let id = id.clone();
-        self.read(move |data| {
-            data.events_page(&id, after, limit)?
-                .ok_or_else(|| ActorsError::UnknownRun(id.to_string()))
-        })
-        .await
-    }
-
-    /// The approval request a run waits on, if it waits on one: the last `approval_requested`
-    /// of its log that no decision followed, with its gate id
-    /// ([`consort_core::step::waiting_request`]).
-    pub async fn pending_gate(
-        &self,
-        run: &RunRecord,
-    ) -> Result<Option<consort_core::event::ApprovalRequested>, ActorsError> {
-        let (agent, id) = (run.agent.clone(), run.id.clone());
-        self.read(move |data| {
-            let events = data.events_of(&agent, &id)?;
-            Ok(consort_core::step::waiting_request(
-                &id,
-                events.iter().map(|record| &record.event),
-            ))
-        })
-        .await
-    }
-
-    /// The tree budget of `run` and what its tree spent of it, as `GET /runs/{id}` shows it;
-    /// `None` for a run without one.
-    pub async fn tree_budget(
-        &self,
-        run: &RunRecord,
-    ) -> Result<Option<consort_core::budget::BudgetReport>, ActorsError> {
-        let run = run.clone();
-        self.read(move |data| data.tree_budget(&run, crate::run::now_ms()))
-            .await
-    }
-
     /// An operator's approve (or deny) of the gate a blocked run waits on; the event log
     /// records the decision as the local `operator`'s (see [`Host::decide_as`]).
     pub async fn decide(&self, id: &RunId, approve: bool) -> Result<Decided, ActorsError> {
@@ -485,38 +378,6 @@ impl Host {
             .map_err(|e| ActorsError::Actor(e.to_string()))
     }
 
-    /// How many runs of each agent this host serves are in each status, by agent name: a
-    /// grouped count per store, not a read of the runs.
-    pub async fn run_counts(&self) -> Result<Vec<(String, crate::run::RunCounts)>, ActorsError> {
-        let agents = self.agents.clone();
-        self.read(move |data| {
-            agents
-                .iter()
-                .map(|agent| Ok((agent.clone(), data.status_counts(agent)?)))
-                .collect()
-        })
-        .await
-    }
-
-    /// The run of this host's agents that failed last (by settlement time), if any.
-    pub async fn last_failed_run(&self) -> Result<Option<RunRecord>, ActorsError> {
-        let agents = self.agents.clone();
-        self.read(move |data| {
-            let mut last: Option<RunRecord> = None;
-            for agent in agents.iter() {
-                if let Some(run) = data.last_failed(agent)?
-                    && last
-                        .as_ref()
-                        .is_none_or(|l| run.settled_at_ms > l.settled_at_ms)
-                {
-                    last = Some(run);
-                }
-            }
-            Ok(last)
-        })
-        .await
-    }
-
     /// An operator's drain (`true`: no new root runs, accepted runs go on; see
     /// `Refusal::Draining`) or resume (`false`). Returns whether the host is draining now.
     pub async fn set_draining(&self, draining: bool) -> Result<bool, ActorsError> {
@@ -557,138 +418,6 @@ impl Host {
             ASK_TIMEOUT_MS
         )
         .map_err(|e| ActorsError::Actor(e.to_string()))?
-    }
-
-    /// The peer directory of `goal` (or of the one goal `audience` may see) as `audience` may
-    /// see it. `audience` must be what this host established about the caller (a run's agent,
-    /// an operator's credentials), never a name the caller gave.
-    pub async fn directory(
-        &self,
-        audience: consort_core::directory::Audience,
-        goal: Option<String>,
-    ) -> Result<consort_core::directory::DirectoryPacket, ActorsError> {
-        ractor::call_t!(
-            self.supervisor,
-            |reply| SupervisorMsg::Directory {
-                audience: audience.clone(),
-                goal: goal.clone(),
-                reply
-            },
-            ASK_TIMEOUT_MS
-        )
-        .map_err(|e| ActorsError::Actor(e.to_string()))
-    }
-
-    /// What `audience` may see of `agent` and (optionally) one of its runs: typed state, and
-    /// an excerpt of at most `lines` lines from `source` when the audience placed the run.
-    pub async fn observe(
-        &self,
-        audience: consort_core::directory::Audience,
-        agent: &str,
-        run: Option<RunId>,
-        source: consort_core::directory::ExcerptSource,
-        lines: usize,
-    ) -> Result<consort_core::directory::Observation, ActorsError> {
-        ractor::call_t!(
-            self.supervisor,
-            |reply| SupervisorMsg::Observe {
-                audience: audience.clone(),
-                agent: agent.to_owned(),
-                run: run.clone(),
-                source,
-                lines,
-                reply
-            },
-            ASK_TIMEOUT_MS
-        )
-        .map_err(|e| ActorsError::Actor(e.to_string()))
-    }
-
-    /// Waits, pinned to the agent's incarnation, up to `timeout` for the run to reach what
-    /// `request.until` asks after `request.after_seq`; `Err(gap)` inside when `audience` may
-    /// not wait on it.
-    pub async fn wait_run(
-        &self,
-        audience: consort_core::directory::Audience,
-        request: crate::directory::WaitRequest,
-        timeout: Duration,
-    ) -> Result<Result<crate::directory::WaitAnswer, consort_core::directory::ScopeGap>, ActorsError>
-    {
-        let timeout = timeout.min(crate::directory::MAX_WAIT);
-        ractor::call_t!(
-            self.supervisor,
-            |reply| SupervisorMsg::WaitRun {
-                audience: audience.clone(),
-                request: request.clone(),
-                timeout,
-                reply
-            },
-            u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX) + ASK_TIMEOUT_MS
-        )
-        .map_err(|e| ActorsError::Actor(e.to_string()))
-    }
-
-    /// Delivers a message for `audience` (see `consort_actors::directory::DeliveryRequest`):
-    /// the receipt, then whether the run moved inside the window. An agent audience delivers
-    /// only to agents its `agents.can_call` on this host lists (`rejected`,
-    /// `delivery_not_in_can_call` otherwise, decided before anything is sent).
-    pub async fn deliver(
-        &self,
-        audience: consort_core::directory::Audience,
-        request: crate::directory::DeliveryRequest,
-    ) -> Result<consort_core::directory::DeliveryOutcome, ActorsError> {
-        let bound = request.timeout + request.window.unwrap_or(crate::directory::MAX_WAIT);
-        ractor::call_t!(
-            self.supervisor,
-            |reply| SupervisorMsg::Deliver {
-                audience: audience.clone(),
-                request: request.clone(),
-                reply
-            },
-            u64::try_from(bound.as_millis()).unwrap_or(u64::MAX) + ASK_TIMEOUT_MS
-        )
-        .map_err(|e| ActorsError::Actor(e.to_string()))
-    }
-
-    /// The receipt of an earlier delivery of `audience`'s (`unknown_delivery` when none,
-    /// `unreachable` when the host that holds it could not be asked).
-    pub async fn delivery_status(
-        &self,
-        audience: consort_core::directory::Audience,
-        agent: &str,
-        run: Option<RunId>,
-        delivery_id: &str,
-    ) -> Result<consort_core::directory::Receipt, ActorsError> {
-        ractor::call_t!(
-            self.supervisor,
-            |reply| SupervisorMsg::DeliveryStatus {
-                audience: audience.clone(),
-                agent: agent.to_owned(),
-                run: run.clone(),
-                delivery_id: delivery_id.to_owned(),
-                reply
-            },
-            ASK_TIMEOUT_MS
-        )
-        .map_err(|e| ActorsError::Actor(e.to_string()))
-    }
-
-    /// The attention rollup of `goal` (or of the one goal `audience` may see).
-    pub async fn attention(
-        &self,
-        audience: consort_core::directory::Audience,
-        goal: Option<String>,
-    ) -> Result<consort_core::directory::AttentionRollup, ActorsError> {
-        ractor::call_t!(
-            self.supervisor,
-            |reply| SupervisorMsg::Attention {
-                audience: audience.clone(),
-                goal: goal.clone(),
-                reply
-            },
-            ASK_TIMEOUT_MS
-        )
-        .map_err(|e| ActorsError::Actor(e.to_string()))
     }
 
     /// Stops the host and its agents. Unsettled runs stay in the stores and resume on restart.

@@ -2,7 +2,9 @@
 use super::schema::SCHEMA;
 use super::*;
 use crate::visibility::Origin;
+use consort_core::step::CostDelta;
 use consort_core::testing::{TransitionParts, transition};
+use rusqlite::{Connection, params};
 
 fn new_run(id: RunId) -> NewRun {
     NewRun {
