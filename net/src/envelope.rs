@@ -122,30 +122,6 @@ pub struct CallEnvelope {
 }
 
 impl CallEnvelope {
-    /// The envelope of a call run `next.parent_run` places: its stored chain `hops` (empty for
-    /// a root run, whose call opens the chain with the tree's `origin`; a called run's chain
-    /// carries its origin in the first hop already) extended by the new hop, which hands the
-    /// child run `allowance` of the tree budget. Nothing is signed yet.
-    pub fn extend(
-        mut hops: Vec<Hop>,
-        origin: &Origin,
-        next: crate::chain::NextHop<'_>,
-        allowance: Option<TreeBudget>,
-    ) -> Self {
-        let input = next.input.to_owned();
-        let mut hop = match hops.last() {
-            None => crate::chain::first_hop(origin, next),
-            Some(last) => crate::chain::next_hop(last, next),
-        };
-        hop.budget = allowance;
-        hops.push(hop);
-        Self {
-            version: ENVELOPE_VERSION,
-            hops,
-            input,
-        }
-    }
-
     /// The hop this envelope asks the receiver to run.
     pub fn last_hop(&self) -> Option<&Hop> {
         self.hops.last()

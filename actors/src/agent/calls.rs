@@ -207,10 +207,27 @@ async fn build_envelope(
             .get(&record.id)
             .and_then(crate::run_span::trace_context),
     };
-    Ok(CallEnvelope::extend(
-        hops,
-        &record.origin(),
-        next,
-        allowance,
-    ))
+    // A root run's call opens the chain with the run's origin (its own identity); a called
+    // run's chain already carries its origin in the first hop, and must end in this run.
+    let mut envelope = if hops.is_empty() {
+        consort_net::chain::new_call(&record.origin(), next)
+    } else {
+        let stored = CallEnvelope {
+            version: consort_net::ENVELOPE_VERSION,
+            hops,
+            input: String::new(),
+        };
+        consort_net::chain::extend(&stored, next).map_err(|e| ActorsError::CorruptStore {
+            path: state.store.path().to_owned(),
+            detail: format!(
+                "the stored chain of run {} does not lead to it: {e}",
+                record.id
+            ),
+        })?
+    };
+    // The new hop (not signed yet) hands the child run its share of the tree budget.
+    if let Some(hop) = envelope.hops.last_mut() {
+        hop.budget = allowance;
+    }
+    Ok(envelope)
 }
