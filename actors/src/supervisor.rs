@@ -377,13 +377,7 @@ impl Actor for HostSupervisor {
                     tell(
                         state.metrics.mailbox(),
                         &actor,
-                        AgentMsg::Decide {
-                            run,
-                            gate,
-                            decision,
-                            by,
-                            reply,
-                        },
+                        AgentMsg::decide(run, (gate, decision, by), reply),
                     );
                 }
                 None => {
@@ -401,12 +395,7 @@ impl Actor for HostSupervisor {
                     tell(
                         state.metrics.mailbox(),
                         &actor,
-                        AgentMsg::Cancel {
-                            run,
-                            by,
-                            reason,
-                            reply,
-                        },
+                        AgentMsg::cancel(run, (by, reason), reply),
                     );
                 }
                 None => answer(reply, Err(ActorsError::UnknownAgent(agent))),

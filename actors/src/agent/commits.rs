@@ -71,7 +71,7 @@ pub(super) struct NotStored {
 }
 
 /// Someone waiting for a verdict of the agent machine, with what to answer them through.
-pub(super) enum Asker {
+pub(crate) enum Asker {
     /// A link waiting to hear whether a reply was taken.
     Taken(RpcReplyPort<bool>),
     /// A canceler, answered with the run as committed.
@@ -286,35 +286,24 @@ impl AgentActor {
                 }
             }
             Asker::Request(port) => {
-                let answer = match verdict {
-                    Verdict::Refused(refusal) => Err(refused(refusal)),
-                    Verdict::Dropped(_) => Err(ActorsError::UnknownRun(run.to_string())),
-                    _ => state
-                        .record(&run)
-                        .await
-                        .and_then(|r| r.ok_or_else(|| ActorsError::UnknownRun(run.to_string()))),
-                };
+                let answer = committed_record(state, &run, verdict).await.map(|(r, _)| r);
                 if port.send(answer).is_err() {
                     warn!(run_id = %run, "a requester stopped waiting for its answer");
                 }
             }
             Asker::Decide(port) => {
-                let answer = match verdict {
-                    Verdict::Decided { gate, already } => state
-                        .record(&run)
-                        .await
-                        .and_then(|r| r.ok_or_else(|| ActorsError::UnknownRun(run.to_string())))
-                        .map(|record| crate::Decided {
+                let answer = committed_record(state, &run, verdict)
+                    .await
+                    .and_then(|found| match found {
+                        (record, Verdict::Decided { gate, already }) => Ok(crate::Decided {
                             run: record,
                             gate,
                             already_decided: already,
                         }),
-                    Verdict::Refused(refusal) => Err(refused(refusal)),
-                    Verdict::Dropped(_) => Err(ActorsError::UnknownRun(run.to_string())),
-                    other => Err(ActorsError::Actor(format!(
-                        "a decision was answered {other:?}"
-                    ))),
-                };
+                        (_, other) => Err(ActorsError::Actor(format!(
+                            "a decision was answered {other:?}"
+                        ))),
+                    });
                 if port.send(answer).is_err() {
                     warn!(run_id = %run, "a decider stopped waiting for its answer");
                 }
@@ -407,5 +396,24 @@ impl AgentActor {
             }
         }
         Ok(())
+    }
+}
+
+/// What a request's asker gets for `verdict` on run `run`: the run as committed after it
+/// (with the verdict, which a decision reads its gate from), or the refusal, or that the run
+/// is not there (an input dropped with its drive).
+async fn committed_record(
+    state: &mut AgentState,
+    run: &RunId,
+    verdict: Verdict,
+) -> Result<(RunRecord, Verdict), ActorsError> {
+    let unknown = || ActorsError::UnknownRun(run.to_string());
+    match verdict {
+        Verdict::Refused(refusal) => Err(refused(refusal)),
+        Verdict::Dropped(_) => Err(unknown()),
+        verdict => {
+            let record = state.record(run).await?.ok_or_else(unknown)?;
+            Ok((record, verdict))
+        }
     }
 }

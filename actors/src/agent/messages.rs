@@ -30,20 +30,13 @@ pub(crate) enum AgentMsg {
         budget: Option<consort_core::TreeLimits>,
         reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
     },
-    /// A decision on a gate of a run (the one named, else the one waiting), and who made it.
-    Decide {
+    /// A request someone the host checked made of run `run` (a decision on a gate, a
+    /// cancel: see [`AgentMsg::decide`], [`AgentMsg::cancel`]): the machine's input, and who
+    /// waits for its verdict.
+    Request {
         run: RunId,
-        gate: Option<String>,
-        decision: Decision,
-        by: String,
-        reply: RpcReplyPort<Result<Decided, ActorsError>>,
-    },
-    /// A cancel of a run, by someone the host checked, and why.
-    Cancel {
-        run: RunId,
-        by: String,
-        reason: Option<String>,
-        reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
+        input: Box<Input>,
+        asker: commits::Asker,
     },
     /// A peer's (or an operator's) message: into one of this agent's runs, or a new run.
     Deliver {
@@ -110,6 +103,47 @@ pub(crate) enum AgentMsg {
 }
 
 impl AgentMsg {
+    /// A decision on a gate of run `run` (the one named, else the one waiting), and who made
+    /// it; `reply` gets the run as committed with the gate decided, or the refusal.
+    pub(crate) fn decide(
+        run: RunId,
+        (gate, decision, by): (Option<String>, Decision, String),
+        reply: RpcReplyPort<Result<Decided, ActorsError>>,
+    ) -> Self {
+        let input = Input::Decide {
+            run: run.clone(),
+            gate,
+            decision,
+            by,
+        };
+        let asker = commits::Asker::Decide(reply);
+        Self::Request {
+            run,
+            input: Box::new(input),
+            asker,
+        }
+    }
+
+    /// A cancel of run `run` by `by`, and why; `reply` gets the run as committed, or the
+    /// refusal.
+    pub(crate) fn cancel(
+        run: RunId,
+        (by, reason): (String, Option<String>),
+        reply: RpcReplyPort<Result<RunRecord, ActorsError>>,
+    ) -> Self {
+        let input = Input::Cancel {
+            run: run.clone(),
+            by,
+            reason,
+        };
+        let asker = commits::Asker::Request(reply);
+        Self::Request {
+            run,
+            input: Box::new(input),
+            asker,
+        }
+    }
+
     /// A tool use's result from its task: `content` is what the model reads, recorded under
     /// `name` (`invoke_tool` for a use through it); it counts as a tool call.
     pub(super) fn tool_done(

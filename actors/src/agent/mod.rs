@@ -286,35 +286,8 @@ impl AgentActor {
                 self.start(myself, state, input, channel, asked, reply)
                     .await?;
             }
-            AgentMsg::Decide {
-                run,
-                gate,
-                decision,
-                by,
-                reply,
-            } => {
-                let input = Input::Decide {
-                    run: run.clone(),
-                    gate,
-                    decision,
-                    by,
-                };
-                let asker = commits::Asker::Decide(reply);
-                self.on_request(myself, state, &run, input, asker).await?;
-            }
-            AgentMsg::Cancel {
-                run,
-                by,
-                reason,
-                reply,
-            } => {
-                let input = Input::Cancel {
-                    run: run.clone(),
-                    by,
-                    reason,
-                };
-                let asker = commits::Asker::Request(reply);
-                self.on_request(myself, state, &run, input, asker).await?;
+            AgentMsg::Request { run, input, asker } => {
+                self.on_request(myself, state, &run, *input, asker).await?;
             }
             AgentMsg::Deliver {
                 from,
