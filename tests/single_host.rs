@@ -378,6 +378,14 @@ fn an_edit_on_disk_is_picked_up_without_reload() {
         out.contains("does not accept").then_some(out)
     });
     assert!(answer.contains("cfo does not accept calls from cmo"));
+
+    // The operator who edited the file and reloads is told the edit is in force, though the
+    // watcher applied it first; once told, a reload has nothing new to say.
+    let reload = host.cli(&["reload"]);
+    assert!(reload.status.success(), "{}", stderr(&reload));
+    assert_eq!(stdout(&reload).trim(), "reloaded: cfo");
+    let again = host.cli(&["reload"]);
+    assert_eq!(stdout(&again).trim(), "no agent.yaml changed");
 }
 
 #[test]

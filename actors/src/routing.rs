@@ -432,7 +432,8 @@ impl std::fmt::Display for DownReason {
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(default)]
 pub struct Reloaded {
-    /// The agents whose agent.yaml changed: their new config is in force.
+    /// The agents whose agent.yaml changed since the last reload that answered (the file
+    /// watcher's changes included, once): their new config is in force.
     pub changed: Vec<String>,
     /// The agents that were down and were started again, with a fresh restart budget.
     pub revived: Vec<String>,

@@ -76,6 +76,9 @@ struct AgentSlot {
     probe_attempt: u32,
     /// When a passing probe last revived the agent.
     revived_at: Option<Instant>,
+    /// The watcher put a new config in force that no explicit reload has reported yet: the
+    /// next `consort reload` lists the agent as changed, whoever applied the change.
+    unreported_change: bool,
 }
 
 /// The supervisor's state: its spec and one slot per agent.
@@ -180,6 +183,7 @@ impl Actor for HostSupervisor {
                         down_period: 0,
                         probe_attempt: 0,
                         revived_at: None,
+                        unreported_change: false,
                     },
                 )
             })

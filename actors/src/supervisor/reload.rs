@@ -30,7 +30,10 @@ pub(super) fn stamp_of(config: &AgentConfig) -> Option<FileStamp> {
 impl HostSupervisor {
     /// Re-reads agent.yaml files: every one on demand, or, for the watcher, those changed
     /// among the next [`WATCHED_PER_TICK`] (a host of many agents does not stat them all on
-    /// every tick; a change is seen within a sweep).
+    /// every tick; a change is seen within a sweep). Returns the agents whose config changed;
+    /// on demand that is every change since the last on-demand reload that succeeded, the
+    /// watcher's included, so an operator who edits a file and reloads is told it is in force
+    /// even when the watcher was quicker.
     pub(super) fn reload(
         state: &mut SupervisorState,
         only_changed: bool,
@@ -86,6 +89,13 @@ impl HostSupervisor {
                         }
                         state.publish_seat(&name);
                         info!(agent = %name, "agent.yaml re-read: new config in force");
+                        // Reported by the next on-demand reload that succeeds (this one,
+                        // unless it is the watcher's or another file is refused).
+                        if let Some(slot) = state.slots.get_mut(&name) {
+                            slot.unreported_change = true;
+                        }
+                        changed.push(name);
+                    } else if !only_changed && slot.unreported_change {
                         changed.push(name);
                     }
                 }
@@ -96,6 +106,11 @@ impl HostSupervisor {
             }
         }
         if errors.is_empty() {
+            if !only_changed {
+                for slot in state.slots.values_mut() {
+                    slot.unreported_change = false;
+                }
+            }
             Ok(changed)
         } else {
             Err(ActorsError::InvalidConfig(errors.join("\n")))

@@ -305,7 +305,8 @@ pub(crate) struct DownDoc {
 #[derive(Serialize, ToSchema)]
 #[schema(as = Reloaded)]
 pub(crate) struct ReloadedDoc {
-    /// Agents whose agent.yaml changed.
+    /// Agents whose agent.yaml changed since the last reload that answered (a change the
+    /// file watcher already put in force is listed too, once).
     changed: Vec<String>,
     /// Agents that were down and were started again.
     revived: Vec<String>,
