@@ -44,7 +44,7 @@ impl HostInbox {
 
     /// Sends the supervisor the message `ask` builds and waits up to `timeout` for its answer;
     /// a supervisor that is gone or too slow is [`ActorsError::Actor`].
-    async fn ask<T: Send + 'static>(
+    pub(crate) async fn ask<T: Send + 'static>(
         &self,
         ask: impl FnOnce(RpcReplyPort<T>) -> SupervisorMsg,
         timeout: Duration,
