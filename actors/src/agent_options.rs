@@ -9,7 +9,9 @@
 
 use std::time::Duration;
 
+use consort_config::AgentConfig;
 use consort_core::machine::AdmissionLimits;
+use consort_core::step::Policy;
 
 use crate::store::Durability;
 use crate::visibility::RoleGrants;
@@ -80,6 +82,39 @@ impl AgentOptions {
     pub fn with_idle_after(mut self, idle: Option<Duration>) -> Self {
         self.idle_after = idle;
         self
+    }
+
+    /// The facts a step needs from the agent's current config and these options: its
+    /// `limits:` (the call guards, and its runs' turn limit, token budget and loop guard) come
+    /// from agent.yaml, what a call may name is `callable`, and `immediate_model` says its
+    /// model answers at once (`Model::is_immediate`).
+    pub(crate) fn policy<'a>(
+        &self,
+        config: &'a AgentConfig,
+        callable: &'a [String],
+        immediate_model: bool,
+    ) -> Policy<'a> {
+        let mut policy = Policy {
+            agent: &config.name,
+            can_call: &config.can_call,
+            fleet_agents: callable,
+            limits: config.limits,
+            reply_cap: self.reply_cap,
+            immediate_model,
+            now_ms: crate::run::now_ms(),
+        };
+        if crate::fault::skip_outbound_checks() {
+            // Test-only (the `fault-injection` feature): a sending host with its own checks
+            // off, to prove the receiving host still enforces every rule.
+            tracing::warn!(agent = %config.name, "fault switch: outbound checks skipped (tests only)");
+            policy.can_call = callable;
+            policy.limits = consort_config::Limits {
+                max_depth: consort_config::Limits::MAX_DEPTH_BOUND,
+                max_calls_per_run: consort_config::Limits::MAX_CALLS_BOUND,
+                ..policy.limits
+            };
+        }
+        policy
     }
 
     /// The admission limits of these options, as the agent machine takes them.

@@ -46,6 +46,19 @@ impl Point {
         self as u32
     }
 
+    /// The durable boundary `transition` crosses, if it is one of these points.
+    pub(crate) fn crossed_by(transition: &consort_core::Transition) -> Option<Self> {
+        use consort_core::{ModelStep, RunEvent};
+        transition.events().iter().find_map(|event| match event {
+            RunEvent::ModelTurn(turn) if matches!(turn.step, ModelStep::ToolUses(_)) => {
+                Some(Self::TurnRecorded)
+            }
+            RunEvent::ReplyReceived(_) => Some(Self::ReplyRecorded),
+            RunEvent::CallPlaced(_) => Some(Self::CallRecorded),
+            _ => None,
+        })
+    }
+
     /// The point a barrier token names (a token this crate did not make names none).
     pub(crate) fn from_token(token: u32) -> Option<Self> {
         [

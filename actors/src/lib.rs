@@ -19,7 +19,9 @@
 pub mod a2a;
 mod agent;
 mod agent_options;
+mod asker;
 mod data;
+mod declared_model;
 pub mod directory;
 mod error;
 mod fault;

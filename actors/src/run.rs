@@ -185,6 +185,37 @@ impl RunRecord {
     pub fn origin(&self) -> Origin {
         Origin::parse(&self.origin).unwrap_or(Origin::Unknown)
     }
+
+    /// The run as the agent machine reads it once settled, to build its caller's reply
+    /// ([`AgentMachine::reply_of`](consort_core::machine::AgentMachine::reply_of)).
+    pub(crate) fn as_settled(&self) -> consort_core::machine::SettledRun<'_> {
+        let call = match (&self.parent_run, &self.parent_agent, &self.tool_use_id) {
+            (Some(parent), Some(caller), Some(tool_use_id)) => {
+                Some((parent, caller.as_str(), tool_use_id.as_str()))
+            }
+            _ => None,
+        };
+        consort_core::machine::SettledRun {
+            id: &self.id,
+            agent: &self.agent,
+            status: self.status,
+            call,
+            output: self.output.as_deref(),
+            error: self.error.as_deref(),
+            tree_cost: self.tree_usage(),
+        }
+    }
+
+    /// What `check_run` tells the caller of this run: its status, and its answer capped at
+    /// `cap` bytes (what the caller would get in its reply) or its error.
+    pub(crate) fn check_run_answer(&self, cap: usize) -> String {
+        serde_json::json!({
+            "run_id": self.id, "agent": self.agent, "status": self.status,
+            "output": self.output.as_deref().map(|o| consort_core::step::cap_output(o, cap)),
+            "error": self.error,
+        })
+        .to_string()
+    }
 }
 
 /// One entry of a run's append-only event log: a typed [`RunEvent`] with its place and time.

@@ -37,7 +37,7 @@ use crate::guard::{Guard, declared_guard};
 use crate::model::ToolSpec;
 use crate::visibility::{AuthMarkers, Identity, PolicyRef};
 
-pub(crate) use agent_tools::AgentTools;
+pub(crate) use agent_tools::{AgentTools, ListingWaiter};
 pub(crate) use listing::{Listed, list_due};
 pub(crate) use served::{DueListing, ServerSlots};
 pub use served::{

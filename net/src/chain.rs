@@ -260,13 +260,29 @@ pub fn new_call(origin: &Origin, next: NextHop<'_>) -> CallEnvelope {
 /// hops followed by the new one. Refuses (as `BrokenLink`) a next hop whose caller is not the
 /// chain's callee or whose parent run is not the chain's child run.
 pub fn extend(chain: &CallEnvelope, next: NextHop<'_>) -> Result<CallEnvelope, ChainError> {
-    let last = chain.hops.last().ok_or(ChainError::Empty)?;
-    if last.callee != next.caller || &last.child_run != next.parent_run {
-        return Err(ChainError::BrokenLink {
-            hop: chain.hops.len(),
-        });
+    extend_hops(&chain.hops, next)
+}
+
+/// The envelope of a call placed by a run that holds the chain `hops`: a root run's (no hops)
+/// opens a chain with the run's `origin` ([`new_call`]); a called run's already carries its
+/// origin in the first hop and must end in the run ([`extend`]).
+pub fn continue_chain(
+    hops: &[Hop],
+    origin: &Origin,
+    next: NextHop<'_>,
+) -> Result<CallEnvelope, ChainError> {
+    if hops.is_empty() {
+        return Ok(new_call(origin, next));
     }
-    let mut hops = chain.hops.clone();
+    extend_hops(hops, next)
+}
+
+fn extend_hops(hops: &[Hop], next: NextHop<'_>) -> Result<CallEnvelope, ChainError> {
+    let last = hops.last().ok_or(ChainError::Empty)?;
+    if last.callee != next.caller || &last.child_run != next.parent_run {
+        return Err(ChainError::BrokenLink { hop: hops.len() });
+    }
+    let mut hops = hops.to_vec();
     hops.push(next_hop(last, next));
     Ok(CallEnvelope {
         version: ENVELOPE_VERSION,

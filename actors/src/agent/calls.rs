@@ -8,16 +8,14 @@
 //! mailbox keeps moving while a remote host answers.
 
 use consort_core::TreeBudget;
-use consort_core::machine::SettledRun;
 use consort_core::step::{self, CallOutcome, Input};
 use consort_net::{CallEnvelope, ReplyEnvelope, RunId};
 use ractor::{ActorRef, RpcReplyPort};
-use serde_json::json;
 use tracing::{Instrument, info_span};
 
-use super::commits::Asker;
 use super::{AgentActor, AgentMsg, AgentState};
 use crate::ActorsError;
+use crate::asker::Asker;
 use crate::routing::SupervisorMsg;
 use crate::run::{RunRecord, now_ms};
 
@@ -88,15 +86,7 @@ impl AgentActor {
                 30_000
             );
             let answer = match asked {
-                Ok(Ok(r)) => (
-                    json!({
-                        "run_id": r.id, "agent": r.agent, "status": r.status,
-                        "output": r.output.as_deref().map(|o| step::cap_output(o, cap)),
-                        "error": r.error,
-                    })
-                    .to_string(),
-                    false,
-                ),
+                Ok(Ok(r)) => (r.check_run_answer(cap), false),
                 Ok(Err(e)) => (e.to_string(), true),
                 Err(e) => (format!("{callee} did not answer check_run: {e}"), true),
             };
@@ -130,28 +120,9 @@ impl AgentActor {
 /// Tells the supervisor a run settled; for a delegated run this carries the reply the machine
 /// built ([`AgentMachine::reply_of`](consort_core::machine::AgentMachine::reply_of)).
 pub(super) fn report_settled(state: &AgentState, record: &RunRecord) {
-    let call = match (
-        &record.parent_run,
-        &record.parent_agent,
-        &record.tool_use_id,
-    ) {
-        (Some(parent), Some(caller), Some(tool_use_id)) => {
-            Some((parent, caller.as_str(), tool_use_id.as_str()))
-        }
-        _ => None,
-    };
-    let settled = SettledRun {
-        id: &record.id,
-        agent: &record.agent,
-        status: record.status,
-        call,
-        output: record.output.as_deref(),
-        error: record.error.as_deref(),
-        tree_cost: record.tree_usage(),
-    };
     let reply = state
         .machine
-        .reply_of(&settled)
+        .reply_of(&record.as_settled())
         .map(|out| ReplyEnvelope::from_machine(out.caller, out.reply));
     state.tell_supervisor(SupervisorMsg::Settled {
         record: Box::new(record.clone()),
@@ -184,14 +155,7 @@ async fn build_envelope(
     (callee, tool_use_id, input): (&str, &str, &str),
     allowance: Option<TreeBudget>,
 ) -> Result<CallEnvelope, ActorsError> {
-    let hops = match state.chains.get(&record.id) {
-        Some(hops) => hops.clone(),
-        None => {
-            let hops = state.store.chain(&record.id).await?;
-            state.chains.insert(record.id.clone(), hops.clone());
-            hops
-        }
-    };
+    let hops = state.chain(&record.id).await?.to_vec();
     let now = now_ms();
     let next = consort_net::chain::NextHop {
         caller: &state.config.name,
@@ -207,24 +171,16 @@ async fn build_envelope(
             .get(&record.id)
             .and_then(crate::run_span::trace_context),
     };
-    // A root run's call opens the chain with the run's origin (its own identity); a called
-    // run's chain already carries its origin in the first hop, and must end in this run.
-    let mut envelope = if hops.is_empty() {
-        consort_net::chain::new_call(&record.origin(), next)
-    } else {
-        let stored = CallEnvelope {
-            version: consort_net::ENVELOPE_VERSION,
-            hops,
-            input: String::new(),
-        };
-        consort_net::chain::extend(&stored, next).map_err(|e| ActorsError::CorruptStore {
-            path: state.store.path().to_owned(),
-            detail: format!(
-                "the stored chain of run {} does not lead to it: {e}",
-                record.id
-            ),
-        })?
-    };
+    let mut envelope =
+        consort_net::chain::continue_chain(&hops, &record.origin(), next).map_err(|e| {
+            ActorsError::CorruptStore {
+                path: state.store.path().to_owned(),
+                detail: format!(
+                    "the stored chain of run {} does not lead to it: {e}",
+                    record.id
+                ),
+            }
+        })?;
     // The new hop (not signed yet) hands the child run its share of the tree budget.
     if let Some(hop) = envelope.hops.last_mut() {
         hop.budget = allowance;

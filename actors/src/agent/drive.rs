@@ -9,20 +9,16 @@
 //! that lets something out of a run waits for the commit of the run's writes before it); this
 //! loop decides nothing.
 
+use consort_core::RunView;
 use consort_core::machine::Command;
 use consort_core::step::Input;
-use consort_core::{ModelStep, RunEvent, RunView};
 use consort_net::RunId;
 use ractor::ActorRef;
 use tracing::{Instrument, warn};
 
-use consort_config::AgentConfig;
-use consort_core::step::Policy;
-
-use super::commits::Asker;
 use super::{AgentActor, AgentMsg, AgentState};
 use crate::ActorsError;
-use crate::AgentOptions;
+use crate::asker::Asker;
 use crate::fault::{self, Point};
 
 impl AgentActor {
@@ -73,10 +69,9 @@ impl AgentActor {
     ) -> Result<(), ActorsError> {
         loop {
             let command = {
-                let policy = policy(
+                let policy = state.options.policy(
                     &state.config,
                     &state.callable,
-                    &state.options,
                     state.model.is_immediate(),
                 );
                 state.machine.poll(&policy)
@@ -106,7 +101,7 @@ impl AgentActor {
                 expected_seq,
             } => {
                 if cfg!(feature = "fault-injection")
-                    && let Some(point) = crash_boundary(&transition)
+                    && let Some(point) = Point::crossed_by(&transition)
                 {
                     state.machine.barrier(&run, point.token());
                 }
@@ -142,64 +137,10 @@ impl AgentState {
     /// Reads run `id`'s record and log from the store (keeping the record) and returns the
     /// log's fold, or `None` when the store has no such run.
     pub(super) async fn load(&mut self, id: &RunId) -> Result<Option<RunView>, ActorsError> {
-        let key = id.clone();
-        let loaded = self
-            .store
-            .read(move |store| {
-                let Some(record) = store.run(&key)? else {
-                    return Ok(None);
-                };
-                Ok(Some((record, store.events(&key)?)))
-            })
-            .await?;
-        let Some((record, events)) = loaded else {
+        let Some((record, view)) = self.store.load(id).await? else {
             return Ok(None);
         };
         self.records.insert(id.clone(), record);
-        Ok(Some(RunView::from_events(events.iter().map(|e| &e.event))))
+        Ok(Some(view))
     }
-}
-
-/// The durable boundary a transition crosses, for the crash tests' fault points.
-fn crash_boundary(transition: &consort_core::Transition) -> Option<Point> {
-    transition.events().iter().find_map(|event| match event {
-        RunEvent::ModelTurn(turn) if matches!(turn.step, ModelStep::ToolUses(_)) => {
-            Some(Point::TurnRecorded)
-        }
-        RunEvent::ReplyReceived(_) => Some(Point::ReplyRecorded),
-        RunEvent::CallPlaced(_) => Some(Point::CallRecorded),
-        _ => None,
-    })
-}
-
-/// The facts a step needs from the agent's current config and options: its `limits:` (the
-/// call guards, and its runs' turn limit, token budget and loop guard) come from agent.yaml;
-/// `immediate_model` says its model answers at once (`Model::is_immediate`).
-fn policy<'a>(
-    config: &'a AgentConfig,
-    fleet_agents: &'a [String],
-    options: &AgentOptions,
-    immediate_model: bool,
-) -> Policy<'a> {
-    let mut policy = Policy {
-        agent: &config.name,
-        can_call: &config.can_call,
-        fleet_agents,
-        limits: config.limits,
-        reply_cap: options.reply_cap,
-        immediate_model,
-        now_ms: crate::run::now_ms(),
-    };
-    if fault::skip_outbound_checks() {
-        // Test-only (the `fault-injection` feature): a sending host with its own checks off,
-        // to prove the receiving host still enforces every rule.
-        warn!(agent = %config.name, "fault switch: outbound checks skipped (tests only)");
-        policy.can_call = fleet_agents;
-        policy.limits = consort_config::Limits {
-            max_depth: consort_config::Limits::MAX_DEPTH_BOUND,
-            max_calls_per_run: consort_config::Limits::MAX_CALLS_BOUND,
-            ..policy.limits
-        };
-    }
-    policy
 }

@@ -1,18 +1,15 @@
-//! The execution of the agent machine's effects, and the requests that wait on a verdict (an
-//! operator's decision, a cancel).
+//! The execution of the agent machine's effects.
 //!
 //! Nothing here decides: an effect is what the machine handed out, executed by the module that
 //! owns its kind of work (the model in `model_turn`, calls in `calls`, tools in `tool_use`,
 //! the directory's tools in `crate::directory::tools`); an outcome known at once goes back to the machine as the
 //! run's next input.
 
-use consort_core::step::{Effect, Input};
-use consort_net::RunId;
+use consort_core::step::Effect;
 use ractor::ActorRef;
 use tracing::info;
 
 use super::calls::{a2a_call, report_settled};
-use super::commits::Asker;
 use super::{AgentActor, AgentMsg, AgentState};
 use crate::ActorsError;
 use crate::fault::{self, Point};
@@ -20,30 +17,6 @@ use crate::routing::SupervisorMsg;
 use crate::run::RunRecord;
 
 impl AgentActor {
-    /// Steps run `run` with a request someone the host checked made of it (an operator's
-    /// decision, a cancel); `asker` gets the run as committed after it (with the gate decided,
-    /// for a decision), or the step's refusal, or why the run could not be read.
-    pub(super) async fn on_request(
-        &self,
-        myself: &ActorRef<AgentMsg>,
-        state: &mut AgentState,
-        run: &RunId,
-        input: Input,
-        asker: Asker,
-    ) -> Result<(), ActorsError> {
-        match state.record(run).await {
-            Ok(Some(_)) => self.drive_asked(myself, state, run, input, asker).await,
-            Ok(None) => {
-                asker.fail(ActorsError::UnknownRun(run.to_string()));
-                Ok(())
-            }
-            Err(e) => {
-                asker.fail(e);
-                Ok(())
-            }
-        }
-    }
-
     /// Executes one effect of a run (the machine decided it may run now). An outcome known at
     /// once goes back to the machine as the run's next input.
     pub(super) async fn execute(

@@ -8,7 +8,7 @@ use consort_config::AgentConfig;
 use consort_core::step::{CallOutcome, Decision, Input, TurnAsked};
 use consort_net::{CallEnvelope, ReplyEnvelope, RunId};
 
-use super::commits;
+use crate::asker::Asker;
 use crate::model::{ModelError, ModelReply};
 use crate::run::{Channel, RunRecord};
 use crate::visibility::Identity;
@@ -36,7 +36,7 @@ pub(crate) enum AgentMsg {
     Request {
         run: RunId,
         input: Box<Input>,
-        asker: commits::Asker,
+        asker: Asker,
     },
     /// A peer's (or an operator's) message: into one of this agent's runs, or a new run.
     Deliver {
@@ -92,14 +92,9 @@ pub(crate) enum AgentMsg {
         result: Result<ModelReply, ModelError>,
     },
     /// The store writer committed a job of this actor (or failed to).
-    Committed(Box<commits::Committed>),
+    Committed(Box<crate::store::Committed>),
     /// What the agent's MCP servers listed (or why they could not), by entry name.
     ToolsListed(Vec<crate::tools::Listed>),
-    /// Ask a run's model turn again: it waited for a listing of the MCP servers.
-    AskAgain { run: RunId, asked: Box<TurnAsked> },
-    /// Step a run again: a tool use of it waited for a listing of the MCP servers (a use
-    /// resumed after a restart, before any turn listed them).
-    UseAgain(RunId),
 }
 
 impl AgentMsg {
@@ -116,7 +111,7 @@ impl AgentMsg {
             decision,
             by,
         };
-        let asker = commits::Asker::Decide(reply);
+        let asker = Asker::Decide(reply);
         Self::Request {
             run,
             input: Box::new(input),
@@ -136,7 +131,7 @@ impl AgentMsg {
             by,
             reason,
         };
-        let asker = commits::Asker::Request(reply);
+        let asker = Asker::Run(reply);
         Self::Request {
             run,
             input: Box::new(input),

@@ -47,12 +47,9 @@ use consort_core::Refusal;
 use consort_core::machine::AgentMachine;
 use consort_core::step::Input;
 
+use crate::declared_model::declared_model;
 use crate::model::Model;
-use crate::model::UnusableModel;
-use crate::model::command::CommandAdapter;
-use crate::model::openai::OpenAiAdapter;
 use crate::routing::SupervisorMsg;
-use crate::script::ScriptModel;
 use crate::store::StoreWriter;
 use crate::tools::{AgentTools, Tool, ToolServers};
 use crate::{ActorsError, AgentOptions};
@@ -104,23 +101,6 @@ pub(crate) fn tell(depth: &Gauge, actor: &ActorRef<AgentMsg>, message: AgentMsg)
 /// The agent actor.
 pub(crate) struct AgentActor;
 
-fn model_for(config: &AgentConfig) -> Arc<dyn Model> {
-    match &config.model {
-        consort_config::ModelConfig::Script { steps } => Arc::new(ScriptModel::new(steps.clone())),
-        consort_config::ModelConfig::OpenAi(m) => {
-            match OpenAiAdapter::new(m.clone(), config.description.clone()) {
-                Ok(adapter) => Arc::new(adapter),
-                Err(e) => Arc::new(UnusableModel(e)),
-            }
-        }
-        consort_config::ModelConfig::Command(m) => Arc::new(CommandAdapter::new(
-            m.clone(),
-            config.name.clone(),
-            config.description.clone(),
-        )),
-    }
-}
-
 impl Actor for AgentActor {
     type Msg = AgentMsg;
     type State = AgentState;
@@ -136,7 +116,7 @@ impl Actor for AgentActor {
             .open(&args.store_path, args.options.durability)
             .await?;
         let model_from_app = args.model.is_some();
-        let model = args.model.unwrap_or_else(|| model_for(&args.config));
+        let model = args.model.unwrap_or_else(|| declared_model(&args.config));
         // Nothing is started here: a server is asked for its tools before the first model
         // turn that needs them (see `tools::served`).
         let tools = AgentTools::new(&args.config, args.extra_tools, args.tool_servers);
@@ -153,8 +133,6 @@ impl Actor for AgentActor {
             store,
             model,
             model_from_app,
-            awaiting_listing: Vec::new(),
-            uses_awaiting_listing: Vec::new(),
             supervisor: args.supervisor,
             callable,
             fleet_agents: args.fleet_agents,
@@ -163,7 +141,7 @@ impl Actor for AgentActor {
             records: HashMap::new(),
             chains: HashMap::new(),
             run_spans: HashMap::new(),
-            askers: commits::Askers::default(),
+            askers: crate::asker::Askers::default(),
             just_settled: HashMap::new(),
             board: args.board,
             feed: args.feed,
@@ -283,11 +261,14 @@ impl AgentActor {
                 reply,
             } => {
                 let asked = (identity, trace, budget);
-                self.start(myself, state, input, channel, asked, reply)
+                let starter = crate::asker::Asker::Run(reply);
+                self.start(myself, state, input, channel, asked, starter)
                     .await?;
             }
             AgentMsg::Request { run, input, asker } => {
-                self.on_request(myself, state, &run, *input, asker).await?;
+                // A run this agent does not have is answered by the machine (its load finds
+                // nothing), as is every refusal.
+                self.drive_asked(myself, state, &run, *input, asker).await?;
             }
             AgentMsg::Deliver {
                 from,
@@ -296,34 +277,21 @@ impl AgentActor {
                 text,
                 reply,
             } => {
-                self.deliver(myself, state, from, run, delivery_id, text, reply)
+                self.deliver(myself, state, (from, run), (delivery_id, text), reply)
                     .await?;
             }
             AgentMsg::Config(config) => {
                 if !state.model_from_app && config.model != state.config.model {
                     // The declared model is part of the config: new turns play the new one.
                     info!(agent = %config.name, "declared model changed; new turns use it");
-                    state.model = model_for(&config);
+                    state.model = declared_model(&config);
                 }
                 state.callable = state::callable_agents(&state.fleet_agents, &config);
                 let generation = state.tools.reconfigure(&state.config, &config);
                 state.config = *config;
                 info!(agent = %state.config.name, generation, "config reloaded; tool catalog generation changed");
             }
-            AgentMsg::ToolsListed(listings) => self.tools_listed(myself, state, listings),
-            AgentMsg::AskAgain { run, asked } => {
-                state.machine.answered(&run);
-                if state.machine.view(&run).is_none() || !state.records.contains_key(&run) {
-                    let view = state.load(&run).await?;
-                    state.machine.loaded(&run, view);
-                }
-                if let Some(record) = state.records.get(&run).cloned()
-                    && let Some(input) = self.ask_model(myself, state, &record, *asked).await
-                {
-                    self.drive(myself, state, &run, input).await?;
-                }
-            }
-            AgentMsg::UseAgain(run) => self.advance(myself, state, &run).await?,
+            AgentMsg::ToolsListed(listings) => self.tools_listed(myself, state, listings).await?,
             AgentMsg::Checkpoint => {
                 // On a blocking thread with its own connection: the actor goes on stepping runs
                 // while the WAL is folded. A store not written since needs none.

@@ -10,11 +10,12 @@ use std::time::Instant;
 use consort_core::step::{Input, ModelAnswer, TurnAsked};
 use ractor::ActorRef;
 
-use super::{AgentActor, AgentMsg, AgentState, tell};
+use super::{AgentActor, AgentMsg, AgentState};
+use crate::ActorsError;
 use crate::meta_tools;
 use crate::model::{ModelError, ModelReply, ModelRequest};
 use crate::run::RunRecord;
-use crate::tools::Listed;
+use crate::tools::{Listed, ListingWaiter};
 
 impl AgentActor {
     /// Starts listing the agent's MCP servers that are due, on a task of its own; what they
@@ -44,7 +45,8 @@ impl AgentActor {
         self.list_due_servers(myself, state);
         if state.tools.servers.asking() {
             state.machine.thinking(&id);
-            state.awaiting_listing.push((id, asked));
+            let waiter = ListingWaiter::Turn(id, asked);
+            state.tools.wait_for_listing(waiter);
             return None;
         }
         let tools = &mut state.tools;
@@ -87,32 +89,34 @@ impl AgentActor {
     }
 
     /// What the agent's MCP servers listed: the catalog is built again with their tools, and
-    /// once no listing is out, the turns that waited are asked again.
-    pub(super) fn tools_listed(
+    /// once no listing is out, the turns and uses that waited go on.
+    pub(super) async fn tools_listed(
         &self,
         myself: &ActorRef<AgentMsg>,
         state: &mut AgentState,
         listings: Vec<Listed>,
-    ) {
-        state.tools.listed(&state.config, listings);
-        if state.tools.servers.asking() {
-            return;
+    ) -> Result<(), ActorsError> {
+        for waiter in state.tools.listed(&state.config, listings) {
+            match waiter {
+                ListingWaiter::Turn(run, asked) => {
+                    state.machine.answered(&run);
+                    if state.machine.view(&run).is_none() || !state.records.contains_key(&run) {
+                        let view = state.load(&run).await?;
+                        state.machine.loaded(&run, view);
+                    }
+                    if let Some(record) = state.records.get(&run).cloned()
+                        && let Some(input) = self.ask_model(myself, state, &record, asked).await
+                    {
+                        self.drive(myself, state, &run, input).await?;
+                    }
+                }
+                ListingWaiter::Use(run, tool_use_id) => {
+                    state.machine.task_back(&run, &tool_use_id);
+                    self.advance(myself, state, &run).await?;
+                }
+            }
         }
-        let depth = state.metrics.host().mailbox().clone();
-        for (run, asked) in std::mem::take(&mut state.awaiting_listing) {
-            tell(
-                &depth,
-                myself,
-                AgentMsg::AskAgain {
-                    run,
-                    asked: Box::new(asked),
-                },
-            );
-        }
-        for (run, tool_use_id) in std::mem::take(&mut state.uses_awaiting_listing) {
-            state.machine.task_back(&run, &tool_use_id);
-            tell(&depth, myself, AgentMsg::UseAgain(run));
-        }
+        Ok(())
     }
 }
 

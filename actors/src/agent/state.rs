@@ -14,10 +14,9 @@ use tracing::{Instrument, Span, debug, warn};
 
 use consort_config::AgentConfig;
 use consort_core::machine::AgentMachine;
-use consort_core::step::TurnAsked;
 use consort_net::{Hop, RunId};
 
-use super::{AgentMsg, commits, tell};
+use super::{AgentMsg, tell};
 use crate::model::Model;
 use crate::routing::SupervisorMsg;
 use crate::run::RunRecord;
@@ -47,10 +46,6 @@ pub(crate) struct AgentState {
     pub(super) model_from_app: bool,
     /// The agent's tools: their catalog, its probe cache, the MCP servers and their listings.
     pub(super) tools: AgentTools,
-    /// Runs whose model turn waits for a listing of the agent's MCP servers.
-    pub(super) awaiting_listing: Vec<(RunId, TurnAsked)>,
-    /// Tool uses that wait for a listing of the agent's MCP servers (counted as in flight).
-    pub(super) uses_awaiting_listing: Vec<(RunId, String)>,
     pub(super) supervisor: ActorRef<SupervisorMsg>,
     pub(super) fleet_agents: Arc<[String]>,
     /// What a call may name: the fleet's agents and this agent's own A2A agents
@@ -69,7 +64,7 @@ pub(crate) struct AgentState {
     /// drive of the run enters the same span (see `run_span`).
     pub(super) run_spans: HashMap<RunId, Span>,
     /// Who waits for a verdict of the machine, by the id it hands back.
-    pub(super) askers: commits::Askers,
+    pub(super) askers: crate::asker::Askers,
     /// Records of runs whose settling append just committed, for their settle notice.
     pub(super) just_settled: HashMap<RunId, RunRecord>,
     /// The host's presence board: every committed status of this agent's runs goes there.
@@ -95,8 +90,7 @@ impl AgentState {
     pub(super) fn is_idle(&self) -> bool {
         self.machine.is_quiet()
             && self.askers.is_empty()
-            && self.awaiting_listing.is_empty()
-            && self.uses_awaiting_listing.is_empty()
+            && !self.tools.has_waiting()
             && self.just_settled.is_empty()
     }
 
@@ -127,16 +121,10 @@ impl AgentState {
         if record.status.is_settled() {
             return crate::run_span::open_settled(record);
         }
-        let parent = match (&record.parent_run, self.chains.get(&record.id)) {
-            (None, _) => None,
-            (Some(_), Some(hops)) => hops.last().and_then(|hop| hop.trace),
-            // Kept: a call the run places extends the same chain (`build_envelope`).
-            (Some(_), None) => match self.store.chain(&record.id).await {
-                Ok(hops) => {
-                    let trace = hops.last().and_then(|hop| hop.trace);
-                    self.chains.insert(record.id.clone(), hops);
-                    trace
-                }
+        let parent = match &record.parent_run {
+            None => None,
+            Some(_) => match self.chain(&record.id).await {
+                Ok(hops) => hops.last().and_then(|hop| hop.trace),
                 Err(error) => {
                     debug!(run_id = %record.id, %error, "no chain to parent the run's span");
                     None
@@ -146,6 +134,16 @@ impl AgentState {
         let span = crate::run_span::open(record, parent);
         self.run_spans.insert(record.id.clone(), span.clone());
         span
+    }
+
+    /// Run `id`'s chain of hops (what a call it places extends): the kept one, or read from
+    /// the store and kept.
+    pub(super) async fn chain(&mut self, id: &RunId) -> Result<&[Hop], ActorsError> {
+        if !self.chains.contains_key(id) {
+            let hops = self.store.chain(id).await?;
+            self.chains.insert(id.clone(), hops);
+        }
+        Ok(self.chains.get(id).map(Vec::as_slice).unwrap_or_default())
     }
 
     /// A drive of run `id` is over: once the run has settled (the machine says so), what is

@@ -16,6 +16,7 @@ use super::{AgentActor, AgentMsg, AgentState};
 use crate::directory::tools as directory_tools;
 use crate::meta_tools::{self, Resolution};
 use crate::run::RunRecord;
+use crate::tools::ListingWaiter;
 use consort_core::directory::Audience;
 
 /// The input that records a use's result at once (a meta-tool's answer, a refusal): the
@@ -97,7 +98,7 @@ impl AgentActor {
     /// after a restart uses it before any model turn listed the servers): the listing starts,
     /// and the use waits for it, counted as in flight, instead of failing "not listed yet".
     /// The listing is bounded by the entry's `connect_timeout_ms`; the use is stepped again
-    /// once it is in (`AgentMsg::UseAgain`). Returns whether the use waits.
+    /// once it is in (`AgentActor::tools_listed`). Returns whether the use waits.
     fn wait_for_listing(
         &self,
         myself: &ActorRef<AgentMsg>,
@@ -118,9 +119,8 @@ impl AgentActor {
             "the tool's MCP server is not listed yet: the use waits for its listing"
         );
         state.machine.task_out(run, tool_use_id);
-        state
-            .uses_awaiting_listing
-            .push((run.clone(), tool_use_id.to_owned()));
+        let waiter = ListingWaiter::Use(run.clone(), tool_use_id.to_owned());
+        state.tools.wait_for_listing(waiter);
         true
     }
 

@@ -168,6 +168,22 @@ impl AgentCatalog {
         Identity::peer(caller_agent, &self.grants, origin, host_grants)
     }
 
+    /// The identity and origin of a new run a delivery from `from` makes. An operator's
+    /// message acts for nobody. A peer's acts for that agent, for an origin the delivery does
+    /// not carry: unknown, so the peer cannot lend the run roles that whoever started its own
+    /// request may not hold.
+    pub(crate) fn sender_identity(
+        &self,
+        from: &str,
+        host_grants: &RoleGrants,
+    ) -> (Identity, Origin) {
+        if from == consort_core::directory::OPERATOR_SENDER {
+            return (Identity::Absent, Origin::Absent);
+        }
+        let origin = Origin::Unknown;
+        (self.peer_identity(from, &origin, host_grants), origin)
+    }
+
     fn access<'a>(&'a self, identity: &'a Identity) -> Access<'a> {
         Access {
             agent: &self.agent,

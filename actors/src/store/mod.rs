@@ -87,6 +87,54 @@ pub(crate) struct NewRun {
 }
 
 impl NewRun {
+    /// A root run of `agent`: the root of its call tree, with its own tree `budget`.
+    pub(crate) fn root(
+        (id, agent): (RunId, &str),
+        channel: Channel,
+        input: String,
+        (identity, origin): (Identity, Origin),
+        budget: Option<TreeBudget>,
+    ) -> Self {
+        Self {
+            id,
+            agent: agent.to_owned(),
+            channel,
+            parent_run: None,
+            parent_agent: None,
+            tool_use_id: None,
+            chain: Vec::new(),
+            input,
+            identity,
+            origin,
+            budget,
+        }
+    }
+
+    /// The child run a call of `agent` makes: the call's verified `chain`, whose last hop is
+    /// `hop` (it names `agent`), and `input`. The principal is the caller `hop` names, never a
+    /// field of the input, with the roles `identity` gives it; the budget is the allowance the
+    /// hop carries.
+    pub(crate) fn call(
+        (agent, hop): (&str, Hop),
+        (chain, input): (Vec<Hop>, String),
+        identity: Identity,
+        origin: Origin,
+    ) -> Self {
+        Self {
+            id: hop.child_run,
+            agent: agent.to_owned(),
+            channel: Channel::Agent(hop.caller.clone()),
+            parent_run: Some(hop.parent_run),
+            parent_agent: Some(hop.caller),
+            tool_use_id: Some(hop.tool_use_id),
+            chain,
+            input,
+            identity,
+            origin,
+            budget: hop.budget,
+        }
+    }
+
     /// The run's first event, as [`RunStore::insert_run`] writes it.
     pub(crate) fn created_event(&self) -> RunEvent {
         RunEvent::Created(Created {
@@ -251,6 +299,7 @@ pub enum StoreBackend {
 }
 
 mod admit;
+mod jobs;
 pub(crate) mod postgres;
 mod probe;
 mod rows;
@@ -261,6 +310,7 @@ mod tests;
 mod writer;
 
 pub(crate) use admit::{Admission, admit_call};
+pub(crate) use jobs::{Committed, Done};
 pub use postgres::PostgresUrl;
 pub(crate) use sqlite::RunStore;
 pub use writer::WriterCounts;

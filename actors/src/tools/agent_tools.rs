@@ -5,12 +5,14 @@
 //! The agent actor keeps one [`AgentTools`] and asks it; what a tool use comes to is
 //! `meta_tools::resolve`'s to say over [`AgentTools::scope`]. Nothing here runs a tool or
 //! lists a server: listing is `tools::list_due` on the actor's task, and the answers come back
-//! through [`AgentTools::listed`].
+//! through [`AgentTools::listed`], which hands back the turns and uses that waited for them.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use consort_config::AgentConfig;
+use consort_core::step::TurnAsked;
+use consort_net::RunId;
 
 use super::{Listed, ServerSlots, Tool, ToolServers};
 use crate::meta_tools::{AgentCatalog, UseScope};
@@ -28,6 +30,17 @@ pub(crate) struct AgentTools {
     extra: Vec<Arc<dyn Tool>>,
     /// The host's MCP client, which opens the sessions of `servers`.
     client: Option<Arc<dyn ToolServers>>,
+    /// Model turns and tool uses that wait for a listing of the servers.
+    waiting: Vec<ListingWaiter>,
+}
+
+/// Something of a run that waits for a listing of the agent's MCP servers before it goes on.
+pub(crate) enum ListingWaiter {
+    /// A model turn that would not see the servers' tools yet.
+    Turn(RunId, TurnAsked),
+    /// A use of a server's tool (a use resumed after a restart, before any turn listed the
+    /// servers), counted as in flight by the agent's machine.
+    Use(RunId, String),
 }
 
 impl AgentTools {
@@ -47,6 +60,7 @@ impl AgentTools {
             servers,
             extra,
             client,
+            waiting: Vec::new(),
         }
     }
 
@@ -64,11 +78,30 @@ impl AgentTools {
     }
 
     /// What agent `config`'s servers listed (or why they could not): recorded, and the
-    /// catalog built again with their tools.
-    pub(crate) fn listed(&mut self, config: &AgentConfig, listings: Vec<Listed>) {
+    /// catalog built again with their tools. Returns what waited for the listing, once no
+    /// listing is out any more.
+    pub(crate) fn listed(
+        &mut self,
+        config: &AgentConfig,
+        listings: Vec<Listed>,
+    ) -> Vec<ListingWaiter> {
         self.servers
             .take_listings(&config.name, listings, Instant::now());
         self.rebuild(config);
+        if self.servers.asking() {
+            return Vec::new();
+        }
+        std::mem::take(&mut self.waiting)
+    }
+
+    /// `waiter` goes on once the listing that is out is in ([`AgentTools::listed`]).
+    pub(crate) fn wait_for_listing(&mut self, waiter: ListingWaiter) {
+        self.waiting.push(waiter);
+    }
+
+    /// Whether anything waits for a listing.
+    pub(crate) fn has_waiting(&self) -> bool {
+        !self.waiting.is_empty()
     }
 
     /// What resolving a tool use reads (see `meta_tools::resolve`).

@@ -813,3 +813,34 @@ fn replies_are_signed_by_the_callee_host() {
 
 mod batch;
 mod batches;
+
+#[test]
+fn a_run_continues_its_own_chain_or_opens_one_as_a_root() {
+    let fleet = Fleet::standard();
+    let origin = Origin::Absent;
+    let root_run = RunId::random();
+    let next = |caller, parent_run| NextHop {
+        caller,
+        callee: "cdo",
+        parent_run,
+        tool_use_id: "toolu_y",
+        input: "y",
+        issued_at_ms: NOW_MS,
+        expires_at_ms: NOW_MS + TTL_MS,
+        trace: None,
+    };
+    // A root run holds no hops: its call opens a chain, as new_call would.
+    let opened = continue_chain(&[], &origin, next("cfo", &root_run)).expect("a root run's call");
+    assert_eq!(opened, new_call(&origin, next("cfo", &root_run)));
+    // A called run's call extends the chain that ends in it, as extend would.
+    let chain = fleet.unsigned_chain(&["cmo", "cfo"]);
+    let child = chain.hops[0].child_run.clone();
+    let continued = continue_chain(&chain.hops, &origin, next("cfo", &child)).expect("extends");
+    assert_eq!(Ok(continued.clone()), extend(&chain, next("cfo", &child)));
+    assert_eq!(continued.hops.len(), 2);
+    // A chain that does not end in the run placing the call is refused.
+    assert_eq!(
+        continue_chain(&chain.hops, &origin, next("cfo", &root_run)),
+        Err(ChainError::BrokenLink { hop: 1 })
+    );
+}
