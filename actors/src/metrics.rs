@@ -216,6 +216,28 @@ impl AgentMetrics {
         }
     }
 
+    /// Counts what a transition of one of the agent's runs records, as it is handed to the
+    /// store: each call placed (a replayed call that found its run is not placed again), each
+    /// refusal (counted once, by the calling run's host), and the run's settling.
+    pub(crate) fn recorded(&mut self, transition: &consort_core::Transition) {
+        for event in transition.events() {
+            match event {
+                consort_core::RunEvent::CallPlaced(placed) if !placed.existing => {
+                    self.call_placed(&placed.agent);
+                }
+                consort_core::RunEvent::CallRefused(refused) => {
+                    self.call_refused(refused.refusal.as_ref());
+                }
+                _ => {}
+            }
+        }
+        if transition.settles()
+            && let Some(status) = transition.status()
+        {
+            self.settled(status);
+        }
+    }
+
     /// Counts a call placed to `callee`; its counter is registered on the first call.
     pub(crate) fn call_placed(&mut self, callee: &str) {
         if let Some(counter) = self.placed.get(callee) {

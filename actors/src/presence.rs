@@ -64,6 +64,21 @@ impl PresenceBoard {
         self.changed.notify_waiters();
     }
 
+    /// What a transition of `agent`'s run `run` records, as it is handed to the store: a
+    /// message delivered into the run waits until a model turn reads it (the rollup's stalled
+    /// deliveries come from this).
+    pub(crate) fn recorded(&self, agent: &str, run: &RunId, transition: &consort_core::Transition) {
+        for event in transition.events() {
+            match event {
+                consort_core::RunEvent::MessageReceived(_) => {
+                    self.message_delivered(agent, run, crate::run::now_ms());
+                }
+                consort_core::RunEvent::ModelTurn(_) => self.messages_read(agent, run),
+                _ => {}
+            }
+        }
+    }
+
     /// A message was delivered into `run` at `at_ms` (the oldest unread one keeps its time).
     pub fn message_delivered(&self, agent: &str, run: &RunId, at_ms: u64) {
         let mut agents = self.lock();

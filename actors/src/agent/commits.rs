@@ -33,31 +33,10 @@ impl AgentState {
         transition: Transition,
         expected_seq: u64,
     ) -> Result<(), ActorsError> {
-        for event in transition.events() {
-            // A delivered message waits until a model turn reads it: the rollup's stalled
-            // deliveries come from this (the write it rides on is in the writer's queue).
-            match event {
-                RunEvent::MessageReceived(_) => {
-                    self.board
-                        .message_delivered(&self.config.name, id, crate::run::now_ms());
-                }
-                RunEvent::ModelTurn(_) => self.board.messages_read(&self.config.name, id),
-                // Counted as the run records them: a replayed call that found its run is not
-                // placed again, and a refusal is counted once, by the calling run's host.
-                RunEvent::CallPlaced(placed) if !placed.existing => {
-                    self.metrics.call_placed(&placed.agent);
-                }
-                RunEvent::CallRefused(refused) => {
-                    self.metrics.call_refused(refused.refusal.as_ref());
-                }
-                _ => {}
-            }
-        }
-        if transition.settles()
-            && let Some(status) = transition.status()
-        {
-            self.metrics.settled(status);
-        }
+        // Counted as the run records them (see `AgentMetrics::recorded`); a delivered message
+        // waits on the board until a model turn reads it (the write it rides on is queued).
+        self.metrics.recorded(&transition);
+        self.board.recorded(&self.config.name, id, &transition);
         let notice = self.commit_notice(myself);
         self.store
             .append_job((id, ticket, expected_seq), transition, notice)

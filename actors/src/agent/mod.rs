@@ -3,9 +3,10 @@
 //! The actor is the driver of the agent's [`AgentMachine`] (consort-core), which decides
 //! everything: every message that concerns a run becomes an input to the machine, and the
 //! actor executes the machine's commands (read a run's log, append to it, run an effect,
-//! answer whoever asked). The files: [`drive`] (the loop over the machine's commands),
+//! answer whoever asked). The files: [`drive`] (the loop over the machine's commands and
+//! the execution of its effects),
 //! [`commits`] (store jobs, their commits, and the askers waiting for verdicts),
-//! [`admission`] (new runs and accepted calls), [`engine`] (executing effects), [`model_turn`]
+//! [`admission`] (new runs and accepted calls), [`model_turn`]
 //! (asking the model), [`calls`] (placing calls, replies both ways), [`tool_use`] (acting on
 //! what a tool use resolves to), [`delivery`] (deliveries into the agent),
 //! [`messages`] (what the actor is told) and [`state`] (what the actor keeps between
@@ -25,7 +26,6 @@ mod calls;
 mod commits;
 mod delivery;
 mod drive;
-mod engine;
 mod messages;
 mod model_turn;
 mod state;
@@ -207,17 +207,9 @@ impl Actor for AgentActor {
     ) -> Result<(), ActorProcessingErr> {
         // Out of the mailbox: every message was counted in when it was sent (see `tell`).
         state.metrics.host().mailbox().decrement(1.0);
-        match message {
-            AgentMsg::Checkpoint => {}
-            AgentMsg::Retire(reply) => {
-                Self::retire(&myself, state, reply);
-                return Ok(());
-            }
-            _ => state.last_active = Instant::now(),
-        }
-        if let AgentMsg::Committed(committed) = message {
-            self.on_committed(&myself, state, *committed).await?;
-            return Ok(());
+        // The timer and the supervisor's retirement are not activity.
+        if !matches!(message, AgentMsg::Checkpoint | AgentMsg::Retire(_)) {
+            state.last_active = Instant::now();
         }
         // A message for a run whose drive waits on a commit is not held here: its input waits
         // in the machine, behind the drive.
@@ -244,7 +236,7 @@ impl AgentActor {
         }
     }
 
-    /// Handles one message that is not a commit, for a run that is not suspended.
+    /// Handles one message.
     async fn dispatch(
         &self,
         myself: &ActorRef<AgentMsg>,
@@ -341,9 +333,8 @@ impl AgentActor {
                         .await?;
                 }
             }
-            AgentMsg::Committed(_) => {
-                // `handle` takes every commit before dispatch, and commits are never held.
-                warn!(agent = %state.config.name, "a commit notice reached dispatch; ignored");
+            AgentMsg::Committed(committed) => {
+                self.on_committed(myself, state, *committed).await?;
             }
             AgentMsg::ModelDone { run, asked, result } => {
                 state.machine.answered(&run);
