@@ -18,6 +18,7 @@
 // The host and how it is built.
 pub use consort_actors::AgentOptions;
 pub use consort_actors::Decided;
+pub use consort_actors::FolderLock;
 pub use consort_actors::Host;
 pub use consort_actors::HostSpec;
 pub use consort_actors::HostSpecBuilder;

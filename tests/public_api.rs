@@ -18,11 +18,11 @@ use std::collections::BTreeSet;
 #[allow(unused_imports)]
 use consort::{
     ActorsError, AgentConfig, AgentConfigBuilder, AgentOptions, AgentSet, AgentStatus, CallStep,
-    Channel, ConfigError, Cost, Decided, EventRecord, FleetError, Host, HostSpec, HostSpecBuilder,
-    Identity, Limits, McpClient, Message, Model, ModelConfig, ModelError, ModelFuture, ModelReply,
-    ModelRequest, ModelStep, PostgresUrl, Refusal, Reloaded, RestartBudget, RunCounts, RunId,
-    RunRecord, RunStatus, ScriptStep, StoreBackend, Tool, ToolContext, ToolError, ToolFuture,
-    ToolServers, ToolSpec, ToolStep, ToolUse, TreeLimits,
+    Channel, ConfigError, Cost, Decided, EventRecord, FleetError, FolderLock, Host, HostSpec,
+    HostSpecBuilder, Identity, Limits, McpClient, Message, Model, ModelConfig, ModelError,
+    ModelFuture, ModelReply, ModelRequest, ModelStep, PostgresUrl, Refusal, Reloaded,
+    RestartBudget, RunCounts, RunId, RunRecord, RunStatus, ScriptStep, StoreBackend, Tool,
+    ToolContext, ToolError, ToolFuture, ToolServers, ToolSpec, ToolStep, ToolUse, TreeLimits,
 };
 
 const FACADE: &str = include_str!("../src/lib.rs");

@@ -64,6 +64,16 @@ pub enum ActorsError {
         /// The variable's name.
         var: String,
     },
+    /// Another host holds the data folder: one host writes a data folder at a time.
+    #[error(
+        "data folder {path} is in use by {holder}: one host writes a data folder at a time (stop that host first; read-only commands such as `consort jobs list --data` work beside it)"
+    )]
+    DataFolderInUse {
+        /// The data folder.
+        path: PathBuf,
+        /// Who holds it, as its lock file says: pid, host name, machine, since when.
+        holder: String,
+    },
     /// No run with this id exists in the stores asked.
     #[error("no run with id {0}")]
     UnknownRun(String),

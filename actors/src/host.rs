@@ -98,8 +98,11 @@ impl Host {
             .collect();
         // The host's series are registered here, once, with whatever recorder is installed.
         let metrics = HostMetrics::new(&spec.host_name);
+        // Before any store is opened: one host writes a data folder at a time.
+        let lock = spec.take_folder_lock()?;
+        let commit_time = metrics.store_commit();
         let writer =
-            StoreWriter::start_recording(&spec.store, spec.max_open_stores, metrics.store_commit())
+            StoreWriter::start_recording(&spec.store, spec.max_open_stores, commit_time, lock)
                 .await?;
         let (supervisor, join) = spawn_supervisor(
             spec,

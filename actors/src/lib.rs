@@ -62,5 +62,6 @@ pub use meta_tools::{AgentCatalog, MetaAnswer};
 pub use presence::PresenceBoard;
 pub use restart::{ProbeBackoff, RestartBudget};
 pub use run::{Channel, Cost, EventRecord, RunCounts, RunRecord, RunStatus};
+pub use store::FolderLock;
 pub use supervisor::{HostSpec, HostSpecBuilder};
 pub use visibility_files::visibility_from_files;

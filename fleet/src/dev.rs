@@ -13,7 +13,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
-use consort_actors::{AgentOptions, Host, HostSpec};
+use consort_actors::{AgentOptions, FolderLock, Host, HostSpec};
 use consort_config::AgentSet;
 
 use crate::FleetError;
@@ -104,6 +104,8 @@ impl DevHost {
     /// Loads the agents, starts the host and serves its API.
     pub async fn start(options: DevOptions) -> Result<Self, FleetError> {
         listener::check_listen(options.listen, options.auth.is_some())?;
+        // First: nothing is written to a data folder another host holds (the snapshot below).
+        let lock = FolderLock::acquire(&options.data_dir, "local")?;
         let snapshot = options.data_dir.join(AGENT_SET_SNAPSHOT);
         let (agents, report) = AgentSet::load_cached(&options.dirs, &[], &snapshot)?;
         log_snapshot(&snapshot, &report);
@@ -117,6 +119,7 @@ impl DevHost {
             .agent_options
             .with_host_grants(auth.grants().clone());
         let spec = HostSpec::builder(agents, options.data_dir.clone())
+            .folder_lock(lock)
             .store(options.store.clone())
             .directory(crate::directory_spec(&goals, Default::default()))
             .tool_servers(Arc::new(crate::McpClient))

@@ -33,7 +33,7 @@ use tracing::info;
 
 use consort_actors::store::PostgresUrl;
 use consort_actors::store::StoreBackend;
-use consort_actors::{ActorsError, AgentOptions, DataFolder, Host, HostSpec};
+use consort_actors::{ActorsError, AgentOptions, DataFolder, FolderLock, Host, HostSpec};
 use consort_config::{AgentSet, FleetConfig, StoreConfig};
 use consort_net::{HostKey, KeyRing, LinkConfig, LinkEndpoint, OperatorAccess, PublicKey};
 
@@ -276,6 +276,9 @@ impl ServedHost {
         limits: InboundLimits,
     ) -> Result<Self, FleetError> {
         listener::check_listen(options.listen_http, options.auth.is_some())?;
+        // First: nothing is written to a data folder another host holds (the snapshot that
+        // `prepare_in` keeps there, serve.json).
+        let lock = FolderLock::acquire(&options.data_dir, &options.host)?;
         let prepared = prepare_in(
             &options.fleet_file,
             &options.host,
@@ -340,6 +343,7 @@ impl ServedHost {
             .agent_options
             .with_host_grants(auth.grants().clone());
         let spec = HostSpec::builder(prepared.local, options.data_dir.clone())
+            .folder_lock(lock)
             .store(store)
             .remote_agents(prepared.remote_agents)
             .host_name(options.host.clone())

@@ -299,6 +299,7 @@ pub enum StoreBackend {
 }
 
 mod admit;
+mod folder_lock;
 mod jobs;
 pub(crate) mod postgres;
 mod probe;
@@ -310,6 +311,7 @@ mod tests;
 mod writer;
 
 pub(crate) use admit::{Admission, admit_call};
+pub use folder_lock::FolderLock;
 pub(crate) use jobs::{Committed, Done};
 pub use postgres::PostgresUrl;
 pub(crate) use sqlite::RunStore;

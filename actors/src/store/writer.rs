@@ -40,7 +40,7 @@ use tracing::{error, warn};
 
 use consort_net::{Hop, RunId};
 
-use super::{Durability, RunLog, RunStore, StoreBackend};
+use super::{Durability, FolderLock, RunLog, RunStore, StoreBackend};
 use crate::ActorsError;
 use crate::run::RunRecord;
 
@@ -186,16 +186,24 @@ impl StoreWriter {
     /// one).
     #[cfg(test)]
     pub(crate) fn start_with(max_open: usize) -> Result<Self, ActorsError> {
-        Self::start_sqlite(max_open, Counts::default())
+        Self::start_sqlite(max_open, Counts::default(), None)
     }
 
-    fn start_sqlite(max_open: usize, counts: Counts) -> Result<Self, ActorsError> {
+    /// The thread keeps `lock` (the data folder's) until its last job is done.
+    fn start_sqlite(
+        max_open: usize,
+        counts: Counts,
+        lock: Option<FolderLock>,
+    ) -> Result<Self, ActorsError> {
         let (jobs, queue) = mpsc::channel();
         let counts = Arc::new(counts);
         let thread_counts = counts.clone();
         std::thread::Builder::new()
             .name("consort-store".into())
-            .spawn(move || run(&queue, &thread_counts, max_open.max(1)))
+            .spawn(move || {
+                let _held = lock;
+                run(&queue, &thread_counts, max_open.max(1));
+            })
             .map_err(|e| {
                 ActorsError::Actor(format!("the store writer thread did not start: {e}"))
             })?;
@@ -215,26 +223,30 @@ impl StoreWriter {
         backend: &StoreBackend,
         max_open: usize,
     ) -> Result<Self, ActorsError> {
-        Self::start_counting(backend, max_open, Counts::default()).await
+        Self::start_counting(backend, max_open, Counts::default(), None).await
     }
 
     /// As [`StoreWriter::start_on`], recording the time of every commit into `commit_time`
-    /// (what a host's `consort_store_commit_seconds{host}` is).
+    /// (what a host's `consort_store_commit_seconds{host}` is), and holding the data folder's
+    /// `lock` until the writer's last job is done: no other host writes the folder meanwhile.
     pub(crate) async fn start_recording(
         backend: &StoreBackend,
         max_open: usize,
         commit_time: Histogram,
+        lock: FolderLock,
     ) -> Result<Self, ActorsError> {
-        Self::start_counting(backend, max_open, Counts::recording(commit_time)).await
+        let counts = Counts::recording(commit_time);
+        Self::start_counting(backend, max_open, counts, Some(lock)).await
     }
 
     async fn start_counting(
         backend: &StoreBackend,
         max_open: usize,
         counts: Counts,
+        lock: Option<FolderLock>,
     ) -> Result<Self, ActorsError> {
         let StoreBackend::Postgres(url) = backend else {
-            return Self::start_sqlite(max_open, counts);
+            return Self::start_sqlite(max_open, counts, lock);
         };
         let (jobs, queue) = mpsc::channel();
         let counts = Arc::new(counts);
@@ -246,6 +258,7 @@ impl StoreWriter {
             .name("consort-store".into())
             .spawn(move || match super::postgres::Database::connect(&url) {
                 Ok(db) => {
+                    let _held = lock;
                     let _ = connected.send(Ok(()));
                     super::postgres::writer::run(db, &queue, &thread_counts);
                 }

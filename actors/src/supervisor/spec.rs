@@ -18,13 +18,13 @@ use std::time::Duration;
 use consort_config::AgentSet;
 
 use super::RemoteCalls;
-use crate::AgentOptions;
 use crate::a2a::A2aCalls;
 use crate::directory::DirectorySpec;
 use crate::model::Model;
 use crate::restart::{ProbeBackoff, RestartBudget};
-use crate::store::StoreBackend;
+use crate::store::{FolderLock, StoreBackend};
 use crate::tools::{Tool, ToolServers};
+use crate::{ActorsError, AgentOptions};
 
 /// Everything a host is built from: see [`HostSpec::builder`].
 #[derive(Clone)]
@@ -67,6 +67,9 @@ pub struct HostSpec {
     pub(crate) directory: DirectorySpec,
     /// The most agent store connections kept open at once (see the store writer).
     pub(crate) max_open_stores: usize,
+    /// The data folder's lock, when the caller took it before writing there; `Host::spawn`
+    /// takes it (once: a spec cloned and spawned again locks the folder anew).
+    pub(crate) folder_lock: Arc<std::sync::Mutex<Option<FolderLock>>>,
 }
 
 impl HostSpec {
@@ -102,7 +105,21 @@ impl HostSpec {
                 host_name: "local".to_owned(),
                 directory: DirectorySpec::default(),
                 max_open_stores: crate::store::DEFAULT_MAX_OPEN,
+                folder_lock: Arc::default(),
             },
+        }
+    }
+
+    /// The data folder's lock the builder was given, or `host_name`'s lock taken now.
+    pub(crate) fn take_folder_lock(&self) -> Result<FolderLock, ActorsError> {
+        let given = self
+            .folder_lock
+            .lock()
+            .ok()
+            .and_then(|mut slot| slot.take());
+        match given {
+            Some(lock) => Ok(lock),
+            None => FolderLock::acquire(&self.data_dir, &self.host_name),
         }
     }
 
@@ -236,6 +253,15 @@ impl HostSpecBuilder {
     /// The most agent store connections kept open at once.
     pub fn max_open_stores(mut self, max: usize) -> Self {
         self.spec.max_open_stores = max;
+        self
+    }
+
+    /// The data folder's lock, taken by the caller before it wrote anything there (the CLI
+    /// takes it first thing). Without one, [`Host::spawn`](crate::Host::spawn) takes it.
+    pub fn folder_lock(self, lock: FolderLock) -> Self {
+        if let Ok(mut slot) = self.spec.folder_lock.lock() {
+            *slot = Some(lock);
+        }
         self
     }
 
