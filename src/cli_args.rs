@@ -232,8 +232,45 @@ pub(crate) struct DevArgs {
     /// default is one SQLite file per agent under --data).
     #[arg(long, value_name = "VAR")]
     pub(crate) store_url_env: Option<String>,
+    #[command(flatten)]
+    pub(crate) lease: LeaseArgs,
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+/// How a host on a PostgreSQL store holds the leases of its agents' stores (one host writes an
+/// agent's runs at a time; see README, "One owner per store").
+#[derive(Args, Clone, Debug)]
+pub(crate) struct LeaseArgs {
+    /// When another host holds an agent's PostgreSQL store: wait as a standby and take it over
+    /// once that host's lease ends (it stopped renewing it), instead of refusing to start.
+    #[arg(long, conflicts_with = "take_over")]
+    pub(crate) standby: bool,
+    /// When another host holds an agent's PostgreSQL store: take it now. That host's next write
+    /// is refused (fencing) and it writes nothing more; use it when you know that host is gone.
+    #[arg(long)]
+    pub(crate) take_over: bool,
+    /// How long a PostgreSQL store lease lasts without renewal, in seconds (renewed every third
+    /// of it): how long a standby waits after its holder dies.
+    #[arg(long, value_name = "SECS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub(crate) lease_ttl_secs: u64,
+}
+
+impl LeaseArgs {
+    /// The lease settings these flags ask for.
+    pub(crate) fn lease(&self) -> consort_actors::store::StoreLease {
+        use consort_actors::store::{OnHeld, StoreLease};
+        let on_held = if self.standby {
+            OnHeld::Standby
+        } else if self.take_over {
+            OnHeld::TakeOver
+        } else {
+            OnHeld::Refuse
+        };
+        StoreLease::default()
+            .with_ttl(std::time::Duration::from_secs(self.lease_ttl_secs))
+            .on_held(on_held)
+    }
 }
 
 /// Where a serving host is, and who is asking.

@@ -54,6 +54,7 @@ pub(crate) async fn dev(args: DevArgs) -> Result<ExitCode> {
             &consort_config::StoreConfig::Sqlite,
             args.store_url_env.as_deref(),
         )?,
+        lease: args.lease.lease(),
     })
     .await?;
     let url = format!("http://{}", dev.addr);

@@ -68,6 +68,8 @@ pub(crate) struct ServeArgs {
     /// of what fleet.yaml's `store:` for the host says).
     #[arg(long, value_name = "VAR")]
     pub store_url_env: Option<String>,
+    #[command(flatten)]
+    pub(crate) lease: crate::cli_args::LeaseArgs,
     /// Export traces to this OTLP/HTTP collector (base URL, e.g. http://127.0.0.1:4318);
     /// default: the OTEL_EXPORTER_OTLP_ENDPOINT variable. Without either, nothing is exported.
     #[arg(long, value_name = "URL")]
@@ -131,6 +133,7 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<ExitCode> {
         http: HttpBounds::default(),
         metrics: Some(crate::metrics_install::install()?),
         store_url_env: args.store_url_env.clone(),
+        lease: args.lease.lease(),
     })
     .await
     .with_context(|| format!("cannot serve host `{}`", args.host))?;

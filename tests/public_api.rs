@@ -20,9 +20,9 @@ use consort::{
     ActorsError, AgentConfig, AgentConfigBuilder, AgentOptions, AgentSet, AgentStatus, CallStep,
     Channel, ConfigError, Cost, Decided, EventRecord, FleetError, FolderLock, Host, HostSpec,
     HostSpecBuilder, Identity, Limits, McpClient, Message, Model, ModelConfig, ModelError,
-    ModelFuture, ModelReply, ModelRequest, ModelStep, PostgresUrl, Refusal, Reloaded,
-    RestartBudget, RunCounts, RunId, RunRecord, RunStatus, ScriptStep, StoreBackend, Tool,
-    ToolContext, ToolError, ToolFuture, ToolServers, ToolSpec, ToolStep, ToolUse, TreeLimits,
+    ModelFuture, ModelReply, ModelRequest, ModelStep, OnHeld, PostgresUrl, Refusal, Reloaded,
+    RestartBudget, RunCounts, RunId, RunRecord, RunStatus, ScriptStep, StoreBackend, StoreLease,
+    Tool, ToolContext, ToolError, ToolFuture, ToolServers, ToolSpec, ToolStep, ToolUse, TreeLimits,
 };
 
 const FACADE: &str = include_str!("../src/lib.rs");

@@ -186,3 +186,161 @@ fn a_host_that_stopped_lets_the_next_one_take_the_folder() {
     let next: Served = fleet.serve(&[]);
     assert!(lock_names(&fleet.data(), next.child.id()));
 }
+
+// --- PostgreSQL: one lease holder per agent store --------------------------------------------
+
+#[path = "../actors/src/store/postgres/test_server.rs"]
+mod test_server;
+
+/// One gated payment, then the answer.
+const PAYER: &str = r#"
+name: payer
+description: pays a supplier
+model:
+  script:
+    - tool: {name: pay, input: "SELECT 'paid ' || :input"}
+    - answer: "done"
+tools:
+  - {name: pay, kind: sql, database: ledger.db, description: pays, approval: required}
+"#;
+
+const PG_VAR: &str = "CONSORT_OWNERSHIP_PG_URL";
+
+fn pg_host(fleet: &Fleet, data: &Path, url: &str, args: &[&str]) -> Served {
+    let mut all = vec!["--store-url-env", PG_VAR, "--lease-ttl-secs", "2"];
+    all.extend_from_slice(args);
+    Served::start_with(&[fleet.agents()], data, &[(PG_VAR, url)], &all)
+}
+
+fn start_run(host: &Served, agent: &str, input: &str) -> (u16, Value) {
+    let resp = host
+        .http()
+        .post(format!("{}/runs", host.url))
+        .json(&serde_json::json!({"agent": agent, "input": input}))
+        .send()
+        .expect("POST /runs");
+    let status = resp.status().as_u16();
+    (status, resp.json().unwrap_or(Value::Null))
+}
+
+fn approve(host: &Served, id: &str) -> u16 {
+    host.http()
+        .post(format!("{}/runs/{id}/approve", host.url))
+        .json(&serde_json::json!({"approve": true}))
+        .send()
+        .expect("POST approve")
+        .status()
+        .as_u16()
+}
+
+/// Every run of the store, with its event count, as `host` reads them.
+fn store_contents(host: &Served) -> Vec<(String, String, usize)> {
+    let jobs: Value = host
+        .http()
+        .get(format!("{}/jobs?limit=100", host.url))
+        .send()
+        .and_then(|r| r.json())
+        .expect("GET /jobs");
+    let mut runs: Vec<(String, String, usize)> = jobs["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .map(|run| {
+            let id = run["id"].as_str().expect("id").to_owned();
+            let events = host.show(&id).expect("the run")["events"]
+                .as_array()
+                .map_or(0, Vec::len);
+            (id, run["status"].as_str().unwrap_or("").to_owned(), events)
+        })
+        .collect();
+    runs.sort();
+    runs
+}
+
+fn signal(pid: u32, sig: &str) {
+    let status = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill {sig} {pid}");
+}
+
+#[test]
+fn a_second_host_on_one_postgres_store_refuses_and_names_the_holder() {
+    let Some(server) = test_server::TestServer::start() else {
+        return;
+    };
+    let url = server.database("ownership_two");
+    let fleet = Fleet::new();
+    fleet.agent("cfo", CFO);
+    let first = pg_host(&fleet, &fleet.dir.path().join("a"), &url, &[]);
+    let run = first.run_wait("cfo", "August");
+    assert_eq!(run["status"], "succeeded", "{run}");
+    let before = store_contents(&first);
+
+    let second = Command::new(BIN)
+        .args(["dev", path_str(&fleet.agents())])
+        .args(["--data", path_str(&fleet.dir.path().join("b"))])
+        .args(["--listen", "127.0.0.1:0", "--store-url-env", PG_VAR])
+        .env(PG_VAR, &url)
+        .env_remove("CONSORT_FAULT")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn a second consort dev");
+    let (status, stderr) = exit_within(second, Duration::from_secs(30));
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains("store of agent `cfo` is held by")
+            && stderr.contains(&format!("pid {} (host local", first.child.id())),
+        "the refusal names the holder: {stderr}"
+    );
+    assert_eq!(store_contents(&first), before, "a finished run changed");
+}
+
+#[test]
+fn a_paused_owner_whose_lease_a_standby_took_writes_nothing() {
+    let Some(server) = test_server::TestServer::start() else {
+        return;
+    };
+    let url = server.database("ownership_standby");
+    let fleet = Fleet::new();
+    fleet.agent("payer", PAYER);
+    fleet.ledger("payer");
+    let owner = pg_host(&fleet, &fleet.dir.path().join("a"), &url, &[]);
+    let owner_pid = owner.child.id();
+
+    // One payment made and finished, one waiting for its approval.
+    let (_, done) = start_run(&owner, "payer", "acme");
+    let done = done["id"].as_str().expect("run id").to_owned();
+    owner.wait_status(&done, "blocked");
+    assert_eq!(approve(&owner, &done), 200);
+    owner.wait_status(&done, "succeeded");
+    let (_, waiting) = start_run(&owner, "payer", "globex");
+    let waiting = waiting["id"].as_str().expect("run id").to_owned();
+    owner.wait_status(&waiting, "blocked");
+
+    // The owner is paused; a standby takes its lease once it ends, and finishes the run.
+    signal(owner_pid, "-STOP");
+    let standby = pg_host(&fleet, &fleet.dir.path().join("b"), &url, &["--standby"]);
+    standby.wait_status(&waiting, "blocked");
+    assert_eq!(approve(&standby, &waiting), 200);
+    standby.wait_status(&waiting, "succeeded");
+    let after_takeover = store_contents(&standby);
+    assert_eq!(after_takeover.len(), 2, "{after_takeover:?}");
+
+    // The old owner wakes up and is asked to write: nothing it does reaches the store.
+    signal(owner_pid, "-CONT");
+    let (status, refused) = start_run(&owner, "payer", "initech");
+    assert!(
+        status >= 400,
+        "the paused owner started a run: {status} {refused}"
+    );
+    let _ = approve(&owner, &waiting);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        store_contents(&standby),
+        after_takeover,
+        "the old owner wrote after it lost its lease"
+    );
+}

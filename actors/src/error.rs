@@ -74,6 +74,19 @@ pub enum ActorsError {
         /// Who holds it, as its lock file says: pid, host name, machine, since when.
         holder: String,
     },
+    /// Another host holds the lease of an agent's PostgreSQL store: one host writes an agent's
+    /// runs at a time.
+    #[error(
+        "the PostgreSQL store of agent `{agent}` is held by {holder}, whose lease runs {expires_in_ms} ms more: one host writes an agent's runs at a time (start this host as a standby to take over when that lease ends, or take it over now if that host is gone)"
+    )]
+    StoreLeased {
+        /// The agent whose store is held.
+        agent: String,
+        /// Who holds it: pid, host name, machine, since when.
+        holder: String,
+        /// How long the holder's lease runs without renewal (the server's clock).
+        expires_in_ms: u64,
+    },
     /// No run with this id exists in the stores asked.
     #[error("no run with id {0}")]
     UnknownRun(String),

@@ -30,7 +30,7 @@ use crate::feed::RunFeed;
 use crate::inbox::HostInbox;
 use crate::metrics::HostMetrics;
 use crate::run::{Channel, RunRecord};
-use crate::store::{StoreWriter, WriterCounts};
+use crate::store::{LeasePlan, StoreWriter, WriterCounts};
 use crate::supervisor::{AgentStatus, HostSpec, Reloaded, SupervisorMsg, spawn_supervisor};
 use crate::visibility::Identity;
 
@@ -100,10 +100,15 @@ impl Host {
         let metrics = HostMetrics::new(&spec.host_name);
         // Before any store is opened: one host writes a data folder at a time.
         let lock = spec.take_folder_lock()?;
-        let commit_time = metrics.store_commit();
+        // A PostgreSQL store's leases are taken before any agent starts (a standby waits here).
+        let leases = LeasePlan {
+            host: spec.host_name.clone(),
+            agents: spec.agents.names(),
+            settings: spec.store_lease,
+        };
+        let commit = (metrics.store_commit(), lock);
         let writer =
-            StoreWriter::start_recording(&spec.store, spec.max_open_stores, commit_time, lock)
-                .await?;
+            StoreWriter::start_recording(&spec.store, spec.max_open_stores, commit, leases).await?;
         let (supervisor, join) = spawn_supervisor(
             spec,
             settled.clone(),

@@ -271,6 +271,8 @@ impl Actor for HostSupervisor {
         if let Some(carrier) = state.carrier.take() {
             carrier.abort();
         }
+        // A stopped host lets its PostgreSQL store leases go: a successor takes them at once.
+        state.writer.release_leases();
         Ok(())
     }
 

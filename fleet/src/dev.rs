@@ -67,6 +67,8 @@ pub struct DevOptions {
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
     /// Where the agents' run stores are kept (SQLite files in `data_dir` by default).
     pub store: consort_actors::store::StoreBackend,
+    /// How the host holds its agents' PostgreSQL store leases (refuse a held one by default).
+    pub lease: consort_actors::store::StoreLease,
 }
 
 impl DevOptions {
@@ -84,6 +86,7 @@ impl DevOptions {
             http: HttpBounds::default(),
             metrics: None,
             store: Default::default(),
+            lease: consort_actors::store::StoreLease::default(),
         }
     }
 }
@@ -121,6 +124,7 @@ impl DevHost {
         let spec = HostSpec::builder(agents, options.data_dir.clone())
             .folder_lock(lock)
             .store(options.store.clone())
+            .store_lease(options.lease)
             .directory(crate::directory_spec(&goals, Default::default()))
             .tool_servers(Arc::new(crate::McpClient))
             .options(agent_options)

@@ -101,6 +101,8 @@ pub struct ServeOptions {
     /// The environment variable holding a PostgreSQL URL for this host's run stores, instead
     /// of what fleet.yaml's `store:` says; `None` keeps fleet.yaml's.
     pub store_url_env: Option<String>,
+    /// How the host holds its agents' PostgreSQL store leases (refuse a held one by default).
+    pub lease: consort_actors::store::StoreLease,
 }
 
 impl ServeOptions {
@@ -122,6 +124,7 @@ impl ServeOptions {
             http: HttpBounds::default(),
             metrics: None,
             store_url_env: None,
+            lease: consort_actors::store::StoreLease::default(),
         }
     }
 }
@@ -345,6 +348,7 @@ impl ServedHost {
         let spec = HostSpec::builder(prepared.local, options.data_dir.clone())
             .folder_lock(lock)
             .store(store)
+            .store_lease(options.lease)
             .remote_agents(prepared.remote_agents)
             .host_name(options.host.clone())
             .directory(crate::directory_spec(

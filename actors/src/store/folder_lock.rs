@@ -58,7 +58,7 @@ pub(crate) struct Holder {
 
 impl Holder {
     /// This process, as host `host`, from now.
-    fn this_process(host: &str) -> Self {
+    pub(crate) fn this_process(host: &str) -> Self {
         Self {
             pid: std::process::id(),
             host: host.to_owned(),

@@ -314,6 +314,7 @@ pub(crate) use admit::{Admission, admit_call};
 pub use folder_lock::FolderLock;
 pub(crate) use jobs::{Committed, Done};
 pub use postgres::PostgresUrl;
+pub use postgres::lease::{OnHeld, StoreLease};
 pub(crate) use sqlite::RunStore;
 pub use writer::WriterCounts;
-pub(crate) use writer::{AgentStore, DEFAULT_MAX_OPEN, StoreWriter};
+pub(crate) use writer::{AgentStore, DEFAULT_MAX_OPEN, LeasePlan, StoreWriter};

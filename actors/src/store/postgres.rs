@@ -35,6 +35,7 @@ use super::{Applied, Inserted, NewRun, RunLog};
 use crate::ActorsError;
 use crate::run::{EventRecord, RunCounts, RunRecord, RunStatus, now_ms};
 
+pub(super) mod lease;
 pub(super) mod writer;
 
 #[cfg(test)]
@@ -191,9 +192,16 @@ impl Database {
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])
             .map_err(pg("schema"))?;
         tx.batch_execute(SCHEMA).map_err(pg("schema"))?;
+        tx.batch_execute(lease::LEASE_SCHEMA)
+            .map_err(pg("schema"))?;
         tx.commit().map_err(pg("schema"))?;
         self.schema_seen = true;
         Ok(())
+    }
+
+    /// The connection itself (the writer's leases run their statements on it).
+    pub(in crate::store) fn client_mut(&mut self) -> &mut Client {
+        &mut self.client
     }
 
     /// Whether the connection is gone (the server restarted or the network dropped it).

@@ -40,7 +40,8 @@ use tracing::{error, warn};
 
 use consort_net::{Hop, RunId};
 
-use super::{Durability, FolderLock, RunLog, RunStore, StoreBackend};
+use super::postgres::lease::Leases;
+use super::{Durability, FolderLock, RunLog, RunStore, StoreBackend, StoreLease};
 use crate::ActorsError;
 use crate::run::RunRecord;
 
@@ -102,6 +103,30 @@ pub(super) enum Job {
         writes: bool,
         work: Work,
     },
+    /// The host stopped: let the PostgreSQL store leases go (after the jobs sent before), so a
+    /// successor takes them at once; nothing is written after this. SQLite stores have none.
+    Release,
+}
+
+/// Which leases a PostgreSQL writer takes before the host starts: those of `agents`, for host
+/// `host`, held as `settings` say.
+#[derive(Clone, Debug)]
+pub(crate) struct LeasePlan {
+    pub(crate) host: String,
+    pub(crate) agents: Vec<String>,
+    pub(crate) settings: StoreLease,
+}
+
+impl LeasePlan {
+    /// No lease taken up front: each store's is taken when it is opened (tests of the writer).
+    #[cfg(test)]
+    pub(crate) fn on_open() -> Self {
+        Self {
+            host: "test".to_owned(),
+            agents: Vec::new(),
+            settings: StoreLease::default(),
+        }
+    }
 }
 
 /// The handle of a host's store writer thread; cheap to clone. The thread ends when the last
@@ -223,7 +248,8 @@ impl StoreWriter {
         backend: &StoreBackend,
         max_open: usize,
     ) -> Result<Self, ActorsError> {
-        Self::start_counting(backend, max_open, Counts::default(), None).await
+        let plan = LeasePlan::on_open();
+        Self::start_counting(backend, max_open, Counts::default(), None, plan).await
     }
 
     /// As [`StoreWriter::start_on`], recording the time of every commit into `commit_time`
@@ -232,18 +258,21 @@ impl StoreWriter {
     pub(crate) async fn start_recording(
         backend: &StoreBackend,
         max_open: usize,
-        commit_time: Histogram,
-        lock: FolderLock,
+        (commit_time, lock): (Histogram, FolderLock),
+        leases: LeasePlan,
     ) -> Result<Self, ActorsError> {
         let counts = Counts::recording(commit_time);
-        Self::start_counting(backend, max_open, counts, Some(lock)).await
+        Self::start_counting(backend, max_open, counts, Some(lock), leases).await
     }
 
+    /// For PostgreSQL, the thread takes the leases of `leases` before it answers (a standby
+    /// waits here until they are free).
     async fn start_counting(
         backend: &StoreBackend,
         max_open: usize,
         counts: Counts,
         lock: Option<FolderLock>,
+        leases: LeasePlan,
     ) -> Result<Self, ActorsError> {
         let StoreBackend::Postgres(url) = backend else {
             return Self::start_sqlite(max_open, counts, lock);
@@ -256,14 +285,22 @@ impl StoreWriter {
         // The client blocks: it connects and lives on the writer's thread, never on a worker.
         std::thread::Builder::new()
             .name("consort-store".into())
-            .spawn(move || match super::postgres::Database::connect(&url) {
-                Ok(db) => {
-                    let _held = lock;
-                    let _ = connected.send(Ok(()));
-                    super::postgres::writer::run(db, &queue, &thread_counts);
-                }
-                Err(e) => {
-                    let _ = connected.send(Err(e));
+            .spawn(move || {
+                let _held = lock;
+                let started = super::postgres::Database::connect(&url).and_then(|mut db| {
+                    let mut held = Leases::new(&leases.host, leases.settings);
+                    held.bound_session(db.client_mut())?;
+                    held.acquire_all(db.client_mut(), &leases.agents)?;
+                    Ok((db, held))
+                });
+                match started {
+                    Ok((db, held)) => {
+                        let _ = connected.send(Ok(()));
+                        super::postgres::writer::run(db, held, &queue, &thread_counts);
+                    }
+                    Err(e) => {
+                        let _ = connected.send(Err(e));
+                    }
                 }
             })
             .map_err(|e| {
@@ -275,6 +312,14 @@ impl StoreWriter {
             counts,
             sqlite: false,
         })
+    }
+
+    /// Lets the PostgreSQL store leases go once the jobs sent before are done (the host
+    /// stopped); nothing is written after.
+    pub(crate) fn release_leases(&self) {
+        if self.send(Job::Release).is_err() {
+            tracing::debug!("the store writer is gone; its leases went with it");
+        }
     }
 
     /// Writes run and commits made so far: `writes / commits` is the group commit's batch.
@@ -604,6 +649,8 @@ impl Batch<'_> {
                 self.finish(&path, stores);
                 stores.forget(&path);
             }
+            // SQLite stores are owned through the data folder's lock, held by this thread.
+            Job::Release => {}
             Job::Work { path, writes, work } => {
                 if writes {
                     self.counts.writes.fetch_add(1, Ordering::Relaxed);

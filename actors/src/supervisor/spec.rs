@@ -22,7 +22,7 @@ use crate::a2a::A2aCalls;
 use crate::directory::DirectorySpec;
 use crate::model::Model;
 use crate::restart::{ProbeBackoff, RestartBudget};
-use crate::store::{FolderLock, StoreBackend};
+use crate::store::{FolderLock, StoreBackend, StoreLease};
 use crate::tools::{Tool, ToolServers};
 use crate::{ActorsError, AgentOptions};
 
@@ -70,6 +70,8 @@ pub struct HostSpec {
     /// The data folder's lock, when the caller took it before writing there; `Host::spawn`
     /// takes it (once: a spec cloned and spawned again locks the folder anew).
     pub(crate) folder_lock: Arc<std::sync::Mutex<Option<FolderLock>>>,
+    /// How the host holds the leases of its agents' PostgreSQL stores.
+    pub(crate) store_lease: StoreLease,
 }
 
 impl HostSpec {
@@ -106,6 +108,7 @@ impl HostSpec {
                 directory: DirectorySpec::default(),
                 max_open_stores: crate::store::DEFAULT_MAX_OPEN,
                 folder_lock: Arc::default(),
+                store_lease: StoreLease::default(),
             },
         }
     }
@@ -262,6 +265,15 @@ impl HostSpecBuilder {
         if let Ok(mut slot) = self.spec.folder_lock.lock() {
             *slot = Some(lock);
         }
+        self
+    }
+
+    /// How the host holds the leases of its agents' PostgreSQL stores: how long one lasts
+    /// without renewal, and whether a lease another host holds is refused (the default),
+    /// waited for (a standby) or taken now. SQLite stores are owned through the data folder's
+    /// lock instead.
+    pub fn store_lease(mut self, lease: StoreLease) -> Self {
+        self.spec.store_lease = lease;
         self
     }
 

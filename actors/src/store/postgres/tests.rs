@@ -484,3 +484,73 @@ fn a_cancel_reads_back_the_same_from_both_backends() {
     // The created events differ only in their run ids; the rest is the same.
     assert_eq!(from_postgres[1..], from_sqlite[1..]);
 }
+
+/// Leases: refused while held, taken when released or ended, taken over with a new epoch, and
+/// a batch under a lease another host took is refused by the fence.
+#[test]
+fn an_agent_store_has_one_lease_holder_at_a_time() {
+    use super::lease::{Leases, OnHeld, StoreLease};
+    use std::time::{Duration, Instant};
+
+    let Some(server) = TestServer::start() else {
+        return;
+    };
+    let url = PostgresUrl::new(server.database("leases"));
+    let mut a_db = Database::connect(&url).unwrap();
+    let mut b_db = Database::connect(&url).unwrap();
+    let agents = vec!["cfo".to_owned()];
+    let short = StoreLease::default().with_ttl(Duration::from_secs(1));
+
+    let mut a = Leases::new("alpha", short);
+    a.acquire_all(a_db.client_mut(), &agents).unwrap();
+    assert!(a.holds("cfo"));
+    // Taking it again is a renewal, not a new epoch: the fence still passes.
+    a.ensure(a_db.client_mut(), "cfo").unwrap();
+    a_db.begin_batch().unwrap();
+    a.fence(a_db.client_mut(), &agents).unwrap();
+    a_db.commit_batch().unwrap();
+
+    // Another host is refused, and told who holds it.
+    let mut b = Leases::new("beta", short);
+    match b.acquire_all(b_db.client_mut(), &agents) {
+        Err(ActorsError::StoreLeased { agent, holder, .. }) => {
+            assert_eq!(agent, "cfo");
+            assert!(holder.contains("host alpha"), "{holder}");
+        }
+        other => panic!("expected StoreLeased, got {other:?}"),
+    }
+    assert!(!b.holds("cfo"));
+
+    // Taken over now: the holder's next batch is fenced off, and it drops the lease.
+    let mut b = Leases::new("beta", short.on_held(OnHeld::TakeOver));
+    b.acquire_all(b_db.client_mut(), &agents).unwrap();
+    a_db.begin_batch().unwrap();
+    let fenced = a.fence(a_db.client_mut(), &agents).unwrap_err();
+    assert!(
+        fenced.contains("cfo") && fenced.contains("host beta"),
+        "{fenced}"
+    );
+    a_db.rollback_batch().unwrap();
+    assert!(!a.holds("cfo"));
+
+    // Released (the host stopped): a third host takes it at once.
+    b.release_all(b_db.client_mut());
+    let mut c = Leases::new("gamma", short);
+    c.acquire_all(a_db.client_mut(), &agents).unwrap();
+    assert!(c.holds("cfo"));
+
+    // A standby waits for a lease nobody renews, then takes it.
+    let started = Instant::now();
+    let mut d = Leases::new("delta", short.on_held(OnHeld::Standby));
+    d.acquire_all(b_db.client_mut(), &agents).unwrap();
+    assert!(d.holds("cfo"));
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+    // The host it took it from finds out at its next renewal.
+    std::thread::sleep(Duration::from_millis(400));
+    c.renew_if_due(a_db.client_mut());
+    assert!(!c.holds("cfo"));
+}
