@@ -45,8 +45,8 @@ pub use delivery::{
     receiver_consents, run_not_found, sender_consents,
 };
 pub use observe::{
-    Excerpt, ExcerptBound, ExcerptSource, Observation, ObservationLimit, RunFacts, cut_excerpt,
-    may_excerpt, may_observe,
+    Excerpt, ExcerptBound, ExcerptDetail, ExcerptSource, Observation, ObservationLimit, RunFacts,
+    cut_excerpt, excerpt_detail, may_observe,
 };
 pub use packet::{
     DirectoryPacket, DirectoryRow, HostAnswer, Limitation, PacketRequest, RegisteredAgent,

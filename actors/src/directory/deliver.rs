@@ -187,7 +187,10 @@ impl DirectoryHost {
             incarnation: None,
         };
         // The host's own watch: it reveals only whether the run moved after the message.
-        let observed = match self.wait(Audience::Operator, watch, window).await {
+        let observed = match self
+            .wait(Audience::Operator, watch, (window, Vec::new()))
+            .await
+        {
             Ok(answer) => match answer.outcome {
                 WaitOutcome::Matched { seq, .. } => Some(seq),
                 _ => None,

@@ -1,11 +1,13 @@
 //! Observing one of this host's agents: the typed facts from its store and the board, and an
-//! excerpt only where consort-core says the audience may read one.
+//! excerpt only where, and as far as, consort-core says the audience may read one
+//! ([`excerpt_detail`]: the kinds and times of a run's events for the agent that placed it, the
+//! whole log for an operator, the run's agent and the readers its agent.yaml names).
 
 use consort_core::RunId;
 use consort_core::directory::{Audience, observe::OBSERVATION_SCHEMA};
 use consort_core::directory::{
-    ExcerptBound, ExcerptSource, Observation, ObservationLimit, RunFacts, WorkState, cut_excerpt,
-    may_excerpt,
+    ExcerptBound, ExcerptDetail, ExcerptSource, Observation, ObservationLimit, RunFacts, WorkState,
+    cut_excerpt, excerpt_detail,
 };
 
 use crate::data::DataFolder;
@@ -21,6 +23,8 @@ pub(crate) struct Seat {
     pub incarnation: String,
     /// Its work from the board.
     pub work: WorkState,
+    /// The peers its agent.yaml lets read its runs in full (`agents.show_runs_to`).
+    pub full_readers: Vec<String>,
 }
 
 /// The observation of `agent` (served here, as `seat` says) for `audience`; reads the store
@@ -86,28 +90,39 @@ pub(crate) async fn observe_here(
                 host_started_at_ms: seat.epoch_ms,
             });
     }
-    if may_excerpt(&audience, &facts) {
-        let lines_of = match source {
-            ExcerptSource::Events => events
-                .iter()
-                .map(|e| format!("#{} {}: {}", e.seq, e.kind(), e.data()))
-                .collect(),
-            ExcerptSource::Output => match (&record.output, &record.error) {
-                (Some(text), _) | (None, Some(text)) => text.lines().map(str::to_owned).collect(),
-                (None, None) => {
-                    observation.limitations.push(ObservationLimit::NoOutputYet);
-                    Vec::new()
-                }
-            },
-        };
-        let (excerpt, limits) = cut_excerpt(source, &lines_of, ExcerptBound::lines(lines));
-        observation.excerpt = Some(excerpt);
-        observation.limitations.extend(limits);
-    } else {
+    let Some(detail) = excerpt_detail(&audience, &facts, &seat.full_readers) else {
         observation
             .limitations
             .push(ObservationLimit::ExcerptNotPermitted);
-    }
+        observation.run = Some(facts);
+        return observation;
+    };
+    let lines_of = match source {
+        ExcerptSource::Events => events
+            .iter()
+            .map(|e| {
+                let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(e.at_ms);
+                let at = humantime::format_rfc3339_millis(at).to_string();
+                // What an event carries is not even encoded for an audience that may not read it.
+                let data = match detail {
+                    ExcerptDetail::Full => e.data().to_string(),
+                    ExcerptDetail::KindsOnly => String::new(),
+                };
+                detail.event_line(e.seq, e.kind(), &at, &data)
+            })
+            .collect(),
+        ExcerptSource::Output => match (&record.output, &record.error) {
+            (Some(text), _) | (None, Some(text)) => text.lines().map(str::to_owned).collect(),
+            (None, None) => {
+                observation.limitations.push(ObservationLimit::NoOutputYet);
+                Vec::new()
+            }
+        },
+    };
+    let (excerpt, limits) = cut_excerpt(source, &lines_of, ExcerptBound::lines(lines));
+    observation.excerpt = Some(excerpt);
+    observation.limitations.extend(limits);
+    observation.limitations.extend(detail.limit(source));
     observation.run = Some(facts);
     observation
 }

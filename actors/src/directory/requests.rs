@@ -15,7 +15,7 @@ use tracing::warn;
 
 use consort_core::directory::{
     AttentionRollup, Audience, ExcerptSource, HostAnswer, Observation, ObservationLimit, RunFacts,
-    ScopeGap, may_excerpt, may_observe, rollup, rollup_gap,
+    ScopeGap, excerpt_detail, may_observe, rollup, rollup_gap,
 };
 
 use super::{DirectorySpec, Seat, WaitAnswer, WaitRequest, local_reports, observe_here, wait_here};
@@ -99,7 +99,9 @@ impl DirectoryHost {
         .await
     }
 
-    /// Observes `agent` (and `run`) for `audience`.
+    /// Observes `agent` (and `run`) for `audience`; `full_readers` are the peers the agent's
+    /// agent.yaml lets read its runs in full, when it is served here.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn observe(
         self,
         audience: Audience,
@@ -107,6 +109,7 @@ impl DirectoryHost {
         run: Option<consort_core::RunId>,
         source: ExcerptSource,
         lines: usize,
+        full_readers: Vec<String>,
     ) -> Observation {
         if let Err(gap) = may_observe(&self.spec.goal_list(), &audience, &agent) {
             return Observation::gap(&agent, gap);
@@ -126,6 +129,7 @@ impl DirectoryHost {
                 epoch_ms: self.epoch_ms,
                 incarnation,
                 work: self.board.work(&agent),
+                full_readers,
             };
             return observe_here(self.data, seat, audience, agent, run, source, lines).await;
         }
@@ -152,12 +156,13 @@ impl DirectoryHost {
         }
     }
 
-    /// Waits, pinned, on a run for `audience`, at most `timeout`.
+    /// Waits, pinned, on a run for `audience`, at most `timeout`; `full_readers` are the peers
+    /// the agent's agent.yaml lets read its runs in full, when it is served here.
     pub(crate) async fn wait(
         self,
         audience: Audience,
         request: WaitRequest,
-        timeout: Duration,
+        (timeout, full_readers): (Duration, Vec<String>),
     ) -> Result<WaitAnswer, ScopeGap> {
         may_observe(&self.spec.goal_list(), &audience, &request.agent)?;
         let Some(host) = self.host_of(&request.agent) else {
@@ -167,7 +172,7 @@ impl DirectoryHost {
             });
         };
         if host == self.host {
-            self.may_wait_on(&audience, &request).await?;
+            self.may_wait_on(&audience, &request, &full_readers).await?;
             return Ok(wait_here(self.data, self.board, request, timeout).await);
         }
         let (Some(remote), Some(asker)) = (self.remote.clone(), Self::asker(&audience)) else {
@@ -216,12 +221,13 @@ impl DirectoryHost {
         }
     }
 
-    /// A wait on another agent's run needs the excerpt right on it: the placer, the owner or
-    /// an operator.
+    /// A wait on another agent's run needs an excerpt right on it (`excerpt_detail`): the
+    /// placer, the owner, a reader its agent.yaml names, or an operator.
     async fn may_wait_on(
         &self,
         audience: &Audience,
         request: &WaitRequest,
+        full_readers: &[String],
     ) -> Result<(), ScopeGap> {
         let (data, agent, run) = (
             self.data.clone(),
@@ -247,8 +253,8 @@ impl DirectoryHost {
                     settled_at_ms: record.settled_at_ms,
                     seq,
                 };
-                may_excerpt(audience, &facts)
-                    .then_some(())
+                excerpt_detail(audience, &facts, full_readers)
+                    .map(|_| ())
                     .ok_or(ScopeGap::AudienceNotAuthorized)
             }
         }

@@ -30,22 +30,43 @@ impl HostSupervisor {
                 source,
                 lines,
                 reply,
-            } => answer_on_task(
-                reply,
-                state
-                    .directory
-                    .clone()
-                    .observe(audience, agent, run, source, lines),
-            ),
+            } => {
+                let full_readers = state
+                    .slots
+                    .get(&agent)
+                    .map(|slot| slot.config.show_runs_to.clone())
+                    .unwrap_or_default();
+                answer_on_task(
+                    reply,
+                    state.directory.clone().observe(
+                        audience,
+                        agent,
+                        run,
+                        source,
+                        lines,
+                        full_readers,
+                    ),
+                );
+            }
             SupervisorMsg::WaitRun {
                 audience,
                 request,
                 timeout,
                 reply,
-            } => answer_on_task(
-                reply,
-                state.directory.clone().wait(audience, request, timeout),
-            ),
+            } => {
+                let full_readers = state
+                    .slots
+                    .get(&request.agent)
+                    .map(|slot| slot.config.show_runs_to.clone())
+                    .unwrap_or_default();
+                answer_on_task(
+                    reply,
+                    state
+                        .directory
+                        .clone()
+                        .wait(audience, request, (timeout, full_readers)),
+                );
+            }
             SupervisorMsg::Deliver {
                 audience,
                 request,

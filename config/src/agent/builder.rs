@@ -41,6 +41,7 @@ impl AgentConfig {
                 description: String::new(),
                 can_call: Vec::new(),
                 accept_from: Vec::new(),
+                show_runs_to: Vec::new(),
                 model: ModelConfig::Script { steps: Vec::new() },
                 tools: Vec::new(),
                 env: BTreeMap::new(),
@@ -71,6 +72,15 @@ impl AgentConfigBuilder {
     pub fn accept_from<S: Into<String>>(mut self, peers: impl IntoIterator<Item = S>) -> Self {
         self.config
             .accept_from
+            .extend(peers.into_iter().map(Into::into));
+        self
+    }
+
+    /// Peers that may read this agent's runs in full through the directory
+    /// (`agents.show_runs_to`), added to those given before.
+    pub fn show_runs_to<S: Into<String>>(mut self, peers: impl IntoIterator<Item = S>) -> Self {
+        self.config
+            .show_runs_to
             .extend(peers.into_iter().map(Into::into));
         self
     }
@@ -135,6 +145,7 @@ impl AgentConfigBuilder {
         for (list, peers) in [
             ("can_call", &config.can_call),
             ("accept_from", &config.accept_from),
+            ("show_runs_to", &config.show_runs_to),
         ] {
             let mut seen = HashSet::with_capacity(peers.len());
             for (i, peer) in peers.iter().enumerate() {

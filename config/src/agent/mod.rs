@@ -75,6 +75,11 @@ pub struct AgentConfig {
     pub can_call: Vec<String>,
     /// Peers this agent consents to serve (`agents.accept_from`).
     pub accept_from: Vec<String>,
+    /// Peers that may read this agent's runs in full through the directory
+    /// (`agents.show_runs_to`): what its tools were given and returned, its model turns. Any
+    /// other observer but an operator sees a run's typed state and the kinds and times of its
+    /// events only.
+    pub show_runs_to: Vec<String>,
     /// Which model drives it (`model:`).
     pub model: ModelConfig,
     /// Its declared tools (`tools:`).
@@ -128,6 +133,7 @@ struct RawAgent {
 struct RawAgents {
     can_call: Option<Vec<Spanned<String>>>,
     accept_from: Option<Vec<Spanned<String>>>,
+    show_runs_to: Option<Vec<Spanned<String>>>,
 }
 
 /// Where the peer names of one agent were written, for the cross-file checks of a set.
@@ -136,6 +142,7 @@ struct PeerSpans {
     name: Pos,
     can_call: Vec<Pos>,
     accept_from: Vec<Pos>,
+    show_runs_to: Vec<Pos>,
     a2a_agents: Vec<Pos>,
 }
 
@@ -147,6 +154,7 @@ impl PeerSpans {
             name: Pos::START,
             can_call: Vec::new(),
             accept_from: Vec::new(),
+            show_runs_to: Vec::new(),
             a2a_agents: Vec::new(),
         }
     }
@@ -193,17 +201,19 @@ fn convert(
         return Err(ctx.invalid(Pos::of(&raw.name), &root.key("name"), name_problem(&name)));
     }
 
-    let (can_call, accept_from) = match raw.agents {
+    let (can_call, accept_from, show_runs_to) = match raw.agents {
         Some(a) => (
             a.can_call.unwrap_or_default(),
             a.accept_from.unwrap_or_default(),
+            a.show_runs_to.unwrap_or_default(),
         ),
-        None => (Vec::new(), Vec::new()),
+        None => (Vec::new(), Vec::new(), Vec::new()),
     };
     let mut spans = PeerSpans {
         name: Pos::of(&raw.name),
         can_call: Vec::new(),
         accept_from: Vec::new(),
+        show_runs_to: Vec::new(),
         a2a_agents: Vec::new(),
     };
     let can_call = peer_list(ctx, &name, "can_call", can_call, &mut spans.can_call)?;
@@ -213,6 +223,13 @@ fn convert(
         "accept_from",
         accept_from,
         &mut spans.accept_from,
+    )?;
+    let show_runs_to = peer_list(
+        ctx,
+        &name,
+        "show_runs_to",
+        show_runs_to,
+        &mut spans.show_runs_to,
     )?;
 
     let raw_tools = raw.tools.unwrap_or_default();
@@ -238,6 +255,7 @@ fn convert(
         description: raw.description.unwrap_or_default(),
         can_call,
         accept_from,
+        show_runs_to,
         model,
         tools,
         env,

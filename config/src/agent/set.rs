@@ -382,6 +382,12 @@ fn check_peers_exist(
     for (list, names, positions, with_a2a) in [
         ("can_call", &agent.can_call, &spans.can_call, true),
         ("accept_from", &agent.accept_from, &spans.accept_from, false),
+        (
+            "show_runs_to",
+            &agent.show_runs_to,
+            &spans.show_runs_to,
+            false,
+        ),
     ] {
         for (i, n) in names.iter().enumerate() {
             let n = n.as_str();

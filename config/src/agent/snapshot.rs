@@ -29,7 +29,7 @@ const MAGIC: &[u8; 8] = b"CNSAGSET";
 
 /// The layout of the header and the entries. Bump it when either changes, or when what a
 /// loaded [`AgentConfig`] holds changes for the same agent.yaml.
-const FORMAT: u32 = 1;
+const FORMAT: u32 = 2;
 
 /// How recent a file's last change may be and still be kept: a file changed within the
 /// file system's timestamp granularity of the read could change again under the same stamp

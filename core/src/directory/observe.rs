@@ -3,9 +3,15 @@
 //! An observation answers "what is this agent (or this run of it) doing" with the facts its
 //! host stored: the agent's work state and the run's status, depth, times and state-change
 //! sequence. Only a run the caller itself placed (or any run, for an operator) may add an
-//! excerpt of what it said or did: the last lines of its event log or the first lines of its
-//! output, with the source, the bound and the advisory label spelled out, and every cut
-//! declared as a limit. An excerpt is never evidence; a caller that needs the whole answer asks
+//! excerpt: the last lines of its event log or the first lines of its output, with the source,
+//! the bound and the advisory label spelled out, and every cut declared as a limit.
+//!
+//! Output only: a caller gets its callee's answer and nothing of how it was reached. So the
+//! excerpt a caller may read of a run it placed on another agent shows each event's kind and
+//! time, never what it carries (what the run's tools were given and returned, its model turns,
+//! values its env bound), and says so ([`ObservationLimit::ContentWithheld`]); its output is the
+//! answer its call returns anyway. The full log is for an operator, the run's own agent, and the
+//! peers that agent's agent.yaml names in `agents.show_runs_to` ([`excerpt_detail`]). An excerpt is never evidence; a caller that needs the whole answer asks
 //! the peer for a durable one. Scope is the directory's: a target outside the caller's goals is
 //! a scope gap, never "no such agent".
 
@@ -101,6 +107,13 @@ pub enum ObservationLimit {
     },
     /// The caller did not place this run: it sees the typed state only.
     ExcerptNotPermitted,
+    /// The excerpt shows each event's kind and time, not what it carries: these stay with the
+    /// run's agent (an operator, the agent itself and the peers its agent.yaml names in
+    /// `agents.show_runs_to` read them).
+    ContentWithheld {
+        /// What was left out: `tool_inputs`, `tool_results`, `model_turns`, `env_values`.
+        left_out: Vec<String>,
+    },
     /// The run has not settled: it has no output yet.
     NoOutputYet,
     /// The agent stored no run with that id.
@@ -206,13 +219,59 @@ pub fn may_observe(goals: &[Goal<'_>], audience: &Audience, agent: &str) -> Resu
     }
 }
 
-/// Whether `audience` may read an excerpt of `run`: an operator, the agent that placed it, or
-/// the agent it belongs to.
-pub fn may_excerpt(audience: &Audience, run: &RunFacts) -> bool {
+/// How much of a run an excerpt may show its audience.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExcerptDetail {
+    /// Every event with what it carries, and the output.
+    Full,
+    /// Each event's kind and time, and the output (the answer the call returns anyway).
+    KindsOnly,
+}
+
+impl ExcerptDetail {
+    /// What a [`ExcerptDetail::KindsOnly`] excerpt of the event log leaves out.
+    pub const WITHHELD: [&'static str; 4] =
+        ["tool_inputs", "tool_results", "model_turns", "env_values"];
+
+    /// The limit a [`ExcerptDetail::KindsOnly`] excerpt of `source` declares, if any (an
+    /// output excerpt withholds nothing: it is the answer).
+    pub fn limit(self, source: ExcerptSource) -> Option<ObservationLimit> {
+        (self == Self::KindsOnly && source == ExcerptSource::Events).then(|| {
+            ObservationLimit::ContentWithheld {
+                left_out: Self::WITHHELD.iter().map(|s| (*s).to_owned()).collect(),
+            }
+        })
+    }
+
+    /// One event of the log as this detail shows it: `#seq kind: data` in full, `#seq kind at
+    /// time` otherwise (`at` is the event's time as the host writes it).
+    pub fn event_line(self, seq: u64, kind: &str, at: &str, data: &str) -> String {
+        match self {
+            Self::Full => format!("#{seq} {kind}: {data}"),
+            Self::KindsOnly => format!("#{seq} {kind} at {at}"),
+        }
+    }
+}
+
+/// What `audience` may read of `run`, whose agent names `full_readers` in its agent.yaml's
+/// `agents.show_runs_to`: an operator, the run's own agent and those readers read it in full;
+/// the agent that placed it reads the kinds and times of its events and its output; anyone else
+/// reads no excerpt (`None`: the typed state only).
+pub fn excerpt_detail(
+    audience: &Audience,
+    run: &RunFacts,
+    full_readers: &[String],
+) -> Option<ExcerptDetail> {
     match audience {
-        Audience::Operator => true,
-        Audience::Agent(me) => run.parent_agent.as_deref() == Some(me) || &run.agent == me,
-        Audience::Principal(_) | Audience::Unidentified => false,
+        Audience::Operator => Some(ExcerptDetail::Full),
+        Audience::Agent(me) if &run.agent == me || full_readers.contains(me) => {
+            Some(ExcerptDetail::Full)
+        }
+        Audience::Agent(me) if run.parent_agent.as_deref() == Some(me) => {
+            Some(ExcerptDetail::KindsOnly)
+        }
+        Audience::Agent(_) | Audience::Principal(_) | Audience::Unidentified => None,
     }
 }
 

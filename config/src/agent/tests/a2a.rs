@@ -143,6 +143,18 @@ fn the_set_refuses_a_fleet_name_and_knows_declared_a2a_agents() {
     let e = AgentSet::load(std::slice::from_ref(&fleet)).unwrap_err();
     assert_eq!(parts(&e).3, "agents.accept_from[0]");
 
+    // So does show_runs_to: an A2A agent never reads a run through the directory.
+    agent_dir(
+        &fleet,
+        "planner",
+        &CALLER.replace(
+            "  can_call: [forecaster]",
+            "  can_call: [forecaster]\n  show_runs_to: [translator]",
+        ),
+    );
+    let e = AgentSet::load(std::slice::from_ref(&fleet)).unwrap_err();
+    assert_eq!(parts(&e).3, "agents.show_runs_to[0]");
+
     // can_call of a name declared nowhere is still an error.
     agent_dir(
         &fleet,

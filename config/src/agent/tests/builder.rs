@@ -62,6 +62,14 @@ fn the_builder_refuses_what_the_file_would_be_refused_for() {
 
     let (key, _) = invalid(
         AgentConfig::builder("cfo")
+            .show_runs_to(["auditor", "auditor"])
+            .build()
+            .unwrap_err(),
+    );
+    assert_eq!(key, "agents.show_runs_to[1]");
+
+    let (key, _) = invalid(
+        AgentConfig::builder("cfo")
             .env("A=B", "x")
             .build()
             .unwrap_err(),

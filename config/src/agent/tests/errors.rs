@@ -11,7 +11,7 @@ fn unknown_keys_are_schema_errors_with_the_allowed_ones() {
     assert_eq!((k, l, c, key.as_str()), ("schema", 3, 3, "agents.can_cal"));
     assert_eq!(
         msg,
-        "unknown key `can_cal` in `agents`; expected one of `can_call`, `accept_from`"
+        "unknown key `can_cal` in `agents`; expected one of `can_call`, `accept_from`, `show_runs_to`"
     );
 
     let (k, l, c, key, msg) =

@@ -146,8 +146,8 @@ fn a_damaged_or_foreign_snapshot_is_discarded_and_rewritten() {
     flipped[last] ^= 0x20;
     let mut other_format = good.clone();
     // The byte after the magic is the format number (a one-byte varint).
-    assert_eq!(other_format[8], 1);
-    other_format[8] = 2;
+    assert_eq!(other_format[8], 2);
+    other_format[8] = 1;
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         (
             "garbage",

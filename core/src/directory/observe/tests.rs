@@ -1,6 +1,6 @@
 //! Observation's rules: who may observe an agent (`may_observe`, scoped by shared goals, with
-//! no existence leak), who may read an excerpt of a run (`may_excerpt`, over every audience,
-//! placer and owner), and how an excerpt is cut (`cut_excerpt`: the last log lines or the
+//! no existence leak), how much of a run an excerpt may show (`excerpt_detail`, over every
+//! audience, placer, owner and reader: kinds and times only for the placer), and how an excerpt is cut (`cut_excerpt`: the last log lines or the
 //! first output lines, each cut on a char boundary, every cut declared, always advisory),
 //! on fixed cases and over random lines, bounds, goals and audiences.
 
@@ -59,19 +59,46 @@ fn members_of_a_shared_goal_and_operators_may_observe_others_may_not() {
 }
 
 #[test]
-fn only_the_placer_the_owner_or_an_operator_may_read_an_excerpt() {
-    assert!(may_excerpt(&agent("cmo"), &run(Some("cmo"))));
-    assert!(may_excerpt(&agent("cfo"), &run(Some("cmo"))));
-    assert!(!may_excerpt(&agent("hr"), &run(Some("cmo"))));
-    assert!(!may_excerpt(&agent("cmo"), &run(None)));
-    assert!(may_excerpt(&Audience::Operator, &run(None)));
-    assert!(!may_excerpt(&Audience::Unidentified, &run(Some("cmo"))));
+fn the_placer_reads_kinds_only_the_owner_an_operator_and_named_readers_read_it_all() {
+    use ExcerptDetail::{Full, KindsOnly};
+    let none: &[String] = &[];
+    assert_eq!(
+        excerpt_detail(&agent("cmo"), &run(Some("cmo")), none),
+        Some(KindsOnly)
+    );
+    assert_eq!(
+        excerpt_detail(&agent("cfo"), &run(Some("cmo")), none),
+        Some(Full)
+    );
+    assert_eq!(excerpt_detail(&agent("hr"), &run(Some("cmo")), none), None);
+    assert_eq!(excerpt_detail(&agent("cmo"), &run(None), none), None);
+    assert_eq!(
+        excerpt_detail(&Audience::Operator, &run(None), none),
+        Some(Full)
+    );
+    assert_eq!(
+        excerpt_detail(&Audience::Unidentified, &run(Some("cmo")), none),
+        None
+    );
+    // The run's agent names a reader: it reads every run in full, placed or not.
+    let auditor = ["auditor".to_owned()];
+    assert_eq!(
+        excerpt_detail(&agent("auditor"), &run(None), &auditor),
+        Some(Full)
+    );
+    assert_eq!(
+        excerpt_detail(&agent("cmo"), &run(Some("cmo")), &auditor),
+        Some(KindsOnly)
+    );
+    // A principal that bears a reader's name is still not that agent.
+    let principal = Audience::Principal("auditor".into());
+    assert_eq!(excerpt_detail(&principal, &run(None), &auditor), None);
 }
 
 #[test]
-fn may_excerpt_holds_its_truth_table_over_every_audience_placer_and_owner() {
-    // (audience, placer, owner) -> may read. A principal that bears an agent's name is still
-    // not that agent.
+fn excerpt_detail_holds_its_truth_table_over_every_audience_placer_owner_and_reader() {
+    // (audience, placer, owner, readers) -> detail. A principal that bears an agent's name is
+    // still not that agent.
     let audiences = [
         agent("cmo"),
         agent("cfo"),
@@ -81,34 +108,56 @@ fn may_excerpt_holds_its_truth_table_over_every_audience_placer_and_owner() {
         Audience::Principal("cfo".into()),
         Audience::Unidentified,
     ];
+    let reader_lists: [Vec<String>; 3] =
+        [vec![], vec!["hr".into()], vec!["cmo".into(), "hr".into()]];
     let mut checked = 0;
     for audience in &audiences {
         for parent in [None, Some("cmo"), Some("cfo"), Some("hr")] {
             for owner in ["cmo", "cfo"] {
-                let expected = match audience {
-                    Audience::Operator => true,
-                    Audience::Agent(me) => parent == Some(me.as_str()) || owner == me,
-                    Audience::Principal(_) | Audience::Unidentified => false,
-                };
-                assert_eq!(
-                    may_excerpt(audience, &run_of(owner, parent)),
-                    expected,
-                    "{audience:?} on a run of {owner} placed by {parent:?}"
-                );
-                checked += 1;
+                for readers in &reader_lists {
+                    let expected = match audience {
+                        Audience::Operator => Some(ExcerptDetail::Full),
+                        Audience::Agent(me) if owner == me || readers.contains(me) => {
+                            Some(ExcerptDetail::Full)
+                        }
+                        Audience::Agent(me) if parent == Some(me.as_str()) => {
+                            Some(ExcerptDetail::KindsOnly)
+                        }
+                        _ => None,
+                    };
+                    assert_eq!(
+                        excerpt_detail(audience, &run_of(owner, parent), readers),
+                        expected,
+                        "{audience:?} on a run of {owner} placed by {parent:?}, readers {readers:?}"
+                    );
+                    checked += 1;
+                }
             }
         }
     }
-    assert_eq!(checked, 7 * 4 * 2);
-    // A few rows spelled out.
-    assert!(may_excerpt(&agent("hr"), &run_of("cfo", Some("hr"))));
-    assert!(may_excerpt(&agent("cfo"), &run_of("cfo", None)));
-    assert!(!may_excerpt(&agent("hr"), &run_of("cfo", None)));
-    assert!(!may_excerpt(
-        &Audience::Principal("cfo".into()),
-        &run_of("cfo", Some("cfo"))
-    ));
-    assert!(!may_excerpt(&Audience::Unidentified, &run_of("cfo", None)));
+    assert_eq!(checked, 7 * 4 * 2 * 3);
+}
+
+#[test]
+fn a_kinds_only_excerpt_shows_kinds_and_times_and_says_what_it_left_out() {
+    let full = ExcerptDetail::Full.event_line(4, "tool_result", "t", "{\"content\":\"secret\"}");
+    assert_eq!(full, "#4 tool_result: {\"content\":\"secret\"}");
+    let kinds =
+        ExcerptDetail::KindsOnly.event_line(4, "tool_result", "2026-12-05T12:00:00Z", "secret");
+    assert_eq!(kinds, "#4 tool_result at 2026-12-05T12:00:00Z");
+    assert!(!kinds.contains("secret"));
+    match ExcerptDetail::KindsOnly.limit(ExcerptSource::Events) {
+        Some(ObservationLimit::ContentWithheld { left_out }) => {
+            assert_eq!(
+                left_out,
+                ["tool_inputs", "tool_results", "model_turns", "env_values"]
+            );
+        }
+        other => panic!("expected content_withheld, got {other:?}"),
+    }
+    // The output is the answer: nothing is withheld from it, and a full excerpt withholds none.
+    assert_eq!(ExcerptDetail::KindsOnly.limit(ExcerptSource::Output), None);
+    assert_eq!(ExcerptDetail::Full.limit(ExcerptSource::Events), None);
 }
 
 #[test]
