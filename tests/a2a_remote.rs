@@ -103,6 +103,7 @@ a2a_agents:
   - name: forecaster
     card: {card}{token_env}
     timeout_ms: 20000
+    allow_networks: [loopback]   # the test's A2A server is on this machine
 {env}model:
   script:
     - call: [{{agent: forecaster, input: \"{{input}}\"}}]
@@ -519,6 +520,7 @@ a2a_agents:
   - name: forecaster
     card: {card}
     token_env: FORECASTER_TOKEN
+    allow_networks: [loopback]
 env:
   FORECASTER_TOKEN: {TOKEN}
 model:

@@ -76,6 +76,8 @@ mod tests {
                 card: "http://127.0.0.1:9/card".into(),
                 token_env: Some("T".into()),
                 timeout_ms: 1000,
+                allow_networks: Default::default(),
+                endpoint_origins: Vec::new(),
             },
             token: Some("s3cret".into()),
             input: "paris".into(),

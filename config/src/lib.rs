@@ -21,10 +21,11 @@ mod visibility;
 mod yaml;
 
 pub use agent::{
-    A2aAgentConfig, AgentConfig, AgentConfigBuilder, AgentSet, Approval, CallStep, CommandModel,
-    DEFAULT_A2A_TIMEOUT_MS, DEFAULT_SQL_TIMEOUT_MS, FileStamp, Limits, MAX_A2A_TIMEOUT_MS,
-    MAX_SQL_TIMEOUT_MS, MAX_WAIT_S, MIN_A2A_TIMEOUT_MS, ModelConfig, OpenAiModel, ScriptStep,
-    SnapshotReport, ToolChoice, ToolConfig, ToolKind, ToolStep, TreeLimits, check_name,
+    A2aAgentConfig, AgentConfig, AgentConfigBuilder, AgentSet, AllowedNetworks, Approval, CallStep,
+    CommandModel, DEFAULT_A2A_TIMEOUT_MS, DEFAULT_SQL_TIMEOUT_MS, FileStamp, Limits,
+    MAX_A2A_TIMEOUT_MS, MAX_SQL_TIMEOUT_MS, MAX_WAIT_S, MIN_A2A_TIMEOUT_MS, ModelConfig,
+    OpenAiModel, ScriptStep, SnapshotReport, ToolChoice, ToolConfig, ToolKind, ToolStep,
+    TreeLimits, check_name,
 };
 pub use agent::{
     DEFAULT_MCP_CONNECT_TIMEOUT_MS, DEFAULT_MCP_TIMEOUT_MS, MAX_MCP_TIMEOUT_MS, MCP_TOOL_SEPARATOR,

@@ -33,6 +33,9 @@ use tracing::{debug, info, warn};
 
 use answer::{Failure, Outcome, answer_of};
 
+use crate::outbound::reach::{Networks, may_follow};
+use crate::outbound::{self, GuardedClients, OwnListeners};
+
 /// How long a fetched card is trusted before it is fetched again.
 pub const CARD_TTL: Duration = Duration::from_secs(300);
 /// The most cards kept at once.
@@ -51,24 +54,25 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const EXCERPT_CHARS: usize = 200;
 
 /// The HTTP client for remote A2A agents, shared by every call of a host.
+///
+/// It never acts as the host (see [`crate::outbound`]): a card and the endpoint it names are
+/// reached only on the networks the agent's declaration allows (`allow_networks`), never on a
+/// port the host listens on, and the endpoint must be on the card's origin unless the
+/// declaration lists its origin (`endpoint_origins`); redirects stay on their origin.
 pub struct A2aClient {
-    http: reqwest::Client,
+    http: GuardedClients,
     cards: Mutex<HashMap<String, (Instant, Arc<AgentCard>)>>,
 }
 
 impl A2aClient {
-    /// A client with its own connection pool.
-    pub fn new() -> Result<Self, crate::FleetError> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            // A redirect to another host drops the bearer token (reqwest's rule); a few hops
-            // cover http → https and a moved card.
-            .redirect(reqwest::redirect::Policy::limited(3))
-            .build()
-            .map_err(|e| crate::FleetError::Unreachable {
-                url: "A2A agents".into(),
-                detail: format!("the HTTP client could not be built: {e}"),
-            })?;
+    /// A client with its own connection pools, which never reaches the ports in `own` (the
+    /// host's API and link: add them as they are bound).
+    pub fn new(own: OwnListeners) -> Result<Self, crate::FleetError> {
+        let base = || reqwest::Client::builder().connect_timeout(CONNECT_TIMEOUT);
+        let http = GuardedClients::new(base, own).map_err(|e| crate::FleetError::Unreachable {
+            url: "A2A agents".into(),
+            detail: format!("the HTTP client could not be built: {e}"),
+        })?;
         Ok(Self {
             http,
             cards: Mutex::new(HashMap::new()),
@@ -83,7 +87,8 @@ impl A2aClient {
         last: &Mutex<Option<(String, TaskState)>>,
     ) -> Result<Outcome, Failure> {
         let card_url = request.agent.card.as_str();
-        let card = self.card(card_url).await?;
+        let networks = networks_of(request);
+        let card = self.card(card_url, networks).await?;
         let Some(interface) = card
             .supported_interfaces
             .iter()
@@ -107,6 +112,24 @@ impl A2aClient {
                 detail: format!("its JSON-RPC interface URL `{endpoint}` is not http(s)"),
             });
         }
+        // The card is the remote party's word: its endpoint stays on the card's origin unless
+        // the declaration lists another.
+        let on_origin = match (
+            reqwest::Url::parse(card_url),
+            reqwest::Url::parse(&endpoint),
+        ) {
+            (Ok(card), Ok(at)) => may_follow(
+                &outbound::origin(&card),
+                &outbound::origin(&at),
+                &request.agent.endpoint_origins,
+            )
+            .map_err(|b| b.to_string()),
+            _ => Err(format!("`{endpoint}` is not a URL")),
+        };
+        if let Err(why) = on_origin {
+            self.forget(card_url);
+            return Err(Failure::Blocked { url: endpoint, why });
+        }
         let tenant = interface.tenant.clone();
         let send = SendMessageRequest {
             tenant: tenant.clone(),
@@ -125,7 +148,7 @@ impl A2aClient {
             metadata: None,
         };
         let sent = self
-            .rpc(&endpoint, request, Method::SendMessage, &send)
+            .rpc(&endpoint, (request, networks), Method::SendMessage, &send)
             .await
             .inspect_err(|f| {
                 if matches!(f, Failure::Unreachable { .. } | Failure::Http { .. }) {
@@ -157,7 +180,9 @@ impl A2aClient {
                 id: task.id.clone(),
                 history_length: Some(0),
             };
-            let got = self.rpc(&endpoint, request, Method::GetTask, &get).await?;
+            let got = self
+                .rpc(&endpoint, (request, networks), Method::GetTask, &get)
+                .await?;
             task = serde_json::from_value::<Task>(got).map_err(|e| Failure::Malformed {
                 method: Method::GetTask.as_str(),
                 detail: format!("not a task: {e}"),
@@ -166,23 +191,20 @@ impl A2aClient {
     }
 
     /// The agent's card, from the cache while it is fresh.
-    async fn card(&self, url: &str) -> Result<Arc<AgentCard>, Failure> {
+    async fn card(&self, url: &str, networks: Networks) -> Result<Arc<AgentCard>, Failure> {
         if let Some((at, card)) = lock(&self.cards).get(url)
             && at.elapsed() < CARD_TTL
         {
             return Ok(card.clone());
         }
         let response = self
-            .http
+            .client(url, networks)?
             .get(url)
             .header(reqwest::header::ACCEPT, "application/json")
             .header(VERSION_HEADER, PROTOCOL_VERSION)
             .send()
             .await
-            .map_err(|e| Failure::Unreachable {
-                url: url.to_owned(),
-                detail: describe(&e),
-            })?;
+            .map_err(|e| failure_of(url, &e))?;
         let status = response.status();
         let body = read_capped(response, MAX_CARD_BYTES)
             .await
@@ -219,11 +241,25 @@ impl A2aClient {
         lock(&self.cards).remove(url);
     }
 
+    /// The guarded client for `url` under `networks`, once the URL itself is checked.
+    fn client(&self, url: &str, networks: Networks) -> Result<&reqwest::Client, Failure> {
+        let parsed = reqwest::Url::parse(url).map_err(|e| Failure::Card {
+            url: url.to_owned(),
+            detail: format!("not a URL: {e}"),
+        })?;
+        self.http
+            .for_url(&parsed, networks)
+            .map_err(|blocked| Failure::Blocked {
+                url: url.to_owned(),
+                why: blocked.to_string(),
+            })
+    }
+
     /// One JSON-RPC call: its result, or why there is none.
     async fn rpc<P: Serialize>(
         &self,
         endpoint: &str,
-        request: &A2aRequest,
+        (request, networks): (&A2aRequest, Networks),
         method: Method,
         params: &P,
     ) -> Result<serde_json::Value, Failure> {
@@ -234,7 +270,7 @@ impl A2aClient {
         })?;
         let body = JsonRpcRequest::new(request.child_run.to_string(), method, params);
         let mut post = self
-            .http
+            .client(endpoint, networks)?
             .post(endpoint)
             .header(reqwest::header::ACCEPT, "application/json")
             .header(VERSION_HEADER, PROTOCOL_VERSION)
@@ -242,10 +278,7 @@ impl A2aClient {
         if let Some(token) = &request.token {
             post = post.bearer_auth(token);
         }
-        let response = post.send().await.map_err(|e| Failure::Unreachable {
-            url: endpoint.to_owned(),
-            detail: describe(&e),
-        })?;
+        let response = post.send().await.map_err(|e| failure_of(endpoint, &e))?;
         let status = response.status();
         let bytes = read_capped(response, MAX_ANSWER_BYTES)
             .await
@@ -298,6 +331,28 @@ impl A2aCalls for A2aClient {
             }
             answer_of(&request, &ended)
         })
+    }
+}
+
+/// The networks the agent's declaration lets the client reach.
+fn networks_of(request: &A2aRequest) -> Networks {
+    Networks {
+        loopback: request.agent.allow_networks.loopback,
+        private: request.agent.allow_networks.private,
+    }
+}
+
+/// A failed request as the call's failure: refused by the outbound rules, or unreachable.
+fn failure_of(url: &str, error: &reqwest::Error) -> Failure {
+    match outbound::blocked_of(error) {
+        Some(blocked) => Failure::Blocked {
+            url: url.to_owned(),
+            why: blocked.to_string(),
+        },
+        None => Failure::Unreachable {
+            url: url.to_owned(),
+            detail: describe(error),
+        },
     }
 }
 

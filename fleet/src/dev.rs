@@ -121,6 +121,8 @@ impl DevHost {
         let agent_options = options
             .agent_options
             .with_host_grants(auth.grants().clone());
+        // The ports this host listens on, which its outbound clients never reach.
+        let own = crate::outbound::OwnListeners::default();
         let spec = HostSpec::builder(agents, options.data_dir.clone())
             .folder_lock(lock)
             .store(options.store.clone())
@@ -128,7 +130,7 @@ impl DevHost {
             .directory(crate::directory_spec(&goals, Default::default()))
             .tool_servers(Arc::new(crate::McpClient))
             .options(agent_options)
-            .a2a(Arc::new(crate::a2a_client::A2aClient::new()?))
+            .a2a(Arc::new(crate::a2a_client::A2aClient::new(own.clone())?))
             .build();
         let listener =
             TcpListener::bind(options.listen)
@@ -141,6 +143,7 @@ impl DevHost {
             addr: options.listen.to_string(),
             source,
         })?;
+        own.add(addr.port());
         let (host, _supervisor) = Host::spawn(spec).await?;
         let app = api::router(
             host.clone(),

@@ -24,6 +24,7 @@ pub mod listener;
 mod mcp_tools;
 mod metrics_route;
 pub mod operator;
+pub mod outbound;
 mod remote;
 mod serve;
 mod trace_header;

@@ -345,6 +345,9 @@ impl ServedHost {
         let agent_options = options
             .agent_options
             .with_host_grants(auth.grants().clone());
+        // The ports this host listens on (link and API), which its outbound clients never reach.
+        let own = crate::outbound::OwnListeners::default();
+        own.add(link_addr.port());
         let spec = HostSpec::builder(prepared.local, options.data_dir.clone())
             .folder_lock(lock)
             .store(store)
@@ -357,7 +360,7 @@ impl ServedHost {
             ))
             .options(agent_options)
             .remote(Arc::new(remote))
-            .a2a(Arc::new(crate::a2a_client::A2aClient::new()?))
+            .a2a(Arc::new(crate::a2a_client::A2aClient::new(own.clone())?))
             .tool_servers(Arc::new(crate::McpClient))
             .build();
 
@@ -371,6 +374,7 @@ impl ServedHost {
             addr: options.listen_http.to_string(),
             source,
         })?;
+        own.add(http_addr.port());
         let (host, _supervisor) = Host::spawn(spec).await?;
         inbound.set_inbox(host.inbox());
         operators.set_host(host.clone());

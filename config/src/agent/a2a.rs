@@ -32,6 +32,22 @@ pub struct A2aAgentConfig {
     /// The bound on one whole call, card fetch and polling included, in milliseconds
     /// (`timeout_ms:`, default [`DEFAULT_A2A_TIMEOUT_MS`], at most [`MAX_A2A_TIMEOUT_MS`]).
     pub timeout_ms: u64,
+    /// Networks beyond the public one the host's client may reach for this agent
+    /// (`allow_networks: [loopback, private]`; none by default). Link-local and unspecified
+    /// addresses, and the host's own listening ports, are never reached.
+    pub allow_networks: AllowedNetworks,
+    /// Origins (`https://host[:port]`) the card may name as its endpoint besides its own
+    /// (`endpoint_origins:`; none by default: the endpoint must be on the card's origin).
+    pub endpoint_origins: Vec<String>,
+}
+
+/// Networks beyond the public one an outbound client may reach (`allow_networks:`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AllowedNetworks {
+    /// `loopback`: a server on this machine (local development).
+    pub loopback: bool,
+    /// `private`: a server on a private network (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7).
+    pub private: bool,
 }
 
 /// How long a call to an A2A agent may take when `timeout_ms` is not given.
@@ -48,6 +64,8 @@ pub(super) struct RawA2aAgent {
     card: Spanned<String>,
     token_env: Option<Spanned<String>>,
     timeout_ms: Option<Spanned<u64>>,
+    allow_networks: Option<Vec<Spanned<String>>>,
+    endpoint_origins: Option<Vec<Spanned<String>>>,
 }
 
 /// Converts `a2a_agents:`; `names` gets where each name was written, for the set's checks.
@@ -118,15 +136,59 @@ pub(super) fn convert_a2a_agents(
                 ));
             }
         };
+        let mut allow_networks = AllowedNetworks::default();
+        for (j, network) in entry.allow_networks.unwrap_or_default().iter().enumerate() {
+            match network.value.as_str() {
+                "loopback" => allow_networks.loopback = true,
+                "private" => allow_networks.private = true,
+                other => {
+                    return Err(ctx.invalid(
+                        Pos::of(network),
+                        &base.key("allow_networks").index(j),
+                        format!("`{other}` is not a network consort can allow: `loopback` or `private` (link-local and unspecified addresses are never reached)"),
+                    ));
+                }
+            }
+        }
+        let mut endpoint_origins = Vec::new();
+        for (j, origin) in entry
+            .endpoint_origins
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+        {
+            let checked = check_origin(&origin.value).map_err(|m| {
+                ctx.invalid(Pos::of(origin), &base.key("endpoint_origins").index(j), m)
+            })?;
+            endpoint_origins.push(checked);
+        }
         names.push(at);
         out.push(A2aAgentConfig {
             name,
             card,
             token_env,
             timeout_ms,
+            allow_networks,
+            endpoint_origins,
         });
     }
     Ok(out)
+}
+
+/// An origin an endpoint may be on: `http(s)://host[:port]`, nothing after it.
+fn check_origin(origin: &str) -> Result<String, String> {
+    let trimmed = origin.trim_end_matches('/');
+    let url = check_card_url(trimmed)?;
+    let rest = url
+        .split_once("://")
+        .map(|(_, rest)| rest)
+        .unwrap_or_default();
+    if rest.contains(['/', '?', '#']) {
+        return Err(format!(
+            "`{origin}` is not an origin: give the scheme, host and port only (e.g. https://agent.example:8443)"
+        ));
+    }
+    Ok(url)
 }
 
 /// An agent card's URL: http(s), a host, no credentials, no spaces.

@@ -36,7 +36,9 @@ use crate::visibility::{
 };
 use crate::yaml::{Ctx, KeyPath, Pos, SpannedPairs, load_file};
 
-pub use a2a::{A2aAgentConfig, DEFAULT_A2A_TIMEOUT_MS, MAX_A2A_TIMEOUT_MS, MIN_A2A_TIMEOUT_MS};
+pub use a2a::{
+    A2aAgentConfig, AllowedNetworks, DEFAULT_A2A_TIMEOUT_MS, MAX_A2A_TIMEOUT_MS, MIN_A2A_TIMEOUT_MS,
+};
 use a2a::{RawA2aAgent, convert_a2a_agents};
 pub use builder::AgentConfigBuilder;
 pub use limits::{Limits, TreeLimits};

@@ -30,6 +30,14 @@ pub(crate) enum Failure {
         /// What the HTTP client said.
         detail: String,
     },
+    /// The host's outbound rules refused the request: an address or port the host never
+    /// reaches, or an endpoint or redirect on another origin.
+    Blocked {
+        /// What was to be asked.
+        url: String,
+        /// Why not.
+        why: String,
+    },
     /// The card could not be read: an HTTP error, or a body that is not an agent card.
     Card {
         /// The card's URL.
@@ -178,6 +186,9 @@ fn of_failure(request: &A2aRequest, failure: &Failure) -> String {
         Failure::Unreachable { url, detail } => format!(
             "the A2A agent {name} could not be reached at {url} ({detail}). Try again later or answer without it."
         ),
+        Failure::Blocked { url, why } => format!(
+            "the A2A agent {name} was not called: this host does not reach {url} ({why}). Calling it again will not help; an operator may allow it in agent.yaml (allow_networks, endpoint_origins) if it is meant. Answer without it."
+        ),
         Failure::Card { url, detail } => format!(
             "the agent card of the A2A agent {name} could not be read at {url} ({detail}). Calling it again will not help until an operator fixes its card URL in agent.yaml; answer without it."
         ),
@@ -269,6 +280,8 @@ mod tests {
                 card: "http://127.0.0.1:9/.well-known/agent-card.json".into(),
                 token_env: token_env.map(str::to_owned),
                 timeout_ms: 1500,
+                allow_networks: Default::default(),
+                endpoint_origins: Vec::new(),
             },
             token: token.map(str::to_owned),
             input: "paris".into(),

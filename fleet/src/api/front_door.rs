@@ -1,9 +1,11 @@
 //! The front door: what every request passes before any handler sees it, as a middleware
 //! layer around the whole router (the `/mcp` service and the dashboard's files included).
 //!
-//! It refuses what must never reach a handler, whoever sends it: a `Host` header that does
-//! not name this API (DNS rebinding), an `Origin` of another site, and a `POST` that does not
-//! say `Content-Type: application/json` (a browser cannot send that across sites without a
+//! It refuses what must never reach a handler, whoever sends it: a request from this process's
+//! own outbound clients (the host never calls itself: on a host without an auth file only a
+//! request from outside the process is the local operator; see [`crate::outbound`]), a `Host`
+//! header that does not name this API (DNS rebinding), an `Origin` of another site, and a
+//! `POST` that does not say `Content-Type: application/json` (a browser cannot send that across sites without a
 //! CORS preflight, which this API never grants). Doing this once, outside the routes, means
 //! a route added later cannot forget it. Which names and origins are this API's is
 //! [`HostCheck`]'s answer ([`crate::listener`]); this module only applies it.
@@ -30,6 +32,15 @@ pub(super) async fn front_door(
     next: Next,
 ) -> Response {
     let headers = request.headers();
+    if crate::outbound::is_own_request(headers) {
+        tracing::warn!(path = %request.uri().path(), "a request from this host's own outbound client was refused");
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "own_request",
+            "this host's outbound clients never call the host itself",
+        )
+        .into_response();
+    }
     let host = headers.get(HOST).and_then(|h| h.to_str().ok());
     if !host.is_some_and(|h| check.allows(h)) {
         return ApiError::new(
