@@ -64,6 +64,11 @@ impl Requester {
             Self::Anonymous | Self::Unverified => ANONYMOUS,
         }
     }
+
+    /// Whether it is an operator (the local one, or a token with the `operator` role).
+    pub fn is_operator(&self) -> bool {
+        matches!(self, Self::LocalOperator | Self::Operator { .. })
+    }
 }
 
 /// What a request wants to do.

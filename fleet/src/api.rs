@@ -33,7 +33,8 @@
 // `#[utoipa::path]` expands `params(Query)` into fully qualified paths.
 #![allow(unused_qualifications)]
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, FromRef, State};
@@ -53,6 +54,7 @@ use consort_net::RunId;
 
 use crate::access::{self, Action, Requester};
 use crate::auth::HostAuth;
+use crate::bounds::{Holding, Rate, RateBook, SharedHeld};
 use crate::listener::{HostCheck, HttpBounds};
 use follow::StreamSlots;
 
@@ -71,7 +73,8 @@ mod runs;
 pub(crate) use error::{ApiError, without_absolute_paths};
 pub use runs::WaitingGate;
 
-/// Longest wait a `GET /runs/{id}?wait_ms=` may ask for.
+/// Longest wait a request may name (`wait_ms`, `timeout_ms`) before the host's own bound
+/// (`HttpBounds::max_wait`) cuts it further.
 const MAX_WAIT_MS: u64 = 600_000;
 /// Longest run input accepted over HTTP.
 const MAX_INPUT_BYTES: usize = 256 * 1024;
@@ -88,6 +91,8 @@ pub struct ApiState {
     pub auth: Arc<HostAuth>,
     /// The budget of live streams.
     streams: StreamSlots,
+    /// What one caller may hold or start: waits, runs per minute.
+    callers: CallerBounds,
     /// This API's description, as served.
     description: ApiDescription,
 }
@@ -159,6 +164,74 @@ impl FromRef<ApiState> for Host {
     }
 }
 
+/// What one caller (one principal, or every anonymous caller together) may hold or start
+/// through the API: at most `max_waits_per_principal` waits at once, none longer than
+/// `max_wait`, and runs at `runs_per_minute` after a burst of `run_burst` (see
+/// [`crate::bounds`]).
+#[derive(Clone)]
+pub(crate) struct CallerBounds {
+    waits: SharedHeld<String>,
+    max_wait: Duration,
+    runs: Arc<Mutex<RateBook>>,
+}
+
+impl CallerBounds {
+    fn new(bounds: &HttpBounds) -> Self {
+        Self {
+            waits: SharedHeld::new(bounds.max_waits_per_principal.max(1)),
+            max_wait: bounds.max_wait,
+            runs: Arc::new(Mutex::new(RateBook::new(Rate {
+                per_second: f64::from(bounds.runs_per_minute) / 60.0,
+                burst: bounds.run_burst,
+            }))),
+        }
+    }
+
+    /// A wait of `who` for `asked` (at most the host's `max_wait`), held until the returned
+    /// holding is dropped; 429 when `who` holds as many waits as one caller may.
+    pub(crate) fn wait(
+        &self,
+        who: &Requester,
+        asked: Duration,
+    ) -> Result<(Duration, Holding<String>), ApiError> {
+        let held = self.waits.hold(who.decider().to_owned()).ok_or_else(|| {
+            ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_waits",
+                "you hold as many waits as one caller may; let one end, or ask without waiting",
+            )
+            .retry_after(1)
+        })?;
+        Ok((asked.min(self.max_wait), held))
+    }
+
+    /// One more run started by `who`, or 429 with when to try again.
+    pub(crate) fn start_run(&self, who: &Requester) -> Result<(), ApiError> {
+        let taken = self
+            .runs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take(who.decider(), std::time::Instant::now());
+        taken.map_err(|wait| {
+            ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_runs",
+                format!(
+                    "you start runs faster than this host allows one caller; try again in {} ms",
+                    wait.as_millis().max(1)
+                ),
+            )
+            .retry_after(wait.as_secs() + 1)
+        })
+    }
+}
+
+impl FromRef<ApiState> for CallerBounds {
+    fn from_ref(state: &ApiState) -> Self {
+        state.callers.clone()
+    }
+}
+
 impl FromRef<ApiState> for StreamSlots {
     fn from_ref(state: &ApiState) -> Self {
         state.streams.clone()
@@ -197,7 +270,8 @@ pub(crate) fn router(
         .with_state(ApiState {
             host,
             auth,
-            streams: StreamSlots::new(bounds.max_streams),
+            streams: StreamSlots::new(bounds),
+            callers: CallerBounds::new(bounds),
             description: ApiDescription(description.into()),
         })
         .layer(DefaultBodyLimit::max(bounds.max_body_bytes))

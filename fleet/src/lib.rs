@@ -16,6 +16,7 @@ pub mod access;
 mod api;
 pub use api::WaitingGate;
 mod auth;
+pub mod bounds;
 mod client;
 mod dashboard;
 pub mod dev;

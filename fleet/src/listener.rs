@@ -30,6 +30,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use crate::FleetError;
+use crate::bounds::{SharedHeld, header_deadline};
 
 /// The bounds on the API's connections and requests.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,6 +46,25 @@ pub struct HttpBounds {
     pub max_body_bytes: usize,
     /// Live streams (`follow=1`) open at once; each also holds one of `max_connections`.
     pub max_streams: usize,
+    /// Connections served at once from one client address: one address never takes the
+    /// whole of `max_connections`.
+    pub max_connections_per_address: usize,
+    /// The shortest header deadline: `header_timeout` tightens toward it as the host nears
+    /// `max_connections` (see [`crate::bounds::header_deadline`]).
+    pub header_timeout_floor: Duration,
+    /// Live streams one principal may hold at once.
+    pub max_streams_per_principal: usize,
+    /// Stream slots kept for operators: other principals share the rest.
+    pub operator_streams: usize,
+    /// The longest `wait_ms` a request may ask for (longer asks wait this long).
+    pub max_wait: Duration,
+    /// Waits (`wait_ms`, `wait_peer`) one principal may hold at once.
+    pub max_waits_per_principal: usize,
+    /// Runs one principal may start per minute through the API, after a burst of
+    /// `run_burst`; more are answered 429 with `Retry-After`.
+    pub runs_per_minute: u32,
+    /// Runs one principal may start at once before `runs_per_minute` applies.
+    pub run_burst: u32,
 }
 
 impl Default for HttpBounds {
@@ -55,6 +75,14 @@ impl Default for HttpBounds {
             body_timeout: Duration::from_secs(30),
             max_body_bytes: 1024 * 1024,
             max_streams: 64,
+            max_connections_per_address: 32,
+            header_timeout_floor: Duration::from_secs(1),
+            max_streams_per_principal: 8,
+            operator_streams: 8,
+            max_wait: Duration::from_secs(60),
+            max_waits_per_principal: 16,
+            runs_per_minute: 600,
+            run_burst: 200,
         }
     }
 }
@@ -153,7 +181,9 @@ fn host_name(host: &str) -> Option<String> {
 
 /// Serves `app` on `listener` within `bounds`, until the task is dropped.
 pub async fn serve(listener: TcpListener, app: Router, bounds: HttpBounds) {
-    let slots = Arc::new(Semaphore::new(bounds.max_connections.max(1)));
+    let cap = bounds.max_connections.max(1);
+    let slots = Arc::new(Semaphore::new(cap));
+    let per_address = SharedHeld::<IpAddr>::new(bounds.max_connections_per_address.max(1));
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
@@ -168,10 +198,24 @@ pub async fn serve(listener: TcpListener, app: Router, bounds: HttpBounds) {
                 continue;
             }
         };
+        // One address never holds more than its share: the connection over it is closed at
+        // once, and its slot is free for another client.
+        let Some(held) = per_address.hold(peer.ip()) else {
+            tracing::debug!(%peer, "HTTP connection refused: its address holds its share of connections");
+            continue;
+        };
+        // Half-open connections give their slots back sooner the fuller the host is.
+        let in_use = cap - slots.available_permits();
+        let header_timeout = header_deadline(
+            in_use,
+            cap,
+            bounds.header_timeout,
+            bounds.header_timeout_floor.min(bounds.header_timeout),
+        );
         let service = TowerToHyperService::new(app.clone());
-        let header_timeout = bounds.header_timeout;
         tokio::spawn(async move {
             let _slot = slot;
+            let _held = held;
             let mut http = hyper::server::conn::http1::Builder::new();
             http.timer(TokioTimer::new())
                 .header_read_timeout(header_timeout);

@@ -37,7 +37,7 @@ use consort_actors::directory::{DeliveryRequest, WaitRequest};
 use consort_core::directory::{Audience, ExcerptSource, WaitUntil};
 
 use super::openapi::ErrorDoc;
-use super::{ApiError, MAX_WAIT_MS, parse_run_id};
+use super::{ApiError, CallerBounds, MAX_WAIT_MS, parse_run_id};
 use crate::auth::HostAuth;
 
 #[derive(Deserialize, IntoParams)]
@@ -168,6 +168,7 @@ pub(super) struct WaitPeerQuery {
 pub(super) async fn wait_peer(
     State(host): State<Host>,
     State(auth): State<Arc<HostAuth>>,
+    State(callers): State<CallerBounds>,
     headers: HeaderMap,
     query: Result<Query<WaitPeerQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
@@ -191,7 +192,9 @@ pub(super) async fn wait_peer(
         after_seq: q.after_seq.unwrap_or(0),
         incarnation: q.incarnation.filter(|i| !i.is_empty()),
     };
-    let timeout = Duration::from_millis(q.timeout_ms.unwrap_or(30_000).min(MAX_WAIT_MS));
+    let asked = Duration::from_millis(q.timeout_ms.unwrap_or(30_000).min(MAX_WAIT_MS));
+    let (_, who) = super::requester(&auth, &headers).await;
+    let (timeout, _held) = callers.wait(&who, asked)?;
     match host.wait_run(audience, request, timeout).await? {
         Ok(answer) => Ok(Json(answer).into_response()),
         Err(gap) => Err(ApiError::new(

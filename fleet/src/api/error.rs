@@ -28,6 +28,8 @@ pub(crate) struct ApiError {
     pub(super) status: StatusCode,
     pub(super) code: &'static str,
     pub(super) message: String,
+    /// Seconds to send as `Retry-After` (a 429 or a 503 the caller may try again after).
+    pub(super) retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -36,14 +38,29 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            retry_after: None,
         }
+    }
+
+    /// The same error, telling the caller to try again after `seconds`.
+    pub(super) fn retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds.max(1));
+        self
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = json!({"error": {"code": self.code, "message": self.message}});
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(seconds) = self.retry_after
+            && let Ok(value) = axum::http::HeaderValue::from_str(&seconds.to_string())
+        {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, value);
+        }
+        response
     }
 }
 

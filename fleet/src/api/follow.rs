@@ -29,6 +29,10 @@ use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, mpsc};
 
+use crate::access::Requester;
+use crate::bounds::{Holding, SharedHeld};
+use crate::listener::HttpBounds;
+
 use consort_actors::page::PAGE_MAX;
 use consort_actors::{Host, RunChange, RunRecord};
 use consort_net::RunId;
@@ -43,23 +47,74 @@ pub(crate) const REREAD_EVERY: Duration = Duration::from_secs(2);
 /// Events buffered for a client that reads slowly; a stream that is further behind waits.
 const BUFFERED: usize = 64;
 
-/// The host's budget of open streams.
+/// The host's budget of open streams: `max_streams` in all, of which operators alone may take
+/// the last `operator_streams`, and at most `max_streams_per_principal` for any one other
+/// principal (so one token never takes every slot, and the operator's own stream is never
+/// refused for want of one).
 #[derive(Clone)]
-pub(crate) struct StreamSlots(Arc<Semaphore>);
+pub(crate) struct StreamSlots {
+    all: Arc<Semaphore>,
+    /// The slots other principals share.
+    shared: Arc<Semaphore>,
+    per_principal: SharedHeld<String>,
+}
+
+/// One open stream's slot, given back when the stream ends.
+#[derive(Debug)]
+pub(crate) struct StreamPermit {
+    _all: OwnedSemaphorePermit,
+    _shared: Option<OwnedSemaphorePermit>,
+    _held: Option<Holding<String>>,
+}
 
 impl StreamSlots {
-    pub(crate) fn new(max: usize) -> Self {
-        Self(Arc::new(Semaphore::new(max.max(1))))
+    pub(crate) fn new(bounds: &HttpBounds) -> Self {
+        let max = bounds.max_streams.max(1);
+        let shared = max.saturating_sub(bounds.operator_streams).max(1);
+        Self {
+            all: Arc::new(Semaphore::new(max)),
+            shared: Arc::new(Semaphore::new(shared)),
+            per_principal: SharedHeld::new(bounds.max_streams_per_principal.max(1)),
+        }
     }
 
-    /// A slot for one more stream, or the answer to give when all are taken.
-    pub(crate) fn take(&self) -> Result<OwnedSemaphorePermit, ApiError> {
-        self.0.clone().try_acquire_owned().map_err(|_| {
+    /// A slot for one more stream of `who`, or the answer to give when none is left for it.
+    pub(crate) fn take(&self, who: &Requester) -> Result<StreamPermit, ApiError> {
+        let full = || {
             ApiError::new(
                 axum::http::StatusCode::SERVICE_UNAVAILABLE,
                 "too_many_streams",
                 "this host has as many live streams open as it serves; close one or read the pages instead",
             )
+        };
+        if who.is_operator() {
+            let all = self.all.clone().try_acquire_owned().map_err(|_| full())?;
+            return Ok(StreamPermit {
+                _all: all,
+                _shared: None,
+                _held: None,
+            });
+        }
+        let held = self
+            .per_principal
+            .hold(who.decider().to_owned())
+            .ok_or_else(|| {
+                ApiError::new(
+                    axum::http::StatusCode::TOO_MANY_REQUESTS,
+                    "too_many_streams",
+                    "you hold as many live streams as one caller may; close one or read the pages instead",
+                )
+            })?;
+        let shared = self
+            .shared
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| full())?;
+        let all = self.all.clone().try_acquire_owned().map_err(|_| full())?;
+        Ok(StreamPermit {
+            _all: all,
+            _shared: Some(shared),
+            _held: Some(held),
         })
     }
 }
@@ -78,12 +133,7 @@ pub(crate) fn wants_follow(value: Option<&str>) -> Result<bool, ApiError> {
 }
 
 /// Streams the event log of `id` from after `after`, then the settled run.
-pub(crate) fn run_events(
-    host: Host,
-    id: RunId,
-    after: u64,
-    slot: OwnedSemaphorePermit,
-) -> Response {
+pub(crate) fn run_events(host: Host, id: RunId, after: u64, slot: StreamPermit) -> Response {
     // Subscribe before the first read: a change between the two is not missed.
     let changes = host.feed().subscribe();
     let (tx, rx) = mpsc::channel(BUFFERED);
@@ -103,7 +153,7 @@ pub(crate) fn jobs(
     host: &Host,
     agent: Option<String>,
     scope: Scope,
-    slot: OwnedSemaphorePermit,
+    slot: StreamPermit,
 ) -> Response {
     let changes = host.feed().subscribe();
     let (tx, rx) = mpsc::channel(BUFFERED);
@@ -282,13 +332,29 @@ async fn follow_jobs(
 mod tests {
     use super::*;
 
+    fn bounds(max: usize, operators: usize, each: usize) -> HttpBounds {
+        HttpBounds {
+            max_streams: max,
+            operator_streams: operators,
+            max_streams_per_principal: each,
+            ..HttpBounds::default()
+        }
+    }
+
+    fn principal(name: &str) -> Requester {
+        Requester::Principal {
+            principal: name.into(),
+        }
+    }
+
     #[test]
     fn one_stream_more_than_the_budget_is_refused_until_one_ends() {
-        let slots = StreamSlots::new(2);
-        let first = slots.take().ok();
-        let second = slots.take().ok();
+        let slots = StreamSlots::new(&bounds(2, 0, 8));
+        let op = Requester::LocalOperator;
+        let first = slots.take(&op).ok();
+        let second = slots.take(&op).ok();
         assert!(first.is_some() && second.is_some());
-        let refused = slots.take().err().map(|e| (e.status, e.code));
+        let refused = slots.take(&op).err().map(|e| (e.status, e.code));
         assert_eq!(
             refused,
             Some((
@@ -297,7 +363,10 @@ mod tests {
             ))
         );
         drop(first);
-        assert!(slots.take().is_ok(), "an ended stream gives its slot back");
+        assert!(
+            slots.take(&op).is_ok(),
+            "an ended stream gives its slot back"
+        );
     }
 
     #[test]
@@ -311,5 +380,37 @@ mod tests {
             wants_follow(Some("yes")).err().map(|e| e.code),
             Some("bad_follow")
         );
+    }
+
+    #[test]
+    fn one_token_never_takes_every_slot_and_operators_keep_theirs() {
+        let slots = StreamSlots::new(&bounds(6, 2, 3));
+        let eve = principal("api:eve");
+        let eves: Vec<_> = (0..3)
+            .map(|_| slots.take(&eve).expect("eve's share"))
+            .collect();
+        let over = slots.take(&eve).err().map(|e| (e.status, e.code));
+        assert_eq!(
+            over,
+            Some((
+                axum::http::StatusCode::TOO_MANY_REQUESTS,
+                "too_many_streams"
+            ))
+        );
+        let bob = principal("api:bob");
+        let bob_first = slots
+            .take(&bob)
+            .expect("another principal has its own share");
+        // Four of six are taken and the last two are the operators': bob gets no more.
+        assert!(slots.take(&bob).is_err());
+        let op = Requester::Operator {
+            principal: "api:ops".into(),
+        };
+        let ops: Vec<_> = (0..2)
+            .map(|_| slots.take(&op).expect("kept for operators"))
+            .collect();
+        assert!(slots.take(&op).is_err(), "the host's own cap still holds");
+        drop((eves, bob_first, ops));
+        assert!(slots.take(&eve).is_ok());
     }
 }

@@ -55,6 +55,7 @@ pub(super) struct JobsQuery {
         )),
         (status = 400, description = "a malformed query or body", body = ErrorDoc), (status = 401, description = "no known bearer token, on a host that refuses anonymous callers", body = ErrorDoc),
         (status = 404, description = "no such agent here", body = ErrorDoc),
+        (status = 429, description = "the caller holds as many live streams as one caller may", body = ErrorDoc),
         (status = 503, description = "too many live streams open", body = ErrorDoc),
     ),
     security((), ("bearer" = []))
@@ -82,7 +83,8 @@ pub(super) async fn jobs(
             return Err(ActorsError::UnknownAgent(agent.clone()).into());
         }
         let scope = access::listing_scope(&who);
-        return Ok(follow::jobs(&host, q.agent, scope, streams.take()?));
+        let slot = streams.take(&who)?;
+        return Ok(follow::jobs(&host, q.agent, scope, slot));
     }
     let cursor = match q.cursor.as_deref() {
         None | Some("") => None,

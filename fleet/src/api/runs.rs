@@ -33,7 +33,8 @@ use consort_actors::{Channel, Host, RunRecord, RunStatus};
 use super::follow::{self, StreamSlots};
 use super::openapi::{ErrorDoc, EventPageDoc, RunDoc};
 use super::{
-    ApiError, MAX_INPUT_BYTES, MAX_WAIT_MS, parse_run_id, requester, stored_run, visible_run,
+    ApiError, CallerBounds, MAX_INPUT_BYTES, MAX_WAIT_MS, parse_run_id, requester, stored_run,
+    visible_run,
 };
 use crate::access::{self, Action};
 use crate::auth::HostAuth;
@@ -126,7 +127,7 @@ pub(super) struct EventsQuery {
         (status = 404, description = "no such agent here", body = ErrorDoc),
         (status = 409, description = "refused: the agent is down or at its admission limit (the refusal's code)", body = ErrorDoc),
         (status = 413, description = "input or body too large", body = ErrorDoc),
-        (status = 429, description = "the principal's share of the agent is taken", body = ErrorDoc),
+        (status = 429, description = "the principal's share of the agent is taken, or it starts runs faster than the host allows one caller (`too_many_runs`, with `Retry-After`)", body = ErrorDoc),
         (status = 503, description = "draining, or the store could not be written", body = ErrorDoc),
     ),
     security((), ("bearer" = []))
@@ -134,12 +135,14 @@ pub(super) struct EventsQuery {
 pub(super) async fn start_run(
     State(host): State<Host>,
     State(auth): State<Arc<HostAuth>>,
+    State(callers): State<CallerBounds>,
     headers: HeaderMap,
     body: Result<Json<StartRun>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     // Who is asking comes first: an unauthenticated caller learns nothing about agents.
     let (_, who) = requester(&auth, &headers).await;
     access::authorize(&who, auth.anonymous(), Action::StartRun)?;
+    callers.start_run(&who)?;
     let Json(body) = body?;
     if body.input.trim().is_empty() {
         return Err(ApiError::new(
@@ -204,12 +207,14 @@ pub(super) async fn start_run(
     responses(
         (status = 200, description = "the run", body = RunDoc),
         (status = 400, description = "a malformed query or body", body = ErrorDoc), (status = 401, description = "no known bearer token, on a host that refuses anonymous callers", body = ErrorDoc), (status = 404, description = "no such run that this caller may see", body = ErrorDoc),
+        (status = 429, description = "the caller holds as many waits as one caller may (`too_many_waits`, with `Retry-After`)", body = ErrorDoc),
     ),
     security((), ("bearer" = []))
 )]
 pub(super) async fn get_run(
     State(host): State<Host>,
     State(auth): State<Arc<HostAuth>>,
+    State(callers): State<CallerBounds>,
     headers: HeaderMap,
     Path(id): Path<String>,
     query: Result<Query<WaitQuery>, QueryRejection>,
@@ -218,9 +223,10 @@ pub(super) async fn get_run(
     let id = parse_run_id(&id)?;
     let run = visible_run(&host, &auth, &headers, &id).await?;
     let run = match q.wait_ms {
-        Some(ms) if ms > 0 => {
-            host.wait(&id, Duration::from_millis(ms.min(MAX_WAIT_MS)))
-                .await?
+        Some(ms) if ms > 0 && !run.status.is_settled() => {
+            let (_, who) = requester(&auth, &headers).await;
+            let (bound, _held) = callers.wait(&who, Duration::from_millis(ms.min(MAX_WAIT_MS)))?;
+            host.wait(&id, bound).await?
         }
         _ => run,
     };
@@ -286,6 +292,7 @@ impl From<consort_core::event::ApprovalRequested> for WaitingGate {
             (String = "text/event-stream"),
         )),
         (status = 400, description = "a malformed query or body", body = ErrorDoc), (status = 401, description = "no known bearer token, on a host that refuses anonymous callers", body = ErrorDoc), (status = 404, description = "no such run that this caller may see", body = ErrorDoc),
+        (status = 429, description = "the caller holds as many live streams as one caller may", body = ErrorDoc),
         (status = 503, description = "too many live streams open", body = ErrorDoc),
     ),
     security((), ("bearer" = []))
@@ -315,7 +322,9 @@ pub(super) async fn get_events(
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok());
         let after = q.after.or(resumed).unwrap_or(0);
-        return Ok(follow::run_events(host, id, after, streams.take()?));
+        let (_, who) = requester(&auth, &headers).await;
+        let slot = streams.take(&who)?;
+        return Ok(follow::run_events(host, id, after, slot));
     }
     let limit = page_size(q.limit);
     let after = q.after.unwrap_or(0);

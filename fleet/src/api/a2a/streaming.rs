@@ -17,7 +17,9 @@ use std::time::Duration;
 
 use axum::response::Response;
 use axum::response::sse::Event;
-use tokio::sync::{OwnedSemaphorePermit, broadcast, mpsc};
+use tokio::sync::{broadcast, mpsc};
+
+use crate::api::follow::StreamPermit;
 
 use consort_a2a::{
     A2aErrorCode, JsonRpcError, JsonRpcId, JsonRpcResponse, StreamResponse, Task,
@@ -99,7 +101,7 @@ fn stream_event(id: &JsonRpcId, event: &StreamResponse) -> Event {
     })
 }
 
-pub(super) fn stream_rejected(id: JsonRpcId, task: Task, slot: OwnedSemaphorePermit) -> Response {
+pub(super) fn stream_rejected(id: JsonRpcId, task: Task, slot: StreamPermit) -> Response {
     let (tx, rx) = mpsc::channel(4);
     tokio::spawn(async move {
         let _slot = slot;
@@ -118,7 +120,7 @@ pub(super) fn stream_task(
     id: JsonRpcId,
     history_length: Option<i32>,
     subscribed: bool,
-    slot: OwnedSemaphorePermit,
+    slot: StreamPermit,
 ) -> Response {
     let (tx, rx) = mpsc::channel(16);
     let span = tracing::info_span!("a2a_stream", run_id = %run);

@@ -121,7 +121,7 @@ impl Call {
                     return if streaming {
                         let slot = self
                             .streams
-                            .take()
+                            .take(&self.who)
                             .map_err(|e| Failure::internal(e.message))?;
                         Ok(Answer::Stream(stream_rejected(self.id, rejected, slot)))
                     } else {
@@ -133,7 +133,7 @@ impl Call {
         if streaming {
             let slot = self
                 .streams
-                .take()
+                .take(&self.who)
                 .map_err(|e| Failure::internal(e.message))?;
             return Ok(Answer::Stream(stream_task(
                 self.host.clone(),
@@ -262,7 +262,7 @@ impl Call {
         }
         let slot = self
             .streams
-            .take()
+            .take(&self.who)
             .map_err(|e| Failure::internal(e.message))?;
         Ok(Answer::Stream(stream_task(
             self.host.clone(),
