@@ -198,3 +198,96 @@ fn one_token_cannot_take_every_stream_and_the_operator_is_still_served() {
     assert!(ops.status().is_success(), "the operator's stream is served");
     drop(bobs);
 }
+
+fn start_large(served: &Served, count: usize, bytes: usize) -> Vec<String> {
+    let http = served.http();
+    (0..count)
+        .map(|i| {
+            let input = format!("{i:04}{}", "x".repeat(bytes));
+            let resp = http
+                .post(format!("{}/runs", served.url))
+                .json(&json!({"agent": "echo", "input": input}))
+                .send()
+                .expect("POST /runs");
+            assert_eq!(resp.status().as_u16(), 201, "run {i}");
+            let run: Value = resp.json().expect("run");
+            run["id"].as_str().expect("id").to_owned()
+        })
+        .collect()
+}
+
+#[test]
+fn a_page_of_large_runs_stays_within_its_byte_bound_and_each_run_reads_whole() {
+    let fleet = Fleet::new();
+    fleet.agent("echo", ECHO);
+    let served = fleet.serve(&[]);
+    let ids = start_large(&served, 60, 64 * 1024);
+    served.wait_status(ids.last().expect("a run"), "succeeded");
+    let body = served
+        .http()
+        .get(format!("{}/jobs?limit=1000", served.url))
+        .send()
+        .and_then(|r| r.bytes())
+        .expect("GET /jobs");
+    // 60 runs of 64 KiB in and out would be about 7.7 MB whole.
+    assert!(body.len() < 1024 * 1024, "a page of {} bytes", body.len());
+    let page: Value = serde_json::from_slice(&body).expect("page");
+    let first = &page["runs"][0];
+    let input = first["input"].as_str().expect("input");
+    assert!(
+        input.contains("bytes in all; GET /runs/"),
+        "the cut is marked"
+    );
+    let id = first["id"].as_str().expect("id");
+    let whole: Value = served
+        .http()
+        .get(format!("{}/runs/{id}", served.url))
+        .send()
+        .and_then(|r| r.json())
+        .expect("GET /runs/{id}");
+    assert_eq!(whole["input"].as_str().map(str::len), Some(4 + 64 * 1024));
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_follower_that_never_reads_does_not_pin_the_host_s_memory() {
+    let fleet = Fleet::new();
+    fleet.agent("echo", ECHO);
+    let served = fleet.serve(&[]);
+    // Warm the host up, then open a stream and never read from it.
+    let warm = start_large(&served, 5, 100 * 1024);
+    served.wait_status(warm.last().expect("a run"), "succeeded");
+    let before = rss_kib(served.child.id());
+    let mut stream = TcpStream::connect(served.url.trim_start_matches("http://")).expect("connect");
+    stream
+        .write_all(
+            format!(
+                "GET /jobs?follow=1 HTTP/1.1\r\nHost: {}\r\n\r\n",
+                served.url.trim_start_matches("http://")
+            )
+            .as_bytes(),
+        )
+        .expect("request");
+    let ids = start_large(&served, 150, 200 * 1024);
+    served.wait_status(ids.last().expect("a run"), "succeeded");
+    let after = rss_kib(served.child.id());
+    // With whole records in the feed the host grew by about 150 MB here (150 runs of 200 KB in
+    // and out, a notice for each of their changes); with listed records, by about 3 MB.
+    let grew = after.saturating_sub(before);
+    assert!(
+        grew < 64 * 1024,
+        "the host grew by {grew} KiB with a follower that never reads"
+    );
+    drop(stream);
+}

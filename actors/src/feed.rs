@@ -8,7 +8,10 @@
 //! notices) re-reads what it missed and loses nothing.
 //!
 //! Publishing costs nothing while nobody follows: the record is cloned only when the channel
-//! has a receiver. The feed decides nothing and reads no store.
+//! has a receiver. A notice carries the run as a listing shows it ([`crate::page::listed`]:
+//! long inputs, outputs and errors cut), and the channel keeps at most [`FEED_CAPACITY`]
+//! notices however slowly its followers read, so a follower that never reads holds a few
+//! megabytes of the host at most. The feed decides nothing and reads no store.
 
 use std::sync::Arc;
 
@@ -20,12 +23,13 @@ use crate::run::RunRecord;
 
 /// Notices kept for a follower that has not read them yet; one that falls further behind is
 /// told it lagged.
-const FEED_CAPACITY: usize = 4096;
+const FEED_CAPACITY: usize = 1024;
 
 /// One committed change of one run.
 #[derive(Clone, Debug)]
 pub struct RunChange {
-    /// The run as the commit left it.
+    /// The run as the commit left it, as a listing shows it (long texts cut; `GET /runs/{id}`
+    /// has them whole).
     pub record: Arc<RunRecord>,
     /// The sequence number of the last event now in the run's log.
     pub last_seq: u64,
@@ -65,7 +69,7 @@ impl RunFeed {
         }
         // A receiver may have gone between the check and the send: that is no failure.
         let _ = self.changes.send(RunChange {
-            record: Arc::new(record.clone()),
+            record: Arc::new(crate::page::listed(record.clone())),
             last_seq,
         });
     }

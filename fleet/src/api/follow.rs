@@ -3,7 +3,7 @@
 //! | route                                        | events                                  |
 //! |----------------------------------------------|-----------------------------------------|
 //! | `GET /runs/{id}/events?follow=1[&after=SEQ]` | `event` (one row of the events page, `id:` its sequence number), then one `end` (the settled run) |
-//! | `GET /jobs?follow=1[&agent=A]`               | `run` (a run as `GET /jobs` lists it) for every run stored or changed after the stream opened; `lagged` (`{"missed": N}`) when the follower fell behind and should read `GET /jobs` again |
+//! | `GET /jobs?follow=1[&agent=A]`               | `run` (a run as `GET /jobs` lists it: long texts cut) for every run stored or changed after the stream opened; `lagged` (`{"missed": N, "resume": …}`), then the end of the stream, when the follower fell behind: it reads `GET /jobs` again and follows anew |
 //!
 //! A stream of events reads the store, never the feed: a notice of the run feed
 //! ([`consort_actors::feed`]) only wakes it to read what follows the last sequence number it
@@ -319,7 +319,16 @@ async fn follow_jobs(
                 }
                 json_event("run", run.as_ref())
             }
-            Err(RecvError::Lagged(missed)) => json_event("lagged", &json!({"missed": missed})),
+            Err(RecvError::Lagged(missed)) => {
+                // A follower that fell behind is not buffered for: the stream ends, saying how
+                // to catch up (the pages hold everything it missed).
+                let lagged = json!({
+                    "missed": missed,
+                    "resume": "read GET /jobs (newest first) until you reach runs you have, then follow again",
+                });
+                let _ = send(tx, json_event("lagged", &lagged)).await;
+                return;
+            }
             Err(RecvError::Closed) => return,
         };
         if send(tx, event).await.is_err() {

@@ -100,6 +100,7 @@ pub(super) async fn jobs(
     let limit = page_size(q.limit);
     let page = host
         .jobs_page(q.agent.as_deref(), cursor.as_ref(), scope.owner(), limit)
-        .await?;
+        .await?
+        .bounded();
     Ok(Json(page).into_response())
 }

@@ -328,7 +328,7 @@ pub(super) async fn get_events(
     }
     let limit = page_size(q.limit);
     let after = q.after.unwrap_or(0);
-    let page = host.events_page(&id, after, limit).await?;
+    let page = host.events_page(&id, after, limit).await?.bounded();
     Ok(Json(page).into_response())
 }
 
