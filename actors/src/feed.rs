@@ -9,7 +9,7 @@
 //!
 //! Publishing costs nothing while nobody follows: the record is cloned only when the channel
 //! has a receiver. A notice carries the run as a listing shows it ([`crate::page::listed`]:
-//! long inputs, outputs and errors cut), and the channel keeps at most [`FEED_CAPACITY`]
+//! long inputs, outputs and errors cut), and the channel keeps at most `FEED_CAPACITY`
 //! notices however slowly its followers read, so a follower that never reads holds a few
 //! megabytes of the host at most. The feed decides nothing and reads no store.
 
