@@ -831,3 +831,78 @@ fn a_server_reached_over_streamable_http_with_a_bearer_token() {
         "{output}"
     );
 }
+
+/// An MCP server is started only for a run whose identity may see at least one of its tools:
+/// a caller the entry's policy refuses never starts the program (before, it was started for
+/// every run, and the run was then told "forbidden").
+#[test]
+fn a_server_starts_only_for_a_run_that_may_see_its_tools() {
+    if !time_server_available() {
+        return;
+    }
+    let fleet = Fleet::new();
+    let file = fleet.agent(
+        "clock",
+        &format!(
+            "name: clock
+model:
+  script:
+    - search: {{query: \"time\"}}
+    - answer: \"{{tool.search_tools}}\"
+tools:
+  - name: time
+    kind: mcp
+    command: [\"{}\", server.py]
+    auth: {{policies: [\"roles:ops\"]}}
+",
+            python()
+        ),
+    );
+    let folder = file.parent().expect("agent folder").to_path_buf();
+    std::fs::write(
+        folder.join("server.py"),
+        "import pathlib, sys\npathlib.Path('started').touch()\nfrom mcp_server_time import main\nsys.argv[1:] = ['--local-timezone=UTC']\nmain()\n",
+    )
+    .expect("server.py");
+    let auth = fleet.dir.path().join("host-auth.yaml");
+    std::fs::write(&auth, AUTH).expect("auth file");
+    let served = Served::start_with(
+        &[fleet.agents()],
+        &fleet.data(),
+        &[],
+        &["--auth", path_str(&auth)],
+    );
+    let ask = |token: &str| -> Value {
+        let out = served.cli(&[
+            "run",
+            "clock",
+            "what tools?",
+            "--wait",
+            "--json",
+            "--timeout-secs",
+            "60",
+            "--token",
+            token,
+        ]);
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&out)))
+    };
+    let denied = ask("tok-bob");
+    assert_eq!(denied["status"], "succeeded", "{denied}");
+    assert!(
+        !folder.join("started").exists(),
+        "the server was started for a run that may not see its tools"
+    );
+    let allowed = ask("tok-alice");
+    assert_eq!(allowed["status"], "succeeded", "{allowed}");
+    assert!(
+        folder.join("started").exists(),
+        "a run that may see the tools starts the server"
+    );
+    assert!(
+        allowed["output"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("time__get_current_time"),
+        "{allowed}"
+    );
+}

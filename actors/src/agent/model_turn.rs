@@ -16,12 +16,19 @@ use crate::meta_tools;
 use crate::model::{ModelError, ModelReply, ModelRequest};
 use crate::run::RunRecord;
 use crate::tools::{Listed, ListingWaiter};
+use crate::visibility::Identity;
 
 impl AgentActor {
-    /// Starts listing the agent's MCP servers that are due, on a task of its own; what they
-    /// answer comes back as [`AgentMsg::ToolsListed`].
-    pub(super) fn list_due_servers(&self, myself: &ActorRef<AgentMsg>, state: &mut AgentState) {
-        let due = state.tools.servers.take_due(Instant::now());
+    /// Starts listing the agent's MCP servers that are due and that a run acting for `identity`
+    /// may start, on a task of its own; what they answer comes back as
+    /// [`AgentMsg::ToolsListed`].
+    pub(super) fn list_due_servers(
+        &self,
+        myself: &ActorRef<AgentMsg>,
+        state: &mut AgentState,
+        identity: &Identity,
+    ) {
+        let due = state.tools.take_due_for(identity, Instant::now());
         if !due.is_empty() {
             state.spawn_then_tell(myself, async move {
                 AgentMsg::ToolsListed(crate::tools::list_due(due).await)
@@ -40,9 +47,11 @@ impl AgentActor {
         asked: TurnAsked,
     ) -> Option<Input> {
         let id = record.id.clone();
+        let identity =
+            meta_tools::run_identity(record, &state.tools.catalog, &state.options.host_grants);
         // The agent's MCP servers are listed before a turn that would not see their tools: the
         // turn waits (the run counts as thinking) and is asked again once the answers are in.
-        self.list_due_servers(myself, state);
+        self.list_due_servers(myself, state, &identity);
         if state.tools.servers.asking() {
             state.machine.thinking(&id);
             let waiter = ListingWaiter::Turn(id, asked);
@@ -50,7 +59,6 @@ impl AgentActor {
             return None;
         }
         let tools = &mut state.tools;
-        let identity = meta_tools::run_identity(record, &tools.catalog, &state.options.host_grants);
         let specs = meta_tools::turn_specs(
             &tools.catalog,
             &identity,

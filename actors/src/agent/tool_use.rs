@@ -43,7 +43,7 @@ impl AgentActor {
         let id = &record.id;
         let directory = !state.goals.is_empty();
         if let Some(name) = meta_tools::listing_target(&state.tools.catalog, tool_use, directory)
-            && self.wait_for_listing(myself, state, id, &tool_use.id, &name)
+            && self.wait_for_listing(myself, state, record, &tool_use.id, &name)
         {
             return;
         }
@@ -103,14 +103,16 @@ impl AgentActor {
         &self,
         myself: &ActorRef<AgentMsg>,
         state: &mut AgentState,
-        run: &consort_net::RunId,
+        record: &RunRecord,
         tool_use_id: &str,
         name: &str,
     ) -> bool {
         if !state.tools.servers.listing_pending(name) {
             return false;
         }
-        self.list_due_servers(myself, state);
+        let catalog = &state.tools.catalog;
+        let identity = meta_tools::run_identity(record, catalog, &state.options.host_grants);
+        self.list_due_servers(myself, state, &identity);
         if !state.tools.servers.asking() {
             return false;
         }
@@ -118,6 +120,7 @@ impl AgentActor {
             tool = name,
             "the tool's MCP server is not listed yet: the use waits for its listing"
         );
+        let run = &record.id;
         state.machine.task_out(run, tool_use_id);
         let waiter = ListingWaiter::Use(run.clone(), tool_use_id.to_owned());
         state.tools.wait_for_listing(waiter);

@@ -301,6 +301,14 @@ impl AgentCatalog {
         tool_guard::authorize(name, tool, &auth, &self.access(identity), input)
     }
 
+    /// Whether `identity` is refused outright every tool `stand_in` stands for (a server entry's
+    /// declaration: its auth, policies and guards), so its server need not be started for it.
+    pub(crate) fn refuses_all_of(&self, stand_in: &dyn Tool, identity: &Identity) -> bool {
+        let auth = auth_of(stand_in, self.fallback.as_ref());
+        let name = stand_in.spec().name;
+        tool_guard::probe(&name, stand_in, &auth, &self.access(identity)) == ProbeOutcome::Refused
+    }
+
     /// Tells `name`'s guards that an authorized use runs now.
     pub fn record_use(&self, name: &str, identity: &Identity) {
         if let Some(tool) = self.tools.get(name) {

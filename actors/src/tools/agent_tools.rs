@@ -14,9 +14,9 @@ use consort_config::AgentConfig;
 use consort_core::step::TurnAsked;
 use consort_net::RunId;
 
-use super::{Listed, ServerSlots, Tool, ToolServers};
+use super::{DueListing, Listed, ServerSlots, Tool, ToolServers};
 use crate::meta_tools::{AgentCatalog, UseScope};
-use crate::visibility::{ProbeCache, RoleGrants};
+use crate::visibility::{Identity, ProbeCache, RoleGrants};
 
 /// One agent's tools, their catalog and its MCP servers.
 pub(crate) struct AgentTools {
@@ -92,6 +92,15 @@ impl AgentTools {
             return Vec::new();
         }
         std::mem::take(&mut self.waiting)
+    }
+
+    /// The servers due a listing that a run acting for `identity` may start: never one whose
+    /// entry refuses that identity every tool (see `ServerSlots::take_due`).
+    pub(crate) fn take_due_for(&mut self, identity: &Identity, now: Instant) -> Vec<DueListing> {
+        let catalog = &self.catalog;
+        self.servers.take_due(now, |_, stand_in| {
+            !catalog.refuses_all_of(stand_in, identity)
+        })
     }
 
     /// `waiter` goes on once the listing that is out is in ([`AgentTools::listed`]).

@@ -327,8 +327,14 @@ impl ServerSlots {
     }
 
     /// The servers to list before the next model turn (not listed yet, or failed more than
-    /// [`relist_after`] ago), marked as being asked.
-    pub(crate) fn take_due(&mut self, now: Instant) -> Vec<DueListing> {
+    /// [`relist_after`] ago), marked as being asked: only those `may_start` lets start, given
+    /// the entry's name and a stand-in that carries its declaration (a run whose identity may
+    /// see none of a server's tools never starts its program).
+    pub(crate) fn take_due(
+        &mut self,
+        now: Instant,
+        mut may_start: impl FnMut(&str, &dyn Tool) -> bool,
+    ) -> Vec<DueListing> {
         let mut due = Vec::new();
         for (name, slot) in &mut self.slots {
             let due_with = match &slot.listing {
@@ -339,6 +345,16 @@ impl ServerSlots {
                 Listing::Asking { .. } | Listing::Listed(_) => None,
             };
             if let Some(failures) = due_with {
+                let stand_in = declare_guarded(
+                    &slot.config,
+                    Arc::new(Unlisted {
+                        name: format!("{name}{MCP_TOOL_SEPARATOR}*"),
+                    }),
+                    slot.guards.clone(),
+                );
+                if !may_start(name, stand_in.as_ref()) {
+                    continue;
+                }
                 slot.listing = Listing::Asking { failures };
                 due.push(DueListing {
                     name: name.clone(),
@@ -544,11 +560,14 @@ mod tests {
         let mut slots = ServerSlots::for_config(&config, None, ServerSlots::default(), &config.env);
         let t0 = Instant::now();
         assert!(!slots.asking());
-        let due = slots.take_due(t0);
+        let due = slots.take_due(t0, |_, _| true);
         assert_eq!(due.len(), 1);
         assert_eq!(due[0].bound, Duration::from_millis(32_000));
         assert!(slots.asking());
-        assert!(slots.take_due(t0).is_empty(), "asked once at a time");
+        assert!(
+            slots.take_due(t0, |_, _| true).is_empty(),
+            "asked once at a time"
+        );
         assert!(matches!(
             slots.unlisted("time__get_current_time").map(|(_, e)| e),
             Some(ToolError::ServerUnavailable { .. })
@@ -565,15 +584,19 @@ mod tests {
         assert_eq!(stand_in.spec().name, "time__get_current_time");
         assert!(told.contains("it exited"), "{told}");
         assert!(slots.unlisted("ledger").is_none());
-        assert!(slots.take_due(t0 + RELIST_AFTER / 2).is_empty());
-        let due = slots.take_due(t0 + RELIST_AFTER);
+        assert!(
+            slots
+                .take_due(t0 + RELIST_AFTER / 2, |_, _| true)
+                .is_empty()
+        );
+        let due = slots.take_due(t0 + RELIST_AFTER, |_, _| true);
         assert_eq!(due.len(), 1, "asked again after a failure");
         // A second failure in a row waits twice as long.
         let t1 = t0 + RELIST_AFTER;
         let down = ToolError::Failed("still down".into());
         slots.listed("time", due[0].opened, Err(down), t1);
-        assert!(slots.take_due(t1 + RELIST_AFTER).is_empty());
-        let due = slots.take_due(t1 + RELIST_AFTER * 2);
+        assert!(slots.take_due(t1 + RELIST_AFTER, |_, _| true).is_empty());
+        let due = slots.take_due(t1 + RELIST_AFTER * 2, |_, _| true);
         assert_eq!(due.len(), 1);
 
         let tool = listed("get_current_time", json!({"type": "object"}));
@@ -584,7 +607,11 @@ mod tests {
         assert_eq!(tools[0].spec().name, "time__get_current_time");
         // The entry's declaration travels with each of its tools.
         assert_eq!(tools[0].approval(), Approval::Required);
-        assert!(slots.take_due(t0 + RELIST_AFTER * 10).is_empty());
+        assert!(
+            slots
+                .take_due(t0 + RELIST_AFTER * 10, |_, _| true)
+                .is_empty()
+        );
         assert!(
             slots
                 .unlisted("time__convert_time")
@@ -605,7 +632,7 @@ mod tests {
         .unwrap();
         let config = AgentConfig::load(dir.path()).unwrap();
         let mut slots = ServerSlots::for_config(&config, None, ServerSlots::default(), &config.env);
-        let due = slots.take_due(Instant::now());
+        let due = slots.take_due(Instant::now(), |_, _| true);
         let schema = json!({"type": "object"});
         let listed_tools = vec![listed("a", schema.clone()), listed("b", schema)];
         slots.listed("time", due[0].opened, Ok(listed_tools), Instant::now());
@@ -619,11 +646,28 @@ mod tests {
     }
 
     #[test]
+    fn a_server_a_run_may_not_start_stays_unlisted_for_the_next_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = agent(dir.path(), 1_000);
+        let mut slots = ServerSlots::for_config(&config, None, ServerSlots::default(), &config.env);
+        let mut asked = Vec::new();
+        let due = slots.take_due(Instant::now(), |entry, stand_in| {
+            asked.push((entry.to_owned(), stand_in.spec().name));
+            false
+        });
+        assert!(due.is_empty(), "nothing starts for a run that may not");
+        assert_eq!(asked, [("time".to_owned(), "time__*".to_owned())]);
+        assert!(!slots.asking());
+        assert!(slots.listing_pending("time__get_current_time"));
+        assert_eq!(slots.take_due(Instant::now(), |_, _| true).len(), 1);
+    }
+
+    #[test]
     fn a_reload_keeps_an_unchanged_server_and_drops_a_changed_ones_listing() {
         let dir = tempfile::tempdir().unwrap();
         let config = agent(dir.path(), 1_000);
         let mut slots = ServerSlots::for_config(&config, None, ServerSlots::default(), &config.env);
-        let due = slots.take_due(Instant::now());
+        let due = slots.take_due(Instant::now(), |_, _| true);
         let tool = listed("get_current_time", json!({"type": "object"}));
         slots.listed(
             "time",
@@ -641,7 +685,7 @@ mod tests {
         // A listing asked of the entry before it changed is not applied to the new one.
         slots.listed("time", due[0].opened, Ok(vec![tool]), Instant::now());
         assert!(slots.tools().is_empty());
-        assert_eq!(slots.take_due(Instant::now()).len(), 1);
+        assert_eq!(slots.take_due(Instant::now(), |_, _| true).len(), 1);
     }
 
     #[test]
