@@ -10,19 +10,9 @@ use std::net::{IpAddr, Ipv4Addr, TcpStream};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{Fleet, Served, path_str};
+use support::{Fleet, GATED_PAYER, Served, path_str};
 
 const ECHO: &str = "name: echo\nmodel: {script: [{answer: \"echo {input}\"}]}\n";
-
-const GATED: &str = r#"
-name: payer
-model:
-  script:
-    - tool: {name: pay, input: "SELECT 'paid ' || :input"}
-    - answer: "done"
-tools:
-  - {name: pay, kind: sql, database: ledger.db, description: pays, approval: required}
-"#;
 
 const AUTH: &str = "tokens:
   - {name: ops, token: tok-ops, roles: [operator]}
@@ -109,7 +99,7 @@ fn one_principal_cannot_start_runs_without_bound() {
 #[test]
 fn waits_are_counted_per_principal() {
     let fleet = Fleet::new();
-    fleet.agent("payer", GATED);
+    fleet.agent("payer", GATED_PAYER);
     fleet.ledger("payer");
     let served = fleet.serve(&[]);
     let (_, run) = {

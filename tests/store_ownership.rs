@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{BIN, Fleet, ServeFleet, Served, path_str};
+use support::{BIN, Fleet, GATED_PAYER, ServeFleet, Served, path_str};
 
 const CFO: &str = r#"
 name: cfo
@@ -192,18 +192,6 @@ fn a_host_that_stopped_lets_the_next_one_take_the_folder() {
 #[path = "../actors/src/store/postgres/test_server.rs"]
 mod test_server;
 
-/// One gated payment, then the answer.
-const PAYER: &str = r#"
-name: payer
-description: pays a supplier
-model:
-  script:
-    - tool: {name: pay, input: "SELECT 'paid ' || :input"}
-    - answer: "done"
-tools:
-  - {name: pay, kind: sql, database: ledger.db, description: pays, approval: required}
-"#;
-
 const PG_VAR: &str = "CONSORT_OWNERSHIP_PG_URL";
 
 fn pg_host(fleet: &Fleet, data: &Path, url: &str, args: &[&str]) -> Served {
@@ -305,7 +293,7 @@ fn a_paused_owner_whose_lease_a_standby_took_writes_nothing() {
     };
     let url = server.database("ownership_standby");
     let fleet = Fleet::new();
-    fleet.agent("payer", PAYER);
+    fleet.agent("payer", GATED_PAYER);
     fleet.ledger("payer");
     let owner = pg_host(&fleet, &fleet.dir.path().join("a"), &url, &[]);
     let owner_pid = owner.child.id();

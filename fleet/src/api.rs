@@ -73,8 +73,8 @@ mod runs;
 pub(crate) use error::{ApiError, without_absolute_paths};
 pub use runs::WaitingGate;
 
-/// Longest wait a request may name (`wait_ms`, `timeout_ms`) before the host's own bound
-/// (`HttpBounds::max_wait`) cuts it further.
+/// Longest a delivery's sender may wait for its receipt (`timeout_ms`); waits on runs are cut
+/// by the host's own bound instead ([`CallerBounds::wait`], `HttpBounds::max_wait`).
 const MAX_WAIT_MS: u64 = 600_000;
 /// Longest run input accepted over HTTP.
 const MAX_INPUT_BYTES: usize = 256 * 1024;

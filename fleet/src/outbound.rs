@@ -162,8 +162,14 @@ pub fn blocked_of(error: &reqwest::Error) -> Option<Blocked> {
 /// redirects and the process marker.
 #[derive(Clone, Debug)]
 pub struct GuardedClients {
-    clients: Vec<(Networks, reqwest::Client)>,
+    /// Indexed by `slot` of the networks each allows.
+    clients: [reqwest::Client; 4],
     own: OwnListeners,
+}
+
+/// Where the client for `networks` is kept.
+fn slot(networks: Networks) -> usize {
+    usize::from(networks.loopback) | (usize::from(networks.private) << 1)
 }
 
 impl GuardedClients {
@@ -172,15 +178,17 @@ impl GuardedClients {
         base: impl Fn() -> reqwest::ClientBuilder,
         own: OwnListeners,
     ) -> Result<Self, reqwest::Error> {
-        let mut clients = Vec::with_capacity(4);
-        for (loopback, private) in [(false, false), (true, false), (false, true), (true, true)] {
-            let networks = Networks { loopback, private };
+        let build = |slot: usize| {
+            let networks = Networks {
+                loopback: slot & 1 != 0,
+                private: slot & 2 != 0,
+            };
             let mut headers = HeaderMap::new();
             if let Ok(value) = HeaderValue::from_str(marker()) {
                 headers.insert(MARKER_HEADER, value);
             }
             let redirect_own = own.clone();
-            let client = base()
+            base()
                 .dns_resolver(Arc::new(GuardedResolver { networks }))
                 .default_headers(headers)
                 .redirect(Policy::custom(move |attempt| {
@@ -197,9 +205,9 @@ impl GuardedClients {
                         Err(blocked) => attempt.error(BlockedError(blocked)),
                     }
                 }))
-                .build()?;
-            clients.push((networks, client));
-        }
+                .build()
+        };
+        let clients = [build(0)?, build(1)?, build(2)?, build(3)?];
         Ok(Self { clients, own })
     }
 
@@ -210,13 +218,7 @@ impl GuardedClients {
         networks: Networks,
     ) -> Result<&reqwest::Client, Blocked> {
         check_url(url, networks, &self.own)?;
-        self.clients
-            .iter()
-            .find(|(n, _)| *n == networks)
-            .map(|(_, client)| client)
-            .ok_or(Blocked::NoAddress {
-                host: url.to_string(),
-            })
+        Ok(&self.clients[slot(networks)])
     }
 }
 

@@ -14,6 +14,19 @@ use serde_json::Value;
 
 pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_consort");
 
+/// An agent `payer` whose one tool use, a payment, waits for an operator's approval (its
+/// folder needs the ledger [`Fleet::ledger`] writes), then answers `done`.
+pub(crate) const GATED_PAYER: &str = r#"
+name: payer
+description: pays a supplier
+model:
+  script:
+    - tool: {name: pay, input: "SELECT 'paid ' || :input"}
+    - answer: "done"
+tools:
+  - {name: pay, kind: sql, database: ledger.db, description: pays, approval: required}
+"#;
+
 /// A temporary folder holding agent folders and a data folder.
 pub(crate) struct Fleet {
     pub dir: tempfile::TempDir,

@@ -20,7 +20,7 @@ use consort_core::directory::{
 };
 use consort_core::step::Input;
 
-use super::{AgentActor, AgentMsg, AgentState, refused};
+use super::{AgentActor, AgentMsg, AgentState};
 use crate::ActorsError;
 use crate::asker::Asker;
 use crate::run::Channel;
@@ -39,32 +39,29 @@ impl AgentActor {
         let me = state.config.name.clone();
         let checked = check_delivery_id(&delivery_id)
             .and_then(|()| receiver_consents(&from, &state.config.accept_from, &me));
-        if let Err(refusal) = &checked {
+        if let Err(refusal) = checked {
             info!(agent = %me, sender = %from, reason = refusal.code(), "delivery refused");
+            send_receipt(reply, Receipt::rejected(&delivery_id, &refusal));
+            return Ok(());
         }
         let Some(run) = run else {
-            if let Err(refusal) = checked {
-                send_receipt(reply, Receipt::rejected(&delivery_id, &refusal));
-                return Ok(());
-            }
             return self
                 .deliver_new(myself, state, (from, delivery_id, text), reply)
                 .await;
         };
-        let record = match checked {
-            Ok(()) => state.record(&run).await?,
-            Err(_) => None,
-        };
-        let allowed = checked.and_then(|()| match &record {
+        let allowed = match state.record(&run).await? {
             Some(record) => may_deliver_into(&from, &run, record.parent_agent.as_deref()),
             None => Err(run_not_found(&run)),
-        });
-        let digest = payload_digest(&me, Some(&run), &text);
+        };
+        if let Err(refusal) = allowed {
+            send_receipt(reply, Receipt::rejected(&delivery_id, &refusal));
+            return Ok(());
+        }
         let input = Input::Deliver {
             run: run.clone(),
             from: from.clone(),
             delivery_id: delivery_id.clone(),
-            digest,
+            digest: payload_digest(&me, Some(&run), &text),
             text,
         };
         // The receipt reports a write: the machine answers once the run's writes commit.
@@ -73,13 +70,7 @@ impl AgentActor {
             delivery_id,
             from,
         };
-        match allowed {
-            Ok(()) => self.drive_asked(myself, state, &run, input, asker).await,
-            Err(refusal) => {
-                asker.fail(refused(refusal));
-                Ok(())
-            }
-        }
+        self.drive_asked(myself, state, &run, input, asker).await
     }
 
     async fn deliver_new(

@@ -192,7 +192,7 @@ pub(super) async fn wait_peer(
         after_seq: q.after_seq.unwrap_or(0),
         incarnation: q.incarnation.filter(|i| !i.is_empty()),
     };
-    let asked = Duration::from_millis(q.timeout_ms.unwrap_or(30_000).min(MAX_WAIT_MS));
+    let asked = Duration::from_millis(q.timeout_ms.unwrap_or(30_000));
     let (_, who) = super::requester(&auth, &headers).await;
     let (timeout, _held) = callers.wait(&who, asked)?;
     match host.wait_run(audience, request, timeout).await? {

@@ -33,8 +33,7 @@ use consort_actors::{Channel, Host, RunRecord, RunStatus};
 use super::follow::{self, StreamSlots};
 use super::openapi::{ErrorDoc, EventPageDoc, RunDoc};
 use super::{
-    ApiError, CallerBounds, MAX_INPUT_BYTES, MAX_WAIT_MS, parse_run_id, requester, stored_run,
-    visible_run,
+    ApiError, CallerBounds, MAX_INPUT_BYTES, parse_run_id, requester, stored_run, visible_run,
 };
 use crate::access::{self, Action};
 use crate::auth::HostAuth;
@@ -225,7 +224,7 @@ pub(super) async fn get_run(
     let run = match q.wait_ms {
         Some(ms) if ms > 0 && !run.status.is_settled() => {
             let (_, who) = requester(&auth, &headers).await;
-            let (bound, _held) = callers.wait(&who, Duration::from_millis(ms.min(MAX_WAIT_MS)))?;
+            let (bound, _held) = callers.wait(&who, Duration::from_millis(ms))?;
             host.wait(&id, bound).await?
         }
         _ => run,
